@@ -1,0 +1,24 @@
+"""The MARS maths: the optimizer, its functional step paths and the param-group helper.
+
+This package imports only torch and can be copied into a project on its own.
+"""
+
+from torch_mars.optim.functional import adamw_step, default_foreach, mars_step
+from torch_mars.optim.hyperparams import MARS_TYPES, AdamWHyperparams, MarsHyperparams, MarsType
+from torch_mars.optim.mars import MARS, routes_to_mars
+from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize
+from torch_mars.optim.param_groups import mars_param_groups
+
+__all__ = [
+    "MARS",
+    "MARS_TYPES",
+    "AdamWHyperparams",
+    "MarsHyperparams",
+    "MarsType",
+    "adamw_step",
+    "default_foreach",
+    "mars_param_groups",
+    "mars_step",
+    "newton_schulz_orthogonalize",
+    "routes_to_mars",
+]

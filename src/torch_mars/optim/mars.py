@@ -1,0 +1,296 @@
+"""The :class:`MARS` optimizer: validates hyperparameters, owns per-tensor state, routes each
+tensor to the MARS rule or to plain AdamW, and runs the exact mode's second gradient evaluation.
+The maths lives in :mod:`torch_mars.optim.functional`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from torch_mars.optim.functional import adamw_step, default_foreach, mars_step
+from torch_mars.optim.hyperparams import (
+    MarsType,
+    adamw_1d_hyperparams,
+    mars_hyperparams,
+    validate_group,
+)
+
+
+def routes_to_mars(param: Tensor, group: dict[str, Any]) -> bool:
+    """Whether ``param`` takes the MARS update in ``group``: ``use_mars`` when the group sets it,
+    else ``optimize_1d or param.ndim >= 2``."""
+    if group.get("use_mars") is not None:
+        return bool(group["use_mars"])
+    return bool(group["optimize_1d"]) or param.ndim >= 2
+
+
+class MARS(Optimizer):
+    r"""MARS: variance-reduced AdamW, Lion and Shampoo (Yuan et al., ICML 2025, arXiv 2411.10438).
+
+    For each tensor :math:`p` with gradient :math:`g_t` at its step :math:`t`:
+
+    .. math::
+        c_t &= g_t + \gamma \frac{\beta_1}{1-\beta_1}\,(g_t - \tilde g_t), \qquad
+        c_t \leftarrow c_t / \max(1, \lVert c_t \rVert_2) \\
+        m_t &= \beta_1 m_{t-1} + (1-\beta_1)\, c_t
+
+    where :math:`\tilde g_t` is the tensor's previous gradient (``is_approx=True``, one backward
+    pass per step) or :math:`\nabla f(x_{t-1}, \xi_t)`, the gradient at the previous parameters on
+    the current batch (``is_approx=False``, two evaluations of ``closure`` per step). On a tensor's
+    first step :math:`\tilde g = g`. Then ``mars-adamw`` takes an AdamW step with :math:`m_t` and
+    :math:`v_t = \beta_2 v_{t-1} + (1-\beta_2) c_t^2`; ``mars-lion`` steps by
+    :math:`\mathrm{sign}(m_t)`; ``mars-shampoo`` by the Newton–Schulz orthogonalisation of
+    :math:`m_t` (viewed as ``(shape[0], -1)``). All three decay weights decoupled:
+    :math:`p \leftarrow p - lr\,(wd\,p + u)`.
+
+    Tensors with ``ndim < 2`` (biases, norm gains) take plain AdamW on :math:`g` with
+    ``betas_1d``, ``weight_decay_1d`` and learning rate ``lr * lr_1d / lr0`` (``lr0``: the
+    group's ``lr`` when it was added), unless ``optimize_1d=True``; a param group may force the
+    choice with ``use_mars=True`` or ``False``.
+
+    Args:
+        params: tensors or param-group dicts; every argument below may be set per group.
+        lr: learning rate of the MARS-routed tensors, >= 0.
+        betas: ``(beta1, beta2)`` of the MARS rule, each in [0, 1).
+        eps: denominator term of the Adam rule, >= 0.
+        weight_decay: decoupled weight decay of MARS-routed tensors, >= 0.
+        amsgrad: use the running maximum of ``v`` (both Adam rules).
+        gamma: variance-reduction strength, >= 0; 0 gives AdamW / Lion / Muon-style Shampoo.
+        is_approx: approximate mode (previous step's gradient) or exact mode (needs a closure).
+        mars_type: ``"mars-adamw"``, ``"mars-lion"`` or ``"mars-shampoo"``.
+        optimize_1d: route ``ndim < 2`` tensors to MARS too.
+        lr_1d: learning rate of the AdamW-routed tensors at ``lr == lr0``, >= 0.
+        betas_1d: ``(beta1, beta2)`` of the AdamW-routed tensors.
+        weight_decay_1d: weight decay of the AdamW-routed tensors, >= 0.
+        maximize: maximise the objective instead of minimising it.
+        ns_steps: Newton–Schulz iterations of ``mars-shampoo``, >= 1.
+        foreach: multi-tensor kernels (True), the per-tensor loop (False), or the default for the
+            device (None: multi-tensor on CUDA-like devices, the loop on CPU).
+
+    State per tensor: ``step`` (int), ``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq`` (AMSGrad),
+    ``last_grad`` (MARS-routed tensors: a copy of the previous gradient, never an alias of
+    ``p.grad``) and ``prev_param`` (exact mode: the parameters of the previous step), all in the
+    parameter's dtype.
+
+    Example:
+        >>> import torch
+        >>> from torch_mars import MARS
+        >>> model = torch.nn.Linear(4, 1)
+        >>> opt = MARS(model.parameters(), lr=1e-2)
+        >>> loss = model(torch.randn(8, 4)).pow(2).mean()
+        >>> loss.backward()
+        >>> opt.step()
+        >>> sorted(opt.state[model.weight])
+        ['exp_avg', 'exp_avg_sq', 'last_grad', 'step']
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 3e-3,
+        betas: tuple[float, float] = (0.95, 0.99),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        gamma: float = 0.025,
+        is_approx: bool = True,
+        mars_type: MarsType = "mars-adamw",
+        optimize_1d: bool = False,
+        lr_1d: float = 3e-3,
+        betas_1d: tuple[float, float] = (0.9, 0.95),
+        weight_decay_1d: float = 0.1,
+        *,
+        maximize: bool = False,
+        ns_steps: int = 5,
+        foreach: bool | None = None,
+    ) -> None:
+        defaults: dict[str, Any] = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "amsgrad": amsgrad,
+            "gamma": gamma,
+            "is_approx": is_approx,
+            "mars_type": mars_type,
+            "optimize_1d": optimize_1d,
+            "lr_1d": lr_1d,
+            "betas_1d": betas_1d,
+            "weight_decay_1d": weight_decay_1d,
+            "maximize": maximize,
+            "ns_steps": ns_steps,
+            "foreach": foreach,
+            "use_mars": None,
+        }
+        validate_group(defaults)
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Validate ``param_group`` (defaults filled in) and add it; nothing changes on error."""
+        validate_group({**self.defaults, **param_group})
+        group = dict(param_group)
+        group.setdefault("lr_at_construction", group.get("lr", self.defaults["lr"]))
+        super().add_param_group(group)
+        added = self.param_groups[-1]
+        if added["lr_at_construction"] == 0 and any(
+            not routes_to_mars(p, added) for p in added["params"]
+        ):
+            self.param_groups.pop()
+            raise ValueError(
+                "lr must be > 0 when a group has tensors on the 1-D AdamW path (their rate is "
+                "lr * lr_1d / lr at construction); set optimize_1d=True or use_mars=True, or "
+                "start from a positive lr"
+            )
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("maximize", False)
+            group.setdefault("ns_steps", 5)
+            group.setdefault("foreach", None)
+            group.setdefault("use_mars", None)
+            group.setdefault("lr_at_construction", group["lr"])
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        """Take one optimisation step and return ``closure()``'s loss (or None).
+
+        ``closure`` re-evaluates the model: it zeroes the gradients, computes the loss on the
+        current batch, calls ``backward()`` and returns the loss. It is optional in the
+        approximate mode and required in the exact mode, where it is called at the current
+        parameters and again at the previous ones.
+        """
+        for group in self.param_groups:
+            validate_group(group)
+        exact_groups = [group for group in self.param_groups if not group["is_approx"]]
+        if exact_groups and closure is None:
+            raise ValueError(
+                "closure is required when is_approx=False: exact MARS evaluates the gradient "
+                "of the current batch at the current and at the previous parameters"
+            )
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._check_dense_gradients()
+        if exact_groups:
+            self._prepare_exact_mode(closure, exact_groups)
+        for group in self.param_groups:
+            self._step_group(group)
+        return loss
+
+    def _check_dense_gradients(self) -> None:
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is not None and param.grad.is_sparse:
+                    raise ValueError(
+                        "gradients must be dense: MARS does not support sparse gradients "
+                        "(use a dense nn.Embedding, sparse=False)"
+                    )
+
+    def _effective_grad(self, param: Tensor, group: dict[str, Any]) -> Tensor:
+        """The gradient being descended, as a new tensor (negated when maximising)."""
+        assert param.grad is not None
+        return param.grad.neg() if group["maximize"] else param.grad.clone()
+
+    def _prepare_exact_mode(
+        self, closure: Callable[[], Any], exact_groups: list[dict[str, Any]]
+    ) -> None:
+        """Fill ``last_grad`` with the gradient at the previous parameters on the current batch,
+        leave ``p`` and ``p.grad`` at their current values, and record ``prev_param = x_t``."""
+        exact_params = [p for group in exact_groups for p in group["params"]]
+        moved = [p for p in exact_params if "prev_param" in self.state[p]]
+        needs_previous_gradient = [
+            (p, group)
+            for group in exact_groups
+            for p in group["params"]
+            if p.grad is not None and "prev_param" in self.state[p] and routes_to_mars(p, group)
+        ]
+        if needs_previous_gradient:
+            with_grad = [p for p in exact_params if p.grad is not None]
+            current_grads = [p.grad.clone() for p in with_grad]
+            current_values = [p.detach().clone() for p in moved]
+            torch._foreach_copy_(moved, [self.state[p]["prev_param"] for p in moved])
+            with torch.enable_grad():
+                closure()
+            for param, group in needs_previous_gradient:
+                self._store_previous_gradient(param, group)
+            torch._foreach_copy_(moved, current_values)
+            for param, grad in zip(with_grad, current_grads, strict=True):
+                if param.grad is None:
+                    param.grad = grad
+                else:
+                    param.grad.copy_(grad)
+        for param in exact_params:
+            state = self.state[param]
+            if "prev_param" in state:
+                state["prev_param"].copy_(param)
+            elif param.grad is not None:
+                state["prev_param"] = param.detach().clone()
+
+    def _store_previous_gradient(self, param: Tensor, group: dict[str, Any]) -> None:
+        """Copy the gradient just computed at the previous parameters into ``last_grad``."""
+        state = self.state[param]
+        if "last_grad" not in state:
+            state["last_grad"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        if param.grad is None:
+            state["last_grad"].zero_()
+            return
+        state["last_grad"].copy_(param.grad)
+        if group["maximize"]:
+            state["last_grad"].neg_()
+
+    def _step_group(self, group: dict[str, Any]) -> None:
+        mars_tensors: dict[str, list[Any]] = {key: [] for key in _MARS_STATE_LISTS}
+        adamw_tensors: dict[str, list[Any]] = {key: [] for key in _ADAMW_STATE_LISTS}
+        for param in group["params"]:
+            if param.grad is None:
+                continue
+            use_mars = routes_to_mars(param, group)
+            state = self._init_state(param, group, use_mars)
+            state["step"] += 1
+            target = mars_tensors if use_mars else adamw_tensors
+            target["params"].append(param)
+            target["grads"].append(param.grad)
+            target["exp_avgs"].append(state["exp_avg"])
+            target["exp_avg_sqs"].append(state["exp_avg_sq"])
+            target["max_exp_avg_sqs"].append(state.get("max_exp_avg_sq"))
+            target["steps"].append(state["step"])
+            if use_mars:
+                target["last_grads"].append(state["last_grad"])
+        foreach = group["foreach"]
+        if mars_tensors["params"]:
+            mars_step(
+                **mars_tensors,
+                hp=mars_hyperparams(group),
+                store_last_grad=group["is_approx"],
+                foreach=default_foreach(mars_tensors["params"]) if foreach is None else foreach,
+            )
+        if adamw_tensors["params"]:
+            adamw_step(
+                **adamw_tensors,
+                hp=adamw_1d_hyperparams(group),
+                foreach=default_foreach(adamw_tensors["params"]) if foreach is None else foreach,
+            )
+
+    def _init_state(self, param: Tensor, group: dict[str, Any], use_mars: bool) -> dict[str, Any]:
+        """Create whatever state ``param`` lacks for the rule it takes now."""
+        state = self.state[param]
+        if "step" not in state:
+            state["step"] = 0
+            state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        if group["amsgrad"] and "max_exp_avg_sq" not in state:
+            state["max_exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        if use_mars and "last_grad" not in state:
+            # First MARS step of this tensor: g_tilde = g, so c = g (the paper's x_1 = x_0).
+            state["last_grad"] = self._effective_grad(param, group)
+        return state
+
+
+_ADAMW_STATE_LISTS = ("params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs", "steps")
+_MARS_STATE_LISTS = (*_ADAMW_STATE_LISTS, "last_grads")

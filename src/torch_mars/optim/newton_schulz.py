@@ -1,0 +1,47 @@
+"""Newton–Schulz orthogonalisation, the preconditioner of ``mars-shampoo`` (as in Muon)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+# Quintic iteration X <- a X + b (X X^T) X + c (X X^T)^2 X; these coefficients push every
+# singular value of a spectrally normalised matrix towards 1 in few steps (Jordan et al., Muon).
+NS_COEFFICIENTS: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)
+NS_NORM_EPS = 1e-7
+
+
+def reduction_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype in which norms of ``dtype`` tensors are accumulated (float32 for half types)."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def newton_schulz_orthogonalize(matrix: Tensor, steps: int) -> Tensor:
+    """Approximate the orthogonal factor ``U V^T`` of ``matrix = U S V^T``.
+
+    Args:
+        matrix: a 2-D tensor of shape ``(rows, cols)``, any floating dtype.
+        steps: number of quintic iterations (>= 1).
+
+    Returns:
+        A tensor of the same shape and dtype as ``matrix`` whose singular values lie roughly in
+        ``[0.7, 1.2]``. The iterations run in bfloat16 on ``matrix / (||matrix||_F + 1e-7)``,
+        on the transpose when ``rows > cols`` so that the Gram matrix is the smaller one.
+
+    >>> q = newton_schulz_orthogonalize(torch.randn(8, 4, dtype=torch.float64), steps=5)
+    >>> bool(((torch.linalg.svdvals(q) - 1).abs() < 0.35).all())
+    True
+    """
+    a, b, c = NS_COEFFICIENTS
+    norm = torch.linalg.vector_norm(matrix, dtype=reduction_dtype(matrix.dtype))
+    x = (matrix / (norm + NS_NORM_EPS)).to(torch.bfloat16)
+    transposed = matrix.size(0) > matrix.size(1)
+    if transposed:
+        x = x.mT
+    for _ in range(steps):
+        gram = x @ x.mT
+        gram_x = gram @ x
+        x = a * x + b * gram_x + c * (gram @ gram_x)
+    if transposed:
+        x = x.mT
+    return x.to(matrix.dtype)
