@@ -94,12 +94,12 @@ def adamw_step(
 ) -> None:
     r"""One AdamW step (decoupled weight decay), in place; MARS uses it for 1-D tensors.
 
-    :math:`m \leftarrow \beta_1 m + (1-\beta_1) g`, :math:`v \leftarrow \beta_2 v + (1-\beta_2) g^2`,
-    :math:`p \leftarrow p (1 - lr\,wd) - lr\,(m/(1-\beta_1^t)) / (\sqrt{v/(1-\beta_2^t)} + \epsilon)`,
+    :math:`m \leftarrow \beta_1 m + (1-\beta_1) g`,
+    :math:`v \leftarrow \beta_2 v + (1-\beta_2) g^2`,
+    :math:`p \leftarrow p (1 - lr\,wd) - lr\,\hat m / (\sqrt{\hat v} + \epsilon)` with
+    :math:`\hat m = m/(1-\beta_1^t)`, :math:`\hat v = v/(1-\beta_2^t)`,
     with :math:`v` replaced by its running maximum under AMSGrad. This is exactly the update of
     ``torch.optim.AdamW``.
     """
     step_impl = adamw_step_foreach if foreach else adamw_step_single_tensor
     step_impl(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, hp)
-
-

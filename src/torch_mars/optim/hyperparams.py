@@ -46,7 +46,7 @@ class MarsHyperparams(AdamWHyperparams):
     Attributes:
         gamma: strength of the variance-reduction correction (0 turns MARS into its base rule).
         mars_type: which preconditioned rule consumes the corrected gradient.
-        ns_steps: Newton–Schulz iterations of ``mars-shampoo``.
+        ns_steps: Newton-Schulz iterations of ``mars-shampoo``.
     """
 
     gamma: float = 0.025
@@ -65,11 +65,7 @@ def _check_betas(name: str, value: Any) -> None:
     if not isinstance(value, tuple | list) or len(value) != 2:
         raise ValueError(f"{name} must be a pair (beta1, beta2) with each in [0, 1), got {value!r}")
     for index, beta in enumerate(value):
-        if (
-            isinstance(beta, bool)
-            or not isinstance(beta, int | float)
-            or not (0.0 <= beta < 1.0)
-        ):
+        if isinstance(beta, bool) or not isinstance(beta, int | float) or not (0.0 <= beta < 1.0):
             raise ValueError(f"{name}[{index}] must be in [0, 1), got {beta!r}")
 
 

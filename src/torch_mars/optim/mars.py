@@ -43,7 +43,7 @@ class MARS(Optimizer):
     the current batch (``is_approx=False``, two evaluations of ``closure`` per step). On a tensor's
     first step :math:`\tilde g = g`. Then ``mars-adamw`` takes an AdamW step with :math:`m_t` and
     :math:`v_t = \beta_2 v_{t-1} + (1-\beta_2) c_t^2`; ``mars-lion`` steps by
-    :math:`\mathrm{sign}(m_t)`; ``mars-shampoo`` by the Newton–Schulz orthogonalisation of
+    :math:`\mathrm{sign}(m_t)`; ``mars-shampoo`` by the Newton-Schulz orthogonalisation of
     :math:`m_t` (viewed as ``(shape[0], -1)``). All three decay weights decoupled:
     :math:`p \leftarrow p - lr\,(wd\,p + u)`.
 
@@ -67,7 +67,7 @@ class MARS(Optimizer):
         betas_1d: ``(beta1, beta2)`` of the AdamW-routed tensors.
         weight_decay_1d: weight decay of the AdamW-routed tensors, >= 0.
         maximize: maximise the objective instead of minimising it.
-        ns_steps: Newton–Schulz iterations of ``mars-shampoo``, >= 1.
+        ns_steps: Newton-Schulz iterations of ``mars-shampoo``, >= 1.
         foreach: multi-tensor kernels (True), the per-tensor loop (False), or the default for the
             device (None: multi-tensor on CUDA-like devices, the loop on CPU).
 

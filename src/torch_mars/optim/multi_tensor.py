@@ -20,7 +20,7 @@ from torch_mars.optim.single_tensor import correction_scale, shampoo_direction
 
 
 def group_by_device_and_dtype(tensors: Sequence[Tensor]) -> list[list[int]]:
-    """Indices of ``tensors`` split into runs that share a device and a dtype, in first-seen order."""
+    """Indices of ``tensors`` split by (device, dtype), groups in first-seen order."""
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for index, tensor in enumerate(tensors):
         groups.setdefault((tensor.device, tensor.dtype), []).append(index)
@@ -127,7 +127,7 @@ def mars_step_foreach(
     hp: MarsHyperparams,
     store_last_grad: bool,
 ) -> None:
-    """One MARS step with multi-tensor kernels; see :func:`torch_mars.optim.functional.mars_step`."""
+    """One MARS step with multi-tensor kernels; see :func:`~.functional.mars_step`."""
     for indices in group_by_device_and_dtype(params):
         _mars_step_one_group(
             _pick(params, indices),
@@ -151,7 +151,7 @@ def adamw_step_foreach(
     steps: list[int],
     hp: AdamWHyperparams,
 ) -> None:
-    """One AdamW step with multi-tensor kernels; see :func:`torch_mars.optim.functional.adamw_step`."""
+    """One AdamW step with multi-tensor kernels; see :func:`~.functional.adamw_step`."""
     for indices in group_by_device_and_dtype(params):
         group_grads = _pick(grads, indices)
         if hp.maximize:

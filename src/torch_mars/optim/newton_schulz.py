@@ -1,4 +1,4 @@
-"""Newton–Schulz orthogonalisation, the preconditioner of ``mars-shampoo`` (as in Muon)."""
+"""Newton-Schulz orthogonalisation, the preconditioner of ``mars-shampoo`` (as in Muon)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,9 @@ def correction_scale(gamma: float, beta1: float) -> float:
     return gamma * beta1 / (1.0 - beta1)
 
 
-def variance_reduced_gradient(grad: Tensor, last_grad: Tensor, gamma: float, beta1: float) -> Tensor:
+def variance_reduced_gradient(
+    grad: Tensor, last_grad: Tensor, gamma: float, beta1: float
+) -> Tensor:
     """``c = g + gamma * beta1/(1-beta1) * (g - g_tilde)``, scaled to unit norm if ``||c||_2 > 1``.
 
     Args:
@@ -47,8 +49,8 @@ def adam_rule_(
 ) -> None:
     """Decoupled-weight-decay Adam on ``update_input`` (the gradient, or MARS's ``c``)::
 
-        m <- b1 m + (1-b1) x;   v <- b2 v + (1-b2) x^2   (AMSGrad: v_max <- max(v_max, v))
-        p <- p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+    m <- b1 m + (1-b1) x;   v <- b2 v + (1-b2) x^2   (AMSGrad: v_max <- max(v_max, v))
+    p <- p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
     """
     exp_avg.lerp_(update_input, 1.0 - hp.beta1)
     exp_avg_sq.mul_(hp.beta2).addcmul_(update_input, update_input, value=1.0 - hp.beta2)
@@ -134,4 +136,6 @@ def adamw_step_single_tensor(
     for index, param in enumerate(params):
         grad = -grads[index] if hp.maximize else grads[index]
         max_exp_avg_sq = max_exp_avg_sqs[index] if hp.amsgrad else None
-        adam_rule_(param, grad, exp_avgs[index], exp_avg_sqs[index], max_exp_avg_sq, steps[index], hp)
+        adam_rule_(
+            param, grad, exp_avgs[index], exp_avg_sqs[index], max_exp_avg_sq, steps[index], hp
+        )
