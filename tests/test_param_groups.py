@@ -1,0 +1,71 @@
+"""mars_param_groups puts every parameter in exactly one group, by the documented rules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from torch_mars import MARS, mars_param_groups
+
+
+class TinyLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(16, 8)
+        self.block = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
+        self.conv = nn.Conv1d(8, 8, 3, padding=1)
+        self.bn = nn.BatchNorm1d(8)
+        self.scale = nn.Parameter(torch.ones(8))
+        self.lm_head = nn.Linear(8, 16, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied, as in GPT-2
+        self.frozen = nn.Linear(8, 8)
+        self.frozen.requires_grad_(False)
+
+
+def names(model: nn.Module, group: dict) -> set[str]:
+    ids = {id(p) for p in group["params"]}
+    return {n for n, p in model.named_parameters() if id(p) in ids}
+
+
+def test_default_rules_cover_every_parameter_once():
+    model = TinyLM()
+    groups = mars_param_groups(model)
+    all_ids = [id(p) for g in groups for p in g["params"]]
+    assert len(all_ids) == len(set(all_ids)) == len(list(model.parameters()))
+    mars, adamw = groups
+    assert mars["use_mars"] is True and adamw["use_mars"] is False
+    assert names(model, mars) == {
+        "wte.weight", "block.1.weight", "block.3.weight", "conv.weight", "frozen.weight"
+    }
+    assert names(model, adamw) == {
+        "block.0.weight", "block.0.bias", "block.1.bias", "block.3.bias", "conv.bias",
+        "bn.weight", "bn.bias", "scale", "frozen.bias",
+    }  # fmt: skip
+
+
+def test_overrides_by_embedding_choice_module_type_and_name():
+    model = TinyLM()
+    mars, adamw = mars_param_groups(
+        model,
+        embeddings="adamw",
+        adamw_module_types=(nn.LayerNorm, nn.Conv1d),
+        mars_names=["scale"],
+        adamw_names=["block.3.*"],
+        mars_options={"weight_decay": 0.1},
+        adamw_options={"weight_decay_1d": 0.0},
+    )
+    assert names(model, mars) == {"block.1.weight", "scale", "frozen.weight"}
+    assert {"wte.weight", "conv.weight", "block.3.weight"} <= names(model, adamw)
+    assert mars["weight_decay"] == 0.1 and adamw["weight_decay_1d"] == 0.0
+    MARS([mars, adamw])
+
+
+def test_conflicting_name_rules_and_bad_arguments_raise():
+    model = TinyLM()
+    with pytest.raises(ValueError, match="matches both mars_names and adamw_names"):
+        mars_param_groups(model, mars_names=["block.*"], adamw_names=["*.bias"])
+    with pytest.raises(ValueError, match="embeddings must be"):
+        mars_param_groups(model, embeddings="sgd")
+    with pytest.raises(ValueError, match="may not set 'params' or 'use_mars'"):
+        mars_param_groups(model, mars_options={"use_mars": False})
