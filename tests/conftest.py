@@ -1,6 +1,7 @@
 """Shared fixtures."""
 
 import pytest
+
 from problems import MIXED_SHAPES, RandomProblem
 
 

@@ -73,7 +73,9 @@ class ReferenceMARS:
             st = self.state[i]
             first = not st
             if first:
-                st.update(t=0, m=torch.zeros_like(x), v=torch.zeros_like(x), vmax=torch.zeros_like(x))
+                st.update(
+                    t=0, m=torch.zeros_like(x), v=torch.zeros_like(x), vmax=torch.zeros_like(x)
+                )
             st["t"] += 1
             t = st["t"]
             if not self.uses_mars(x):
@@ -109,7 +111,9 @@ class ReferenceMARS:
                     continue
                 matrix = st["m"].reshape(x.shape[0], -1)
                 rows, cols = matrix.shape
-                direction = orthogonalize_bf16(matrix, cfg.ns_steps) * math.sqrt(max(1, rows / cols))
+                direction = orthogonalize_bf16(matrix, cfg.ns_steps) * math.sqrt(
+                    max(1, rows / cols)
+                )
                 self.params[i] = x - lr * (direction.reshape(x.shape) + wd * x)
             else:
                 st["v"] = b2 * st["v"] + (1 - b2) * c * c

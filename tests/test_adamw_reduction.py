@@ -10,7 +10,9 @@ import torch
 from torch_mars import MARS
 
 
-def small_gradient_problem(seed: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+def small_gradient_problem(
+    seed: int,
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     gen = torch.Generator().manual_seed(seed)
     weight = torch.randn(5, 4, generator=gen, dtype=torch.float64)
     batches = [

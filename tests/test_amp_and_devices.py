@@ -14,9 +14,9 @@ from torch_mars import MARS, MARS_TYPES
 
 def small_model(dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)
-    ).to(dtype)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)).to(
+        dtype
+    )
 
 
 def snapshot(model: torch.nn.Module, opt: MARS) -> tuple[list[torch.Tensor], dict]:

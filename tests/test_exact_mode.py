@@ -37,7 +37,9 @@ def closed_form_trajectory() -> list[torch.Tensor]:
 @pytest.mark.parametrize("foreach", [False, True])
 def test_exact_mode_follows_the_closed_form_trajectory(foreach):
     x = X0.clone().requires_grad_()
-    opt = MARS([x], lr=LR, betas=(BETA1, BETA2), eps=EPS, gamma=GAMMA, is_approx=False, foreach=foreach)
+    opt = MARS(
+        [x], lr=LR, betas=(BETA1, BETA2), eps=EPS, gamma=GAMMA, is_approx=False, foreach=foreach
+    )
     expected = closed_form_trajectory()
     calls = []
     for t in range(STEPS):

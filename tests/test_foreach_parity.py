@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from problems import run_mars
 
+from problems import run_mars
 from torch_mars import MARS, MARS_TYPES
 from torch_mars.optim.multi_tensor import group_by_device_and_dtype
 

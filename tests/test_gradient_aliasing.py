@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from problems import MIXED_SHAPES, RandomProblem
 
+from problems import MIXED_SHAPES, RandomProblem
 from torch_mars import MARS, MARS_TYPES
 
 PROBLEM = RandomProblem(MIXED_SHAPES[:4], steps=12, seed=3)
@@ -67,7 +67,9 @@ def train(feed, mars_type, foreach) -> list[torch.Tensor]:
 @pytest.mark.parametrize("foreach", [False, True])
 @pytest.mark.parametrize("mars_type", MARS_TYPES)
 @pytest.mark.parametrize(
-    "feed", [zeroed_in_place, accumulated_by_autograd, views_into_one_buffer], ids=lambda f: f.__name__
+    "feed",
+    [zeroed_in_place, accumulated_by_autograd, views_into_one_buffer],
+    ids=lambda f: f.__name__,
 )
 def test_gradient_buffers_reused_in_place_give_fresh_gradient_results(feed, mars_type, foreach):
     expected = train(fresh_grads, mars_type, foreach)

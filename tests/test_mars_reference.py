@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from problems import RandomProblem, run_mars
-from float64_reference import ReferenceConfig, ReferenceMARS
 
+from float64_reference import ReferenceConfig, ReferenceMARS
+from problems import RandomProblem, run_mars
 from torch_mars import MARS_TYPES
 
 
-def run_reference(problem: RandomProblem, schedule, is_approx: bool, **kwargs) -> list[torch.Tensor]:
+def run_reference(
+    problem: RandomProblem, schedule, is_approx: bool, **kwargs
+) -> list[torch.Tensor]:
     config = ReferenceConfig(**kwargs)
     ref = ReferenceMARS(problem.initial, config)
     previous = None

@@ -36,7 +36,11 @@ def test_default_rules_cover_every_parameter_once():
     mars, adamw = groups
     assert mars["use_mars"] is True and adamw["use_mars"] is False
     assert names(model, mars) == {
-        "wte.weight", "block.1.weight", "block.3.weight", "conv.weight", "frozen.weight"
+        "wte.weight",
+        "block.1.weight",
+        "block.3.weight",
+        "conv.weight",
+        "frozen.weight",
     }
     assert names(model, adamw) == {
         "block.0.weight", "block.0.bias", "block.1.bias", "block.3.bias", "conv.bias",

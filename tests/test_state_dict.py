@@ -7,8 +7,8 @@ import io
 
 import pytest
 import torch
-from problems import MIXED_SHAPES, RandomProblem
 
+from problems import MIXED_SHAPES, RandomProblem
 from torch_mars import MARS, MARS_TYPES
 
 
