@@ -27,8 +27,9 @@ def group_by_device_and_dtype(tensors: Sequence[Tensor]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _pick(tensors: Sequence, indices: Sequence[int]) -> list:
-    return [tensors[i] for i in indices]
+def _select(indices: Sequence[int], *lists: Sequence) -> list[list]:
+    """Each of ``lists`` restricted to ``indices``; an empty list (no AMSGrad maxima) stays so."""
+    return [[values[i] for i in indices] if values else [] for values in lists]
 
 
 def _variance_reduced_gradients(
@@ -99,21 +100,14 @@ def _mars_step_one_group(
         matrices = [i for i, p in enumerate(params) if p.ndim >= 2]
         adam_indices = [i for i, p in enumerate(params) if p.ndim < 2]
         if matrices:
-            matrix_params, matrix_exp_avgs = _pick(params, matrices), _pick(exp_avgs, matrices)
-            torch._foreach_lerp_(matrix_exp_avgs, _pick(cs, matrices), 1.0 - hp.beta1)
+            matrix_params, matrix_cs, matrix_exp_avgs = _select(matrices, params, cs, exp_avgs)
+            torch._foreach_lerp_(matrix_exp_avgs, matrix_cs, 1.0 - hp.beta1)
             _decay_weights(matrix_params, hp)
             directions = [shampoo_direction(m, hp.ns_steps) for m in matrix_exp_avgs]
             torch._foreach_add_(matrix_params, directions, alpha=-hp.lr)
     if adam_indices:
-        _adam_rule_foreach(
-            _pick(params, adam_indices),
-            _pick(cs, adam_indices),
-            _pick(exp_avgs, adam_indices),
-            _pick(exp_avg_sqs, adam_indices),
-            _pick(max_exp_avg_sqs, adam_indices) if hp.amsgrad else [],
-            _pick(steps, adam_indices),
-            hp,
-        )
+        selected = _select(adam_indices, params, cs, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps)
+        _adam_rule_foreach(*selected, hp)
 
 
 def mars_step_foreach(
@@ -129,17 +123,10 @@ def mars_step_foreach(
 ) -> None:
     """One MARS step with multi-tensor kernels; see :func:`~.functional.mars_step`."""
     for indices in group_by_device_and_dtype(params):
-        _mars_step_one_group(
-            _pick(params, indices),
-            _pick(grads, indices),
-            _pick(last_grads, indices),
-            _pick(exp_avgs, indices),
-            _pick(exp_avg_sqs, indices),
-            _pick(max_exp_avg_sqs, indices) if hp.amsgrad else [],
-            _pick(steps, indices),
-            hp,
-            store_last_grad,
+        selected = _select(
+            indices, params, grads, last_grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps
         )
+        _mars_step_one_group(*selected, hp, store_last_grad)
 
 
 def adamw_step_foreach(
@@ -153,15 +140,9 @@ def adamw_step_foreach(
 ) -> None:
     """One AdamW step with multi-tensor kernels; see :func:`~.functional.adamw_step`."""
     for indices in group_by_device_and_dtype(params):
-        group_grads = _pick(grads, indices)
+        group_params, group_grads, *moments_and_steps = _select(
+            indices, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps
+        )
         if hp.maximize:
             group_grads = torch._foreach_neg(group_grads)
-        _adam_rule_foreach(
-            _pick(params, indices),
-            group_grads,
-            _pick(exp_avgs, indices),
-            _pick(exp_avg_sqs, indices),
-            _pick(max_exp_avg_sqs, indices) if hp.amsgrad else [],
-            _pick(steps, indices),
-            hp,
-        )
+        _adam_rule_foreach(group_params, group_grads, *moments_and_steps, hp)
