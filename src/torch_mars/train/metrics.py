@@ -1,0 +1,66 @@
+"""Per-run metrics: one row per optimizer step to ``metrics.jsonl`` and ``metrics.csv``, and to
+TensorBoard when the ``tensorboard`` package is installed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+METRIC_COLUMNS: tuple[str, ...] = (
+    "step", "tokens", "time_s", "lr", "train_loss", "val_loss", "tokens_per_s",
+    "clipped_fraction", "correction_ratio", "update_rms",
+)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of ``run_dir/metrics.jsonl``."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no metrics; is {run_dir} a torch-mars run folder?")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class MetricsLogger:
+    """Appends rows to the run's metric files; on resume it first drops rows past ``step``, which
+    the interrupted run wrote after its last checkpoint."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
+        self.run_dir = run_dir
+        rows = read_metrics(run_dir) if resume_step is not None else []
+        rows = [row for row in rows if row["step"] <= (resume_step or 0)]
+        self._jsonl = open(run_dir / "metrics.jsonl", "w")  # noqa: SIM115 (held for the run)
+        self._csv_file = open(run_dir / "metrics.csv", "w", newline="")  # noqa: SIM115
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=METRIC_COLUMNS)
+        self._csv.writeheader()
+        for row in rows:
+            self._write(row)
+        self._tensorboard = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            pass
+        else:
+            self._tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def _write(self, row: dict[str, Any]) -> None:
+        self._jsonl.write(json.dumps(row) + "\n")
+        self._csv.writerow({key: row.get(key) for key in METRIC_COLUMNS})
+
+    def log(self, row: dict[str, Any]) -> None:
+        """Record one step's metrics (missing or ``None`` values stay empty)."""
+        self._write(row)
+        self._jsonl.flush()
+        self._csv_file.flush()
+        if self._tensorboard is not None:
+            for key, value in row.items():
+                if key != "step" and isinstance(value, float) and math.isfinite(value):
+                    self._tensorboard.add_scalar(key, value, row["tokens"])
+
+    def close(self) -> None:
+        self._jsonl.close()
+        self._csv_file.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()

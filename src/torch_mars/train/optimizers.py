@@ -1,0 +1,160 @@
+"""Optimizers by name, with the paper's hyperparameters per GPT-2 size as defaults.
+
+Names: ``mars-adamw``, ``mars-lion``, ``mars-shampoo`` (:class:`torch_mars.MARS`), ``adamw``
+(:class:`torch.optim.AdamW`, fused where the device has it), ``muon`` (:class:`torch.optim.Muon`
+on the hidden matrices, AdamW on embeddings and norms, as the paper's baseline) and ``lion``.
+
+Every default can be overridden. Keys besides the constructor's: ``min_lr`` (the floor of the
+schedule, in the units of ``lr``) and, for ``muon``, ``adamw_lr``/``adamw_betas``/
+``adamw_weight_decay`` for the AdamW part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+from torch_mars.optim import MARS, mars_param_groups
+from torch_mars.train.lion import Lion
+
+OPTIMIZER_NAMES: tuple[str, ...] = (
+    "mars-adamw", "mars-lion", "mars-shampoo", "adamw", "muon", "lion",
+)
+
+# The paper's GPT-2 settings (AGI-Arena/MARS configs). It gives none for MARS-Shampoo, MARS-Lion
+# or Lion on GPT-2: MARS-Shampoo takes Muon's matrix lr, the Lion pair a tenth of AdamW's lr.
+_PAPER_LRS: dict[str, dict[str, float]] = {
+    #             adamw   mars    lr_1d   muon    muon-adamw  min_lr
+    "gpt2-small": {"adamw": 6e-4, "mars": 6e-3, "lr_1d": 3e-3, "muon": 2e-2, "muon_adamw": 3e-3,
+                   "min_lr": 3e-5},
+    "gpt2-medium": {"adamw": 3e-4, "mars": 3e-3, "lr_1d": 1.5e-3, "muon": 1e-2,
+                    "muon_adamw": 1.5e-3, "min_lr": 6e-5},
+    "gpt2-large": {"adamw": 2e-4, "mars": 2e-3, "lr_1d": 1e-3, "muon": 6.67e-3,
+                   "muon_adamw": 1e-3, "min_lr": 1e-5},
+    "gpt2-xl": {"adamw": 2e-4, "mars": 2e-3, "lr_1d": 1e-3, "muon": 6.67e-3,
+                "muon_adamw": 1e-3, "min_lr": 1e-5},
+}
+
+# CPU-sized models: learning rates (and MARS betas and gamma) chosen by the sweep recorded in
+# docs/results.md (benchmarks/lr_sweep.py), on the stdlib corpus at the `compare` budget.
+_CPU_SETTINGS: dict[str, dict[str, Any]] = {
+    "adamw": {"lr": 3e-3},
+    "mars-adamw": {"lr": 3e-3, "lr_1d": 3e-3, "betas": (0.95, 0.99), "gamma": 0.025},
+    "muon": {"lr": 3e-2, "adamw_lr": 3e-3},
+    "mars-shampoo": {"lr": 3e-2, "lr_1d": 3e-3, "betas": (0.95, 0.99), "gamma": 0.025},
+    "lion": {"lr": 3e-4},
+    "mars-lion": {"lr": 3e-4, "lr_1d": 3e-3, "betas": (0.95, 0.99), "gamma": 0.025},
+}
+
+
+def default_hyperparams(name: str, model: str) -> dict[str, Any]:
+    """The default hyperparameters of optimizer ``name`` for the named GPT config ``model``."""
+    if name not in OPTIMIZER_NAMES:
+        raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {name!r}")
+    lrs = _PAPER_LRS.get(model, _PAPER_LRS["gpt2-small"])
+    mars_common = {"betas": (0.95, 0.99), "gamma": 0.025, "weight_decay": 1e-2,
+                   "lr_1d": lrs["lr_1d"], "betas_1d": (0.9, 0.95), "weight_decay_1d": 0.1}
+    paper: dict[str, dict[str, Any]] = {
+        "adamw": {"lr": lrs["adamw"], "betas": (0.9, 0.95), "weight_decay": 0.1},
+        "mars-adamw": {"lr": lrs["mars"], **mars_common},
+        "mars-lion": {**mars_common, "lr": lrs["adamw"] / 10, "lr_1d": lrs["lr_1d"]},
+        "mars-shampoo": {**mars_common, "lr": lrs["muon"], "weight_decay": 0.0,
+                         "lr_1d": lrs["muon_adamw"]},
+        "muon": {"lr": lrs["muon"], "weight_decay": 0.0, "momentum": 0.95,
+                 "adamw_lr": lrs["muon_adamw"], "adamw_betas": (0.9, 0.95),
+                 "adamw_weight_decay": 0.1},
+        "lion": {"lr": lrs["adamw"] / 10, "betas": (0.9, 0.99), "weight_decay": 1.0},
+    }
+    settings = dict(paper[name], min_lr=lrs["min_lr"])
+    if model not in _PAPER_LRS:
+        settings.update(_CPU_SETTINGS[name])
+        settings["min_lr"] = settings["lr"] / 10
+    return settings
+
+
+class CombinedOptimizer:
+    """Several optimizers over disjoint parameters, stepped together (Muon + AdamW). Exposes the
+    union of their ``param_groups`` so a schedule can set every lr."""
+
+    def __init__(self, *optimizers: Optimizer) -> None:
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [group for optimizer in self.optimizers for group in optimizer.param_groups]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure: Callable[[], Tensor] | None = None) -> None:
+        if closure is not None:
+            raise ValueError("CombinedOptimizer.step takes no closure")
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizers": [optimizer.state_dict() for optimizer in self.optimizers]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        states = state_dict.get("optimizers", [])
+        if len(states) != len(self.optimizers):
+            raise ValueError(f"state_dict holds {len(states)} optimizers, expected "
+                             f"{len(self.optimizers)}")
+        for optimizer, state in zip(self.optimizers, states, strict=True):
+            optimizer.load_state_dict(state)
+
+
+@dataclass
+class BuiltOptimizer:
+    """An optimizer ready for the trainer, with the schedule floor as a share of the peak lr."""
+
+    optimizer: Optimizer | CombinedOptimizer
+    min_ratio: float
+    needs_closure: bool
+
+
+def _split_matrices(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """Hidden matrices (not embeddings or norms) and everything else, as Muon needs them."""
+    groups = mars_param_groups(model, embeddings="adamw")
+    matrices = [p for g in groups if g["use_mars"] for p in g["params"]]
+    rest = [p for g in groups if not g["use_mars"] for p in g["params"]]
+    return matrices, rest
+
+
+def build_optimizer(name: str, model: nn.Module, hyperparams: dict[str, Any],
+                    exact: bool = False) -> BuiltOptimizer:
+    """Optimizer ``name`` over ``model``'s parameters with ``hyperparams`` (defaults merged in by
+    the caller, see :func:`default_hyperparams`). ``exact`` selects MARS's exact mode."""
+    if name not in OPTIMIZER_NAMES:
+        raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {name!r}")
+    if exact and not name.startswith("mars-"):
+        raise ValueError(f"exact mode is a MARS option; {name!r} has none")
+    settings = dict(hyperparams)
+    min_lr = settings.pop("min_lr", 0.0)
+    if not 0.0 <= min_lr <= settings["lr"]:
+        raise ValueError(f"min_lr must be in [0, lr={settings['lr']}], got {min_lr}")
+    min_ratio = min_lr / settings["lr"] if settings["lr"] > 0 else 0.0
+    device_type = next(model.parameters()).device.type
+    optimizer: Optimizer | CombinedOptimizer
+    if name.startswith("mars-"):
+        embeddings = "adamw" if name == "mars-shampoo" else "mars"
+        optimizer = MARS(mars_param_groups(model, embeddings=embeddings), mars_type=name,
+                         is_approx=not exact, **settings)
+    elif name == "adamw":
+        optimizer = torch.optim.AdamW(model.parameters(), fused=device_type == "cuda" or None,
+                                      **settings)
+    elif name == "lion":
+        optimizer = Lion(model.parameters(), **settings)
+    else:
+        matrices, rest = _split_matrices(model)
+        adamw = torch.optim.AdamW(rest, lr=settings.pop("adamw_lr"),
+                                  betas=settings.pop("adamw_betas", (0.9, 0.95)),
+                                  weight_decay=settings.pop("adamw_weight_decay", 0.1))
+        optimizer = CombinedOptimizer(torch.optim.Muon(matrices, **settings), adamw)
+    return BuiltOptimizer(optimizer, min_ratio, needs_closure=exact)

@@ -1,0 +1,366 @@
+"""The training loop: a GPT on a token corpus with one optimizer, deterministic batches,
+gradient accumulation, global gradient clipping, a schedule, periodic evaluation, metrics,
+atomic checkpoints and exact resume. Multi-process data parallelism comes from ``torchrun``:
+the loop wraps the model in DDP when ``WORLD_SIZE > 1`` (nccl on CUDA, gloo on CPU)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from torch_mars.data import BatchSampler, TokenCorpus, load_corpus
+from torch_mars.models import GPT, gpt_config
+from torch_mars.optim import MARS
+from torch_mars.train.checkpoint import load_checkpoint, save_checkpoint
+from torch_mars.train.diagnostics import MarsDiagnostics
+from torch_mars.train.metrics import MetricsLogger
+from torch_mars.train.optimizers import build_optimizer, default_hyperparams
+from torch_mars.train.schedules import SCHEDULES, Schedule
+
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+@dataclass
+class TrainConfig:
+    """One training run.
+
+    ``batch_size`` sequences form a micro-batch on each process; ``grad_accum`` micro-batches
+    (over all processes) form an optimizer step, so a step sees
+    ``batch_size * grad_accum * block_size`` tokens whatever the number of processes.
+    ``hyperparams`` overrides the optimizer's defaults (:func:`default_hyperparams`);
+    ``warmup_steps=None`` warms up over the first 10% of ``steps``.
+    ``stop_after`` ends the run after that many steps (checkpointed), to be continued with
+    ``resume``.
+    """
+
+    optimizer: str = "mars-adamw"
+    model: str = "mini"
+    data: str = "stdlib"
+    steps: int = 300
+    batch_size: int = 16
+    grad_accum: int = 1
+    block_size: int | None = None
+    hyperparams: dict[str, Any] = field(default_factory=dict)
+    exact: bool = False
+    schedule: str = "cosine"
+    warmup_steps: int | None = None
+    grad_clip: float = 1.0
+    eval_interval: int = 50
+    eval_batches: int = 8
+    seed: int = 0
+    data_seed: int = 0
+    device: str = "auto"
+    compile: bool = False
+    checkpoint_interval: int = 0
+    run_dir: Path = Path("runs/train")
+    resume: bool = False
+    stop_after: int | None = None
+    quiet: bool = False
+    diagnostics: bool = False
+
+    def __post_init__(self) -> None:
+        positive = ("steps", "batch_size", "grad_accum", "eval_interval", "eval_batches")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.grad_clip < 0:
+            raise ValueError(f"grad_clip must be >= 0 (0 disables it), got {self.grad_clip}")
+        if self.checkpoint_interval < 0:
+            raise ValueError(f"checkpoint_interval must be >= 0, got {self.checkpoint_interval}")
+        if self.stop_after is not None and not 1 <= self.stop_after <= self.steps:
+            raise ValueError(f"stop_after must be in [1, steps={self.steps}], "
+                             f"got {self.stop_after}")
+        if self.diagnostics and (self.exact or not self.optimizer.startswith("mars-")):
+            raise ValueError("diagnostics need a MARS optimizer in the approximate mode")
+        self.run_dir = Path(self.run_dir)
+
+    def resolved_hyperparams(self) -> dict[str, Any]:
+        """The optimizer's defaults for this model, with ``hyperparams`` applied."""
+        settings = default_hyperparams(self.optimizer, self.model)
+        unknown = set(self.hyperparams) - set(settings)
+        if unknown:
+            raise ValueError(f"unknown hyperparameters for {self.optimizer}: {sorted(unknown)}; "
+                             f"known: {sorted(settings)}")
+        return {**settings, **self.hyperparams}
+
+    def identity(self) -> dict[str, Any]:
+        """The settings a checkpoint must share with the run that resumes it."""
+        keep = ("optimizer", "model", "data", "steps", "batch_size", "grad_accum", "block_size",
+                "exact", "schedule", "warmup_steps", "grad_clip", "seed", "data_seed")
+        hyperparams = {k: list(v) if isinstance(v, tuple) else v
+                       for k, v in self.resolved_hyperparams().items()}
+        return {**{k: getattr(self, k) for k in keep}, "hyperparams": hyperparams}
+
+
+@dataclass
+class TrainResult:
+    """Summary of a finished run; per-step rows are in ``run_dir/metrics.jsonl``."""
+
+    optimizer: str
+    seed: int
+    final_val_loss: float
+    best_val_loss: float
+    final_train_loss: float
+    tokens: int
+    train_time_s: float
+    tokens_per_s: float
+    steps: int
+    run_dir: Path
+
+
+@dataclass
+class _Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def _init_distributed(device: str) -> _Dist:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return _Dist()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    return _Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def resolve_device(device: str, local_rank: int = 0) -> torch.device:
+    """``auto`` is CUDA when available, else CPU; under torchrun each process takes the GPU of its
+    ``LOCAL_RANK``."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        device = f"cuda:{local_rank}"
+    return torch.device(device)
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate((3, tuple(state["python"]), None))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Trainer:
+    """Runs a :class:`TrainConfig`. ``corpus`` may be passed to share one loaded corpus between
+    runs (as ``compare`` does); otherwise ``config.data`` is loaded."""
+
+    def __init__(self, config: TrainConfig, corpus: TokenCorpus | None = None) -> None:
+        self.config = config
+        self.dist = _init_distributed(config.device if config.device != "auto" else
+                                      ("cuda" if torch.cuda.is_available() else "cpu"))
+        if config.grad_accum % self.dist.world:
+            raise ValueError(f"grad_accum ({config.grad_accum}) must be a multiple of the number "
+                             f"of processes ({self.dist.world})")
+        self.device = resolve_device(config.device, self.dist.local_rank)
+        self.corpus = corpus if corpus is not None else load_corpus(config.data)
+        model_config = gpt_config(config.model, self.corpus.vocab_size)
+        if config.block_size is not None:
+            if config.block_size > model_config.block_size:
+                raise ValueError(f"block_size must be <= {model_config.block_size} for "
+                                 f"{config.model}, got {config.block_size}")
+            model_config = dataclasses.replace(model_config, block_size=config.block_size)
+        self.block_size = model_config.block_size
+        torch.manual_seed(config.seed)
+        self.model = GPT(model_config).to(self.device)
+        self.hyperparams = config.resolved_hyperparams()
+        built = build_optimizer(config.optimizer, self.model, self.hyperparams, config.exact)
+        self.optimizer, self.needs_closure = built.optimizer, built.needs_closure
+        for group in self.optimizer.param_groups:
+            group.setdefault("peak_lr", group["lr"])
+        warmup = config.warmup_steps if config.warmup_steps is not None else config.steps // 10
+        self.schedule = Schedule(config.schedule, config.steps, warmup, built.min_ratio)
+        self.sampler = BatchSampler(self.corpus, self.block_size,
+                                    config.batch_size * config.grad_accum, config.data_seed)
+        self.forward_model: nn.Module = self.model
+        if config.compile:
+            self.forward_model = torch.compile(self.model)
+        if self.dist.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.forward_model = nn.parallel.DistributedDataParallel(self.forward_model,
+                                                                     device_ids=ids)
+        self.local_accum = config.grad_accum // self.dist.world
+        self.tokens_per_step = config.batch_size * config.grad_accum * self.block_size
+        self.diagnostics = (MarsDiagnostics(self.optimizer)
+                            if config.diagnostics and isinstance(self.optimizer, MARS) else None)
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _micro_rows(self) -> Iterator[tuple[int, slice]]:
+        size = self.config.batch_size
+        for j in range(self.local_accum):
+            m = self.dist.rank * self.local_accum + j
+            yield j, slice(m * size, (m + 1) * size)
+
+    def _mean_over_processes(self, value: Tensor) -> Tensor:
+        if self.dist.enabled:
+            dist.all_reduce(value, op=dist.ReduceOp.AVG if self.device.type == "cuda"
+                            else dist.ReduceOp.SUM)
+            if self.device.type != "cuda":
+                value /= self.dist.world
+        return value
+
+    def _forward_backward(self, step: int) -> Tensor:
+        """Gradients of the mean loss over the global batch of ``step``, clipped; returns the
+        loss (averaged over processes)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=self.device)
+        for j, rows in self._micro_rows():
+            x, y = (t.to(self.device) for t in self.sampler.batch("train", step, rows))
+            last = j == self.local_accum - 1
+            sync = contextlib.nullcontext() if last or not self.dist.enabled else \
+                self.forward_model.no_sync()
+            with sync, self._autocast():
+                _, loss = self.forward_model(x, y)
+                (loss / self.local_accum).backward()
+            total += loss.detach() / self.local_accum
+        if self.config.grad_clip > 0:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        return self._mean_over_processes(total)
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean validation loss (nats per token) over ``eval_batches`` fixed batches."""
+        self.model.eval()
+        total = torch.zeros((), device=self.device)
+        for k in range(self.config.eval_batches):
+            for _, rows in self._micro_rows():
+                x, y = (t.to(self.device) for t in self.sampler.batch("val", k, rows))
+                with self._autocast():
+                    _, loss = self.model(x, y)
+                total += loss.float()
+        self.model.train()
+        total /= self.config.eval_batches * self.local_accum
+        return float(self._mean_over_processes(total))
+
+    def _checkpoint(self, step: int, progress: dict[str, Any]) -> None:
+        if self.dist.main:
+            save_checkpoint(self.config.run_dir / CHECKPOINT_FILE, {
+                "identity": self.config.identity(),
+                "step": step,
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "rng": _rng_state(),
+                "data": {"seed": self.config.data_seed, "next_step": step},
+                "progress": progress,
+            })
+        if self.dist.enabled:
+            dist.barrier()
+
+    def _resume(self) -> tuple[int, dict[str, Any]]:
+        payload = load_checkpoint(self.config.run_dir / CHECKPOINT_FILE, self.config.identity())
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        _set_rng_state(payload["rng"])
+        return payload["step"], payload["progress"]
+
+    def train(self) -> TrainResult:
+        """Run (or resume) to ``steps`` or ``stop_after`` and return the summary."""
+        config = self.config
+        if self.dist.main:
+            config.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.dist.enabled:
+            dist.barrier()
+        start, progress = 0, {"train_time_s": 0.0, "best_val_loss": math.inf,
+                              "last_val_loss": math.nan, "last_train_loss": math.nan}
+        if config.resume:
+            start, progress = self._resume()
+        logger = MetricsLogger(config.run_dir, start if config.resume else None) \
+            if self.dist.main else None
+        if self.dist.main:
+            (config.run_dir / "config.json").write_text(json.dumps(
+                {**config.identity(), "tokens_per_step": self.tokens_per_step,
+                 "parameters": self.model.num_parameters(), "corpus": repr(self.corpus),
+                 "device": str(self.device), "processes": self.dist.world}, indent=2) + "\n")
+        end = config.stop_after if config.stop_after is not None else config.steps
+        bar = tqdm(total=config.steps, initial=start, disable=config.quiet or not self.dist.main,
+                   desc=config.optimizer, unit="step", dynamic_ncols=True, leave=False)
+        train_time = progress["train_time_s"]
+        for step in range(start, end):
+            factor = self.schedule(step)
+            for group in self.optimizer.param_groups:
+                group["lr"] = group["peak_lr"] * factor
+            began = time.perf_counter()
+            if self.needs_closure:
+                loss = self.optimizer.step(lambda s=step: self._forward_backward(s))
+            else:
+                loss = self._forward_backward(step)
+                if self.diagnostics:
+                    self.diagnostics.before_step()
+                self.optimizer.step()
+            train_loss = float(loss)
+            elapsed = time.perf_counter() - began
+            train_time += elapsed
+            row: dict[str, Any] = {
+                "step": step + 1, "tokens": (step + 1) * self.tokens_per_step,
+                "time_s": train_time, "lr": self.optimizer.param_groups[0]["lr"],
+                "train_loss": train_loss, "tokens_per_s": self.tokens_per_step / elapsed,
+            }
+            if self.diagnostics:
+                row.update(self.diagnostics.after_step())
+            if not math.isfinite(train_loss):
+                raise FloatingPointError(f"{config.optimizer}: training loss is {train_loss} at "
+                                         f"step {step + 1}; lower the learning rate")
+            if (step + 1) % config.eval_interval == 0 or step + 1 == config.steps:
+                row["val_loss"] = self.evaluate()
+                progress["last_val_loss"] = row["val_loss"]
+                progress["best_val_loss"] = min(progress["best_val_loss"], row["val_loss"])
+                if config.quiet and self.dist.main:
+                    print(f"{config.optimizer} step {step + 1}/{config.steps}: train "
+                          f"{train_loss:.4f} val {row['val_loss']:.4f} "
+                          f"({train_time:.0f} s)", flush=True)
+            progress.update(train_time_s=train_time, last_train_loss=train_loss)
+            if logger is not None:
+                logger.log(row)
+            bar.update(1)
+            bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{row['lr']:.2e}",
+                            tok_s=f"{row['tokens_per_s']:.0f}")
+            at_interval = config.checkpoint_interval and (step + 1) % config.checkpoint_interval == 0
+            if at_interval or step + 1 == end:
+                self._checkpoint(step + 1, progress)
+        bar.close()
+        if logger is not None:
+            logger.close()
+        tokens = end * self.tokens_per_step
+        return TrainResult(
+            optimizer=config.optimizer, seed=config.seed,
+            final_val_loss=progress["last_val_loss"], best_val_loss=progress["best_val_loss"],
+            final_train_loss=progress["last_train_loss"], tokens=tokens,
+            train_time_s=train_time,
+            tokens_per_s=tokens / train_time if train_time > 0 else math.nan,
+            steps=end, run_dir=config.run_dir,
+        )
