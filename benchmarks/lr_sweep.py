@@ -45,21 +45,36 @@ def main() -> None:
             if record["optimizer"] == name and record["hyperparams"] == hyperparams:
                 return record["final_val_loss"]
         with TemporaryDirectory() as tmp:
-            config = dataclasses.replace(DEFAULT_COMPARE, optimizer=name, run_dir=Path(tmp),
-                                         hyperparams={k: tuple(v) if isinstance(v, list) else v
-                                                      for k, v in hyperparams.items()})
+            config = dataclasses.replace(
+                DEFAULT_COMPARE,
+                optimizer=name,
+                run_dir=Path(tmp),
+                hyperparams={
+                    k: tuple(v) if isinstance(v, list) else v for k, v in hyperparams.items()
+                },
+            )
             try:
                 loss = Trainer(config, corpus).train().final_val_loss
             except FloatingPointError:
                 loss = float("nan")
         records.append({"optimizer": name, "hyperparams": hyperparams, "final_val_loss": loss})
         print(f"{name} {hyperparams}: {loss:.4f}", flush=True)
-        args.out.write_text(json.dumps({
-            "machine": f"{platform.processor() or platform.machine()}, "
-                       f"{torch.get_num_threads()} threads, torch {torch.__version__}",
-            "budget": {"model": DEFAULT_COMPARE.model, "steps": DEFAULT_COMPARE.steps,
-                       "batch_size": DEFAULT_COMPARE.batch_size},
-            "runs": records}, indent=1) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {
+                    "machine": f"{platform.processor() or platform.machine()}, "
+                    f"{torch.get_num_threads()} threads, torch {torch.__version__}",
+                    "budget": {
+                        "model": DEFAULT_COMPARE.model,
+                        "steps": DEFAULT_COMPARE.steps,
+                        "batch_size": DEFAULT_COMPARE.batch_size,
+                    },
+                    "runs": records,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
         return loss
 
     for name in args.optimizers:
@@ -68,6 +83,8 @@ def main() -> None:
         if name.startswith("mars-"):
             for betas in MARS_BETAS:
                 for gamma in MARS_GAMMAS:
+                    if (betas, gamma) == ((0.95, 0.99), 0.025):
+                        continue  # the lr sweep ran these defaults already
                     run(name, {"lr": best_lr, "betas": list(betas), "gamma": gamma})
 
 

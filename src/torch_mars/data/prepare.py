@@ -63,15 +63,21 @@ def _write_shard(path: Path, chunks: Iterable[np.ndarray]) -> int:
 
 
 def _write_meta(out_dir: Path, tokenizer: Any, counts: dict[str, int], source: str) -> None:
-    meta = {"vocab_size": tokenizer.n_vocab, "dtype": "uint16", "tokenizer": "gpt2",
-            "tokens": counts, "source": source}
+    meta = {
+        "vocab_size": tokenizer.n_vocab,
+        "dtype": "uint16",
+        "tokenizer": "gpt2",
+        "tokens": counts,
+        "source": source,
+    }
     partial = out_dir / (META_FILE + ".partial")
     partial.write_text(json.dumps(meta, indent=2) + "\n")
     os.replace(partial, out_dir / META_FILE)
 
 
-def prepare_text(inputs: list[Path], out_dir: Path, tokenizer: Any,
-                 val_fraction: float = 0.05) -> dict[str, int]:
+def prepare_text(
+    inputs: list[Path], out_dir: Path, tokenizer: Any, val_fraction: float = 0.05
+) -> dict[str, int]:
     """Tokenize local text files (or every file in given folders, sorted) into ``out_dir``.
     Each file is one document; the last ``val_fraction`` of the tokens is ``val.bin``.
     Returns the token counts per split."""
@@ -84,14 +90,17 @@ def prepare_text(inputs: list[Path], out_dir: Path, tokenizer: Any,
     tokens = np.concatenate(list(_encode_documents(texts, tokenizer, "tokenizing")))
     n_val = max(2, int(len(tokens) * val_fraction))
     out_dir.mkdir(parents=True, exist_ok=True)
-    counts = {"train": _write_shard(out_dir / "train.bin", [tokens[:-n_val]]),
-              "val": _write_shard(out_dir / "val.bin", [tokens[-n_val:]])}
+    counts = {
+        "train": _write_shard(out_dir / "train.bin", [tokens[:-n_val]]),
+        "val": _write_shard(out_dir / "val.bin", [tokens[-n_val:]]),
+    }
     _write_meta(out_dir, tokenizer, counts, ", ".join(map(str, inputs)))
     return counts
 
 
-def prepare_hub(recipe_name: str, out_dir: Path, tokenizer: Any,
-                load_dataset: Callable[..., Any] | None = None) -> dict[str, int]:
+def prepare_hub(
+    recipe_name: str, out_dir: Path, tokenizer: Any, load_dataset: Callable[..., Any] | None = None
+) -> dict[str, int]:
     """Download and tokenize one of :data:`HUB_RECIPES` into ``out_dir``. ``load_dataset`` is
     ``datasets.load_dataset`` unless another loader with its signature is given."""
     if recipe_name not in HUB_RECIPES:
@@ -101,15 +110,17 @@ def prepare_hub(recipe_name: str, out_dir: Path, tokenizer: Any,
         try:
             from datasets import load_dataset
         except ImportError as error:
-            raise ImportError(f"the {recipe_name} recipe needs Hugging Face datasets: "
-                              "pip install datasets") from error
+            raise ImportError(
+                f"the {recipe_name} recipe needs Hugging Face datasets: pip install datasets"
+            ) from error
     dataset = load_dataset(recipe.path, recipe.name, split=recipe.split)
-    splits = dataset.train_test_split(test_size=recipe.val_fraction, seed=recipe.seed,
-                                      shuffle=True)
+    splits = dataset.train_test_split(test_size=recipe.val_fraction, seed=recipe.seed, shuffle=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     counts = {
-        split: _write_shard(out_dir / f"{split}.bin",
-                            _encode_documents((row["text"] for row in splits[part]), tokenizer, split))
+        split: _write_shard(
+            out_dir / f"{split}.bin",
+            _encode_documents((row["text"] for row in splits[part]), tokenizer, split),
+        )
         for split, part in (("train", "train"), ("val", "test"))
     }
     _write_meta(out_dir, tokenizer, counts, f"{recipe.path} ({recipe.name or 'default'})")

@@ -20,11 +20,13 @@ def read_maybe_gzip(path: Path) -> bytes:
     try:
         return gzip.decompress(path.read_bytes())
     except EOFError as error:
-        raise DataFormatError(path, "the gzip stream ends early (truncated file)",
-                              "a complete .gz file") from error
+        raise DataFormatError(
+            path, "the gzip stream ends early (truncated file)", "a complete .gz file"
+        ) from error
     except (gzip.BadGzipFile, zlib.error) as error:
-        raise DataFormatError(path, f"not a valid gzip file ({error})",
-                              "a gzip-compressed text file") from error
+        raise DataFormatError(
+            path, f"not a valid gzip file ({error})", "a gzip-compressed text file"
+        ) from error
 
 
 class TextCorpus(TokenCorpus):
@@ -63,7 +65,10 @@ class TextCorpus(TokenCorpus):
             raise DataFormatError(path, "the corpus is empty", "at least a few bytes of text")
         n_val = int(len(data) * val_fraction)
         if n_val < 2 or len(data) - n_val < 2:
-            raise DataFormatError(path, f"only {len(data)} bytes",
-                                  f"enough bytes for both splits at val_fraction={val_fraction}")
+            raise DataFormatError(
+                path,
+                f"only {len(data)} bytes",
+                f"enough bytes for both splits at val_fraction={val_fraction}",
+            )
         tokens = np.frombuffer(data, dtype=np.uint8)
         super().__init__(tokens[:-n_val], tokens[-n_val:], 256, str(path))

@@ -24,8 +24,9 @@ def _read_meta(folder: Path) -> dict:
     try:
         meta = json.loads(path.read_text())
     except json.JSONDecodeError as error:
-        raise DataFormatError(path, f"not valid JSON ({error})", "the meta.json that "
-                              "`torch-mars prepare` writes") from error
+        raise DataFormatError(
+            path, f"not valid JSON ({error})", "the meta.json that `torch-mars prepare` writes"
+        ) from error
     if not isinstance(meta, dict) or not isinstance(meta.get("vocab_size"), int):
         raise DataFormatError(path, "no integer 'vocab_size'", "a JSON object with vocab_size")
     return meta
@@ -33,23 +34,35 @@ def _read_meta(folder: Path) -> dict:
 
 def _open_shard(path: Path, expected_tokens: int | None, vocab_size: int) -> np.ndarray:
     if not path.is_file():
-        raise DataFormatError(path, "no such file", "a token shard written by `torch-mars prepare`"
-                              " or nanoGPT's prepare.py")
+        raise DataFormatError(
+            path,
+            "no such file",
+            "a token shard written by `torch-mars prepare` or nanoGPT's prepare.py",
+        )
     size = path.stat().st_size
     if size == 0:
         raise DataFormatError(path, "the file is empty", "uint16 token ids")
     if size % TOKEN_DTYPE.itemsize:
-        raise DataFormatError(path, f"{size} bytes is not a whole number of uint16 tokens "
-                              "(truncated?)", "a file of 2-byte token ids")
+        raise DataFormatError(
+            path,
+            f"{size} bytes is not a whole number of uint16 tokens (truncated?)",
+            "a file of 2-byte token ids",
+        )
     tokens = size // TOKEN_DTYPE.itemsize
     if expected_tokens is not None and tokens != expected_tokens:
-        raise DataFormatError(path, f"{tokens} tokens but meta.json records {expected_tokens} "
-                              "(truncated?)", f"{expected_tokens} uint16 tokens")
+        raise DataFormatError(
+            path,
+            f"{tokens} tokens but meta.json records {expected_tokens} (truncated?)",
+            f"{expected_tokens} uint16 tokens",
+        )
     shard = np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
     largest = int(shard[:CHECKED_TOKENS].max())
     if largest >= vocab_size:
-        raise DataFormatError(path, f"token id {largest} is outside the vocabulary",
-                              f"uint16 ids below vocab_size={vocab_size}")
+        raise DataFormatError(
+            path,
+            f"token id {largest} is outside the vocabulary",
+            f"uint16 ids below vocab_size={vocab_size}",
+        )
     return shard
 
 

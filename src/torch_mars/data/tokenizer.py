@@ -35,20 +35,27 @@ def gpt2_mergeable_ranks(encoder_json: Path, vocab_bpe: Path) -> dict[bytes, int
     try:
         encoder = json.loads(encoder_json.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataFormatError(encoder_json, f"not valid JSON ({error})",
-                              "GPT-2's token -> id map") from error
+        raise DataFormatError(
+            encoder_json, f"not valid JSON ({error})", "GPT-2's token -> id map"
+        ) from error
     decoder = gpt2_byte_decoder()
     encoder.pop(END_OF_TEXT, None)
     try:
         ranks = {bytes(decoder[ch] for ch in token): int(i) for token, i in encoder.items()}
     except (KeyError, TypeError, ValueError) as error:
-        raise DataFormatError(encoder_json, f"a token or id is not GPT-2's format ({error!r})",
-                              "GPT-2's byte-level token -> id map") from error
+        raise DataFormatError(
+            encoder_json,
+            f"a token or id is not GPT-2's format ({error!r})",
+            "GPT-2's byte-level token -> id map",
+        ) from error
     merges = [line for line in vocab_bpe.read_text(encoding="utf-8").splitlines()[1:] if line]
     if len(merges) != len(ranks) - GPT2_SINGLE_BYTE_TOKENS:
-        raise DataFormatError(vocab_bpe, f"{len(merges)} merges for {len(ranks)} tokens",
-                              f"{len(ranks) - GPT2_SINGLE_BYTE_TOKENS} merges, one per "
-                              "multi-byte token of encoder.json")
+        raise DataFormatError(
+            vocab_bpe,
+            f"{len(merges)} merges for {len(ranks)} tokens",
+            f"{len(ranks) - GPT2_SINGLE_BYTE_TOKENS} merges, one per "
+            "multi-byte token of encoder.json",
+        )
     return ranks
 
 
@@ -60,8 +67,9 @@ def gpt2_tokenizer(tokenizer_dir: str | Path | None = None) -> Any:
         import tiktoken
         from tiktoken_ext.openai_public import r50k_pat_str
     except ImportError as error:
-        raise ImportError("GPT-2 tokenization needs tiktoken: pip install 'torch-mars[prepare]'"
-                          ) from error
+        raise ImportError(
+            "GPT-2 tokenization needs tiktoken: pip install 'torch-mars[prepare]'"
+        ) from error
     if tokenizer_dir is None:
         return tiktoken.get_encoding("gpt2")
     folder = Path(tokenizer_dir)

@@ -31,9 +31,7 @@ class GPTConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_embd % self.n_head:
-            raise ValueError(
-                f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})"
-            )
+            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
         if self.vocab_size is not None and self.vocab_size < 1:
             raise ValueError(f"vocab_size must be >= 1 or None, got {self.vocab_size}")
 
@@ -54,8 +52,9 @@ def gpt_config(name: str, data_vocab_size: int) -> GPTConfig:
         raise ValueError(f"model must be one of {sorted(GPT_CONFIGS)}, got {name!r}")
     config = GPT_CONFIGS[name]
     if config.vocab_size is None:
-        return GPTConfig(config.n_layer, config.n_head, config.n_embd, config.block_size,
-                         data_vocab_size)
+        return GPTConfig(
+            config.n_layer, config.n_head, config.n_embd, config.block_size, data_vocab_size
+        )
     if data_vocab_size > config.vocab_size:
         raise ValueError(
             f"model {name!r} has vocab_size {config.vocab_size}, smaller than the data's "

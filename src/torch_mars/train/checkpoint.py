@@ -35,8 +35,9 @@ def load_checkpoint(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
         raise CheckpointError(f"{path}: not a readable checkpoint ({error})") from error
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path}: not a torch-mars checkpoint (expected format "
-                              f"{CHECKPOINT_FORMAT!r})")
+        raise CheckpointError(
+            f"{path}: not a torch-mars checkpoint (expected format {CHECKPOINT_FORMAT!r})"
+        )
     saved = payload.get("identity", {})
     differences = [
         f"{key}: checkpoint {saved.get(key)!r}, now {value!r}"
@@ -44,6 +45,7 @@ def load_checkpoint(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
         if saved.get(key) != value
     ]
     if differences:
-        raise CheckpointError(f"{path}: the checkpoint is from a different run; "
-                              + "; ".join(differences))
+        raise CheckpointError(
+            f"{path}: the checkpoint is from a different run; " + "; ".join(differences)
+        )
     return payload

@@ -17,8 +17,9 @@ from torch_mars.train.trainer import TrainConfig, Trainer, TrainResult
 # MARS-AdamW against its base AdamW, MARS-Shampoo against its base Muon.
 DEFAULT_OPTIMIZERS: tuple[str, ...] = ("mars-adamw", "adamw", "mars-shampoo", "muon")
 # About five minutes for the four optimizers on two CPU cores (docs/results.md).
-DEFAULT_COMPARE = TrainConfig(model="mini", data="stdlib", steps=400, batch_size=16,
-                              eval_interval=40, eval_batches=8, quiet=True)
+DEFAULT_COMPARE = TrainConfig(
+    model="mini", data="stdlib", steps=400, batch_size=16, eval_interval=40, eval_batches=8
+)
 
 
 @dataclass
@@ -48,32 +49,50 @@ def summarise(results: Sequence[TrainResult]) -> list[OptimizerSummary]:
         runs = [r for r in results if r.optimizer == name]
         final, final_std = _mean_std([r.final_val_loss for r in runs])
         best, best_std = _mean_std([r.best_val_loss for r in runs])
-        summaries.append(OptimizerSummary(
-            optimizer=name, seeds=[r.seed for r in runs], final_val_loss=final,
-            final_val_loss_std=final_std, best_val_loss=best, best_val_loss_std=best_std,
-            tokens=runs[0].tokens, train_time_s=statistics.fmean(r.train_time_s for r in runs),
-            tokens_per_s=statistics.fmean(r.tokens_per_s for r in runs)))
+        summaries.append(
+            OptimizerSummary(
+                optimizer=name,
+                seeds=[r.seed for r in runs],
+                final_val_loss=final,
+                final_val_loss_std=final_std,
+                best_val_loss=best,
+                best_val_loss_std=best_std,
+                tokens=runs[0].tokens,
+                train_time_s=statistics.fmean(r.train_time_s for r in runs),
+                tokens_per_s=statistics.fmean(r.tokens_per_s for r in runs),
+            )
+        )
     return summaries
 
 
 def format_table(summaries: Sequence[OptimizerSummary]) -> str:
     """A Markdown table of the summaries, best final val loss first."""
+
     def loss(mean: float, std: float, seeds: int) -> str:
         return f"{mean:.4f} ± {std:.4f}" if seeds > 1 else f"{mean:.4f}"
 
-    lines = ["| optimizer | final val loss | best val loss | tokens | time (s) | tokens/s |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| optimizer | final val loss | best val loss | tokens | time (s) | tokens/s |",
+        "|---|---|---|---|---|---|",
+    ]
     for s in sorted(summaries, key=lambda s: (math.isnan(s.final_val_loss), s.final_val_loss)):
         n = len(s.seeds)
-        lines.append(f"| {s.optimizer} | {loss(s.final_val_loss, s.final_val_loss_std, n)} | "
-                     f"{loss(s.best_val_loss, s.best_val_loss_std, n)} | {s.tokens:,} | "
-                     f"{s.train_time_s:.1f} | {s.tokens_per_s:,.0f} |")
+        lines.append(
+            f"| {s.optimizer} | {loss(s.final_val_loss, s.final_val_loss_std, n)} | "
+            f"{loss(s.best_val_loss, s.best_val_loss_std, n)} | {s.tokens:,} | "
+            f"{s.train_time_s:.1f} | {s.tokens_per_s:,.0f} |"
+        )
     return "\n".join(lines)
 
 
-def run_comparison(base: TrainConfig, optimizers: Sequence[str], seeds: Sequence[int],
-                   out_dir: Path, hyperparams: dict[str, dict[str, Any]] | None = None,
-                   corpus: TokenCorpus | None = None) -> list[TrainResult]:
+def run_comparison(
+    base: TrainConfig,
+    optimizers: Sequence[str],
+    seeds: Sequence[int],
+    out_dir: Path,
+    hyperparams: dict[str, dict[str, Any]] | None = None,
+    corpus: TokenCorpus | None = None,
+) -> list[TrainResult]:
     """Train ``base`` once per optimizer and seed into ``out_dir/<optimizer>-seed<k>``.
     ``hyperparams[name]`` overrides optimizer ``name``'s defaults. The data order is fixed by
     ``base.data_seed`` for every run; ``seed`` sets the model's initialisation."""
@@ -82,7 +101,11 @@ def run_comparison(base: TrainConfig, optimizers: Sequence[str], seeds: Sequence
     for seed in seeds:
         for name in optimizers:
             config = dataclasses.replace(
-                base, optimizer=name, seed=seed, run_dir=out_dir / f"{name}-seed{seed}",
-                hyperparams=dict((hyperparams or {}).get(name, {})))
+                base,
+                optimizer=name,
+                seed=seed,
+                run_dir=out_dir / f"{name}-seed{seed}",
+                hyperparams=dict((hyperparams or {}).get(name, {})),
+            )
             results.append(Trainer(config, corpus).train())
     return results

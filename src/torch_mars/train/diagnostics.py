@@ -23,8 +23,12 @@ class MarsDiagnostics:
         self._clipped = self._ratio = 0.0
 
     def _mars_tensors(self) -> list[Tensor]:
-        return [p for group in self.optimizer.param_groups for p in group["params"]
-                if p.grad is not None and routes_to_mars(p, group)]
+        return [
+            p
+            for group in self.optimizer.param_groups
+            for p in group["params"]
+            if p.grad is not None and routes_to_mars(p, group)
+        ]
 
     @torch.no_grad()
     def before_step(self) -> None:
@@ -47,5 +51,8 @@ class MarsDiagnostics:
         squares = sum(float((p - old).square().sum()) for p, old in self._before)
         count = sum(old.numel() for _, old in self._before)
         self._before = []
-        return {"clipped_fraction": self._clipped, "correction_ratio": self._ratio,
-                "update_rms": (squares / count) ** 0.5 if count else 0.0}
+        return {
+            "clipped_fraction": self._clipped,
+            "correction_ratio": self._ratio,
+            "update_rms": (squares / count) ** 0.5 if count else 0.0,
+        }

@@ -1,6 +1,6 @@
 """Lion (Chen et al., 2023, arXiv 2302.06675), the baseline of MARS-Lion:
 
-    u = sign(beta1 m + (1 - beta1) g);  p <- p (1 - lr wd) - lr u;  m <- beta2 m + (1 - beta2) g
+u = sign(beta1 m + (1 - beta1) g);  p <- p (1 - lr wd) - lr u;  m <- beta2 m + (1 - beta2) g
 """
 
 from __future__ import annotations
@@ -16,8 +16,13 @@ from torch.optim import Optimizer
 class Lion(Optimizer):
     """Lion with decoupled weight decay; state per tensor: ``exp_avg``."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-4,
-                 betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0) -> None:
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+    ) -> None:
         if lr < 0:
             raise ValueError(f"lr must be >= 0, got {lr}")
         if not all(0.0 <= b < 1.0 for b in betas) or len(betas) != 2:

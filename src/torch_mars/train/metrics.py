@@ -10,8 +10,16 @@ from pathlib import Path
 from typing import Any
 
 METRIC_COLUMNS: tuple[str, ...] = (
-    "step", "tokens", "time_s", "lr", "train_loss", "val_loss", "tokens_per_s",
-    "clipped_fraction", "correction_ratio", "update_rms",
+    "step",
+    "tokens",
+    "time_s",
+    "lr",
+    "train_loss",
+    "val_loss",
+    "tokens_per_s",
+    "clipped_fraction",
+    "correction_ratio",
+    "update_rms",
 )
 
 

@@ -23,21 +23,50 @@ from torch_mars.optim import MARS, mars_param_groups
 from torch_mars.train.lion import Lion
 
 OPTIMIZER_NAMES: tuple[str, ...] = (
-    "mars-adamw", "mars-lion", "mars-shampoo", "adamw", "muon", "lion",
+    "mars-adamw",
+    "mars-lion",
+    "mars-shampoo",
+    "adamw",
+    "muon",
+    "lion",
 )
 
 # The paper's GPT-2 settings (AGI-Arena/MARS configs). It gives none for MARS-Shampoo, MARS-Lion
 # or Lion on GPT-2: MARS-Shampoo takes Muon's matrix lr, the Lion pair a tenth of AdamW's lr.
 _PAPER_LRS: dict[str, dict[str, float]] = {
     #             adamw   mars    lr_1d   muon    muon-adamw  min_lr
-    "gpt2-small": {"adamw": 6e-4, "mars": 6e-3, "lr_1d": 3e-3, "muon": 2e-2, "muon_adamw": 3e-3,
-                   "min_lr": 3e-5},
-    "gpt2-medium": {"adamw": 3e-4, "mars": 3e-3, "lr_1d": 1.5e-3, "muon": 1e-2,
-                    "muon_adamw": 1.5e-3, "min_lr": 6e-5},
-    "gpt2-large": {"adamw": 2e-4, "mars": 2e-3, "lr_1d": 1e-3, "muon": 6.67e-3,
-                   "muon_adamw": 1e-3, "min_lr": 1e-5},
-    "gpt2-xl": {"adamw": 2e-4, "mars": 2e-3, "lr_1d": 1e-3, "muon": 6.67e-3,
-                "muon_adamw": 1e-3, "min_lr": 1e-5},
+    "gpt2-small": {
+        "adamw": 6e-4,
+        "mars": 6e-3,
+        "lr_1d": 3e-3,
+        "muon": 2e-2,
+        "muon_adamw": 3e-3,
+        "min_lr": 3e-5,
+    },
+    "gpt2-medium": {
+        "adamw": 3e-4,
+        "mars": 3e-3,
+        "lr_1d": 1.5e-3,
+        "muon": 1e-2,
+        "muon_adamw": 1.5e-3,
+        "min_lr": 6e-5,
+    },
+    "gpt2-large": {
+        "adamw": 2e-4,
+        "mars": 2e-3,
+        "lr_1d": 1e-3,
+        "muon": 6.67e-3,
+        "muon_adamw": 1e-3,
+        "min_lr": 1e-5,
+    },
+    "gpt2-xl": {
+        "adamw": 2e-4,
+        "mars": 2e-3,
+        "lr_1d": 1e-3,
+        "muon": 6.67e-3,
+        "muon_adamw": 1e-3,
+        "min_lr": 1e-5,
+    },
 }
 
 # CPU-sized models: learning rates (and MARS betas and gamma) chosen by the sweep recorded in
@@ -57,17 +86,32 @@ def default_hyperparams(name: str, model: str) -> dict[str, Any]:
     if name not in OPTIMIZER_NAMES:
         raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {name!r}")
     lrs = _PAPER_LRS.get(model, _PAPER_LRS["gpt2-small"])
-    mars_common = {"betas": (0.95, 0.99), "gamma": 0.025, "weight_decay": 1e-2,
-                   "lr_1d": lrs["lr_1d"], "betas_1d": (0.9, 0.95), "weight_decay_1d": 0.1}
+    mars_common = {
+        "betas": (0.95, 0.99),
+        "gamma": 0.025,
+        "weight_decay": 1e-2,
+        "lr_1d": lrs["lr_1d"],
+        "betas_1d": (0.9, 0.95),
+        "weight_decay_1d": 0.1,
+    }
     paper: dict[str, dict[str, Any]] = {
         "adamw": {"lr": lrs["adamw"], "betas": (0.9, 0.95), "weight_decay": 0.1},
         "mars-adamw": {"lr": lrs["mars"], **mars_common},
         "mars-lion": {**mars_common, "lr": lrs["adamw"] / 10, "lr_1d": lrs["lr_1d"]},
-        "mars-shampoo": {**mars_common, "lr": lrs["muon"], "weight_decay": 0.0,
-                         "lr_1d": lrs["muon_adamw"]},
-        "muon": {"lr": lrs["muon"], "weight_decay": 0.0, "momentum": 0.95,
-                 "adamw_lr": lrs["muon_adamw"], "adamw_betas": (0.9, 0.95),
-                 "adamw_weight_decay": 0.1},
+        "mars-shampoo": {
+            **mars_common,
+            "lr": lrs["muon"],
+            "weight_decay": 0.0,
+            "lr_1d": lrs["muon_adamw"],
+        },
+        "muon": {
+            "lr": lrs["muon"],
+            "weight_decay": 0.0,
+            "momentum": 0.95,
+            "adamw_lr": lrs["muon_adamw"],
+            "adamw_betas": (0.9, 0.95),
+            "adamw_weight_decay": 0.1,
+        },
         "lion": {"lr": lrs["adamw"] / 10, "betas": (0.9, 0.99), "weight_decay": 1.0},
     }
     settings = dict(paper[name], min_lr=lrs["min_lr"])
@@ -104,8 +148,9 @@ class CombinedOptimizer:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         states = state_dict.get("optimizers", [])
         if len(states) != len(self.optimizers):
-            raise ValueError(f"state_dict holds {len(states)} optimizers, expected "
-                             f"{len(self.optimizers)}")
+            raise ValueError(
+                f"state_dict holds {len(states)} optimizers, expected {len(self.optimizers)}"
+            )
         for optimizer, state in zip(self.optimizers, states, strict=True):
             optimizer.load_state_dict(state)
 
@@ -127,8 +172,9 @@ def _split_matrices(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Param
     return matrices, rest
 
 
-def build_optimizer(name: str, model: nn.Module, hyperparams: dict[str, Any],
-                    exact: bool = False) -> BuiltOptimizer:
+def build_optimizer(
+    name: str, model: nn.Module, hyperparams: dict[str, Any], exact: bool = False
+) -> BuiltOptimizer:
     """Optimizer ``name`` over ``model``'s parameters with ``hyperparams`` (defaults merged in by
     the caller, see :func:`default_hyperparams`). ``exact`` selects MARS's exact mode."""
     if name not in OPTIMIZER_NAMES:
@@ -144,17 +190,29 @@ def build_optimizer(name: str, model: nn.Module, hyperparams: dict[str, Any],
     optimizer: Optimizer | CombinedOptimizer
     if name.startswith("mars-"):
         embeddings = "adamw" if name == "mars-shampoo" else "mars"
-        optimizer = MARS(mars_param_groups(model, embeddings=embeddings), mars_type=name,
-                         is_approx=not exact, **settings)
+        optimizer = MARS(
+            mars_param_groups(model, embeddings=embeddings),
+            mars_type=name,
+            is_approx=not exact,
+            **settings,
+        )
     elif name == "adamw":
-        optimizer = torch.optim.AdamW(model.parameters(), fused=device_type == "cuda" or None,
-                                      **settings)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), fused=device_type == "cuda" or None, **settings
+        )
     elif name == "lion":
         optimizer = Lion(model.parameters(), **settings)
     else:
+        if not hasattr(torch.optim, "Muon"):
+            raise ValueError(
+                f"muon needs torch.optim.Muon (torch >= 2.9), not in {torch.__version__}"
+            )
         matrices, rest = _split_matrices(model)
-        adamw = torch.optim.AdamW(rest, lr=settings.pop("adamw_lr"),
-                                  betas=settings.pop("adamw_betas", (0.9, 0.95)),
-                                  weight_decay=settings.pop("adamw_weight_decay", 0.1))
+        adamw = torch.optim.AdamW(
+            rest,
+            lr=settings.pop("adamw_lr"),
+            betas=settings.pop("adamw_betas", (0.9, 0.95)),
+            weight_decay=settings.pop("adamw_weight_decay", 0.1),
+        )
         optimizer = CombinedOptimizer(torch.optim.Muon(matrices, **settings), adamw)
     return BuiltOptimizer(optimizer, min_ratio, needs_closure=exact)

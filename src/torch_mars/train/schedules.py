@@ -58,7 +58,9 @@ class Schedule:
         if self.name == "cosine":
             span = max(1, self.total_steps - self.warmup_steps)
             progress = min(1.0, (step - self.warmup_steps) / span)
-            return self.min_ratio + 0.5 * (1.0 - self.min_ratio) * (1 + math.cos(math.pi * progress))
+            return self.min_ratio + 0.5 * (1.0 - self.min_ratio) * (
+                1 + math.cos(math.pi * progress)
+            )
         decay_steps = max(1, round(self.total_steps * self.decay_fraction))
         decay_start = self.total_steps - decay_steps
         if step < decay_start:

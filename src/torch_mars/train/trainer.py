@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -44,7 +45,8 @@ class TrainConfig:
     ``hyperparams`` overrides the optimizer's defaults (:func:`default_hyperparams`);
     ``warmup_steps=None`` warms up over the first 10% of ``steps``.
     ``stop_after`` ends the run after that many steps (checkpointed), to be continued with
-    ``resume``.
+    ``resume``. A progress bar shows on a terminal unless ``quiet``; otherwise each evaluation
+    prints a log line.
     """
 
     optimizer: str = "mars-adamw"
@@ -84,8 +86,9 @@ class TrainConfig:
         if self.checkpoint_interval < 0:
             raise ValueError(f"checkpoint_interval must be >= 0, got {self.checkpoint_interval}")
         if self.stop_after is not None and not 1 <= self.stop_after <= self.steps:
-            raise ValueError(f"stop_after must be in [1, steps={self.steps}], "
-                             f"got {self.stop_after}")
+            raise ValueError(
+                f"stop_after must be in [1, steps={self.steps}], got {self.stop_after}"
+            )
         if self.diagnostics and (self.exact or not self.optimizer.startswith("mars-")):
             raise ValueError("diagnostics need a MARS optimizer in the approximate mode")
         self.run_dir = Path(self.run_dir)
@@ -95,16 +98,33 @@ class TrainConfig:
         settings = default_hyperparams(self.optimizer, self.model)
         unknown = set(self.hyperparams) - set(settings)
         if unknown:
-            raise ValueError(f"unknown hyperparameters for {self.optimizer}: {sorted(unknown)}; "
-                             f"known: {sorted(settings)}")
+            raise ValueError(
+                f"unknown hyperparameters for {self.optimizer}: {sorted(unknown)}; "
+                f"known: {sorted(settings)}"
+            )
         return {**settings, **self.hyperparams}
 
     def identity(self) -> dict[str, Any]:
         """The settings a checkpoint must share with the run that resumes it."""
-        keep = ("optimizer", "model", "data", "steps", "batch_size", "grad_accum", "block_size",
-                "exact", "schedule", "warmup_steps", "grad_clip", "seed", "data_seed")
-        hyperparams = {k: list(v) if isinstance(v, tuple) else v
-                       for k, v in self.resolved_hyperparams().items()}
+        keep = (
+            "optimizer",
+            "model",
+            "data",
+            "steps",
+            "batch_size",
+            "grad_accum",
+            "block_size",
+            "exact",
+            "schedule",
+            "warmup_steps",
+            "grad_clip",
+            "seed",
+            "data_seed",
+        )
+        hyperparams = {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in self.resolved_hyperparams().items()
+        }
         return {**{k: getattr(self, k) for k in keep}, "hyperparams": hyperparams}
 
 
@@ -178,18 +198,25 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, corpus: TokenCorpus | None = None) -> None:
         self.config = config
-        self.dist = _init_distributed(config.device if config.device != "auto" else
-                                      ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dist = _init_distributed(
+            config.device
+            if config.device != "auto"
+            else ("cuda" if torch.cuda.is_available() else "cpu")
+        )
         if config.grad_accum % self.dist.world:
-            raise ValueError(f"grad_accum ({config.grad_accum}) must be a multiple of the number "
-                             f"of processes ({self.dist.world})")
+            raise ValueError(
+                f"grad_accum ({config.grad_accum}) must be a multiple of the number "
+                f"of processes ({self.dist.world})"
+            )
         self.device = resolve_device(config.device, self.dist.local_rank)
         self.corpus = corpus if corpus is not None else load_corpus(config.data)
         model_config = gpt_config(config.model, self.corpus.vocab_size)
         if config.block_size is not None:
             if config.block_size > model_config.block_size:
-                raise ValueError(f"block_size must be <= {model_config.block_size} for "
-                                 f"{config.model}, got {config.block_size}")
+                raise ValueError(
+                    f"block_size must be <= {model_config.block_size} for "
+                    f"{config.model}, got {config.block_size}"
+                )
             model_config = dataclasses.replace(model_config, block_size=config.block_size)
         self.block_size = model_config.block_size
         torch.manual_seed(config.seed)
@@ -201,19 +228,24 @@ class Trainer:
             group.setdefault("peak_lr", group["lr"])
         warmup = config.warmup_steps if config.warmup_steps is not None else config.steps // 10
         self.schedule = Schedule(config.schedule, config.steps, warmup, built.min_ratio)
-        self.sampler = BatchSampler(self.corpus, self.block_size,
-                                    config.batch_size * config.grad_accum, config.data_seed)
+        self.sampler = BatchSampler(
+            self.corpus, self.block_size, config.batch_size * config.grad_accum, config.data_seed
+        )
         self.forward_model: nn.Module = self.model
         if config.compile:
             self.forward_model = torch.compile(self.model)
         if self.dist.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self.forward_model = nn.parallel.DistributedDataParallel(self.forward_model,
-                                                                     device_ids=ids)
+            self.forward_model = nn.parallel.DistributedDataParallel(
+                self.forward_model, device_ids=ids
+            )
         self.local_accum = config.grad_accum // self.dist.world
         self.tokens_per_step = config.batch_size * config.grad_accum * self.block_size
-        self.diagnostics = (MarsDiagnostics(self.optimizer)
-                            if config.diagnostics and isinstance(self.optimizer, MARS) else None)
+        self.diagnostics = (
+            MarsDiagnostics(self.optimizer)
+            if config.diagnostics and isinstance(self.optimizer, MARS)
+            else None
+        )
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.device.type == "cuda":
@@ -228,8 +260,9 @@ class Trainer:
 
     def _mean_over_processes(self, value: Tensor) -> Tensor:
         if self.dist.enabled:
-            dist.all_reduce(value, op=dist.ReduceOp.AVG if self.device.type == "cuda"
-                            else dist.ReduceOp.SUM)
+            dist.all_reduce(
+                value, op=dist.ReduceOp.AVG if self.device.type == "cuda" else dist.ReduceOp.SUM
+            )
             if self.device.type != "cuda":
                 value /= self.dist.world
         return value
@@ -242,8 +275,11 @@ class Trainer:
         for j, rows in self._micro_rows():
             x, y = (t.to(self.device) for t in self.sampler.batch("train", step, rows))
             last = j == self.local_accum - 1
-            sync = contextlib.nullcontext() if last or not self.dist.enabled else \
-                self.forward_model.no_sync()
+            sync = (
+                contextlib.nullcontext()
+                if last or not self.dist.enabled
+                else self.forward_model.no_sync()
+            )
             with sync, self._autocast():
                 _, loss = self.forward_model(x, y)
                 (loss / self.local_accum).backward()
@@ -269,15 +305,18 @@ class Trainer:
 
     def _checkpoint(self, step: int, progress: dict[str, Any]) -> None:
         if self.dist.main:
-            save_checkpoint(self.config.run_dir / CHECKPOINT_FILE, {
-                "identity": self.config.identity(),
-                "step": step,
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "rng": _rng_state(),
-                "data": {"seed": self.config.data_seed, "next_step": step},
-                "progress": progress,
-            })
+            save_checkpoint(
+                self.config.run_dir / CHECKPOINT_FILE,
+                {
+                    "identity": self.config.identity(),
+                    "step": step,
+                    "model": self.model.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "rng": _rng_state(),
+                    "data": {"seed": self.config.data_seed, "next_step": step},
+                    "progress": progress,
+                },
+            )
         if self.dist.enabled:
             dist.barrier()
 
@@ -295,20 +334,48 @@ class Trainer:
             config.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.enabled:
             dist.barrier()
-        start, progress = 0, {"train_time_s": 0.0, "best_val_loss": math.inf,
-                              "last_val_loss": math.nan, "last_train_loss": math.nan}
+        start, progress = (
+            0,
+            {
+                "train_time_s": 0.0,
+                "best_val_loss": math.inf,
+                "last_val_loss": math.nan,
+                "last_train_loss": math.nan,
+            },
+        )
         if config.resume:
             start, progress = self._resume()
-        logger = MetricsLogger(config.run_dir, start if config.resume else None) \
-            if self.dist.main else None
+        logger = (
+            MetricsLogger(config.run_dir, start if config.resume else None)
+            if self.dist.main
+            else None
+        )
         if self.dist.main:
-            (config.run_dir / "config.json").write_text(json.dumps(
-                {**config.identity(), "tokens_per_step": self.tokens_per_step,
-                 "parameters": self.model.num_parameters(), "corpus": repr(self.corpus),
-                 "device": str(self.device), "processes": self.dist.world}, indent=2) + "\n")
+            (config.run_dir / "config.json").write_text(
+                json.dumps(
+                    {
+                        **config.identity(),
+                        "tokens_per_step": self.tokens_per_step,
+                        "parameters": self.model.num_parameters(),
+                        "corpus": repr(self.corpus),
+                        "device": str(self.device),
+                        "processes": self.dist.world,
+                    },
+                    indent=2,
+                )
+                + "\n"
+            )
         end = config.stop_after if config.stop_after is not None else config.steps
-        bar = tqdm(total=config.steps, initial=start, disable=config.quiet or not self.dist.main,
-                   desc=config.optimizer, unit="step", dynamic_ncols=True, leave=False)
+        show_bar = not config.quiet and self.dist.main and sys.stderr.isatty()
+        bar = tqdm(
+            total=config.steps,
+            initial=start,
+            disable=not show_bar,
+            desc=config.optimizer,
+            unit="step",
+            dynamic_ncols=True,
+            leave=False,
+        )
         train_time = progress["train_time_s"]
         for step in range(start, end):
             factor = self.schedule(step)
@@ -326,30 +393,41 @@ class Trainer:
             elapsed = time.perf_counter() - began
             train_time += elapsed
             row: dict[str, Any] = {
-                "step": step + 1, "tokens": (step + 1) * self.tokens_per_step,
-                "time_s": train_time, "lr": self.optimizer.param_groups[0]["lr"],
-                "train_loss": train_loss, "tokens_per_s": self.tokens_per_step / elapsed,
+                "step": step + 1,
+                "tokens": (step + 1) * self.tokens_per_step,
+                "time_s": train_time,
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "train_loss": train_loss,
+                "tokens_per_s": self.tokens_per_step / elapsed,
             }
             if self.diagnostics:
                 row.update(self.diagnostics.after_step())
             if not math.isfinite(train_loss):
-                raise FloatingPointError(f"{config.optimizer}: training loss is {train_loss} at "
-                                         f"step {step + 1}; lower the learning rate")
+                raise FloatingPointError(
+                    f"{config.optimizer}: training loss is {train_loss} at "
+                    f"step {step + 1}; lower the learning rate"
+                )
             if (step + 1) % config.eval_interval == 0 or step + 1 == config.steps:
                 row["val_loss"] = self.evaluate()
                 progress["last_val_loss"] = row["val_loss"]
                 progress["best_val_loss"] = min(progress["best_val_loss"], row["val_loss"])
-                if config.quiet and self.dist.main:
-                    print(f"{config.optimizer} step {step + 1}/{config.steps}: train "
-                          f"{train_loss:.4f} val {row['val_loss']:.4f} "
-                          f"({train_time:.0f} s)", flush=True)
+                if not show_bar and self.dist.main:
+                    print(
+                        f"{config.optimizer} step {step + 1}/{config.steps}: train "
+                        f"{train_loss:.4f} val {row['val_loss']:.4f} "
+                        f"({train_time:.0f} s)",
+                        flush=True,
+                    )
             progress.update(train_time_s=train_time, last_train_loss=train_loss)
             if logger is not None:
                 logger.log(row)
             bar.update(1)
-            bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{row['lr']:.2e}",
-                            tok_s=f"{row['tokens_per_s']:.0f}")
-            at_interval = config.checkpoint_interval and (step + 1) % config.checkpoint_interval == 0
+            bar.set_postfix(
+                loss=f"{train_loss:.3f}", lr=f"{row['lr']:.2e}", tok_s=f"{row['tokens_per_s']:.0f}"
+            )
+            at_interval = (
+                config.checkpoint_interval and (step + 1) % config.checkpoint_interval == 0
+            )
             if at_interval or step + 1 == end:
                 self._checkpoint(step + 1, progress)
         bar.close()
@@ -357,10 +435,14 @@ class Trainer:
             logger.close()
         tokens = end * self.tokens_per_step
         return TrainResult(
-            optimizer=config.optimizer, seed=config.seed,
-            final_val_loss=progress["last_val_loss"], best_val_loss=progress["best_val_loss"],
-            final_train_loss=progress["last_train_loss"], tokens=tokens,
+            optimizer=config.optimizer,
+            seed=config.seed,
+            final_val_loss=progress["last_val_loss"],
+            best_val_loss=progress["best_val_loss"],
+            final_train_loss=progress["last_train_loss"],
+            tokens=tokens,
             train_time_s=train_time,
             tokens_per_s=tokens / train_time if train_time > 0 else math.nan,
-            steps=end, run_dir=config.run_dir,
+            steps=end,
+            run_dir=config.run_dir,
         )

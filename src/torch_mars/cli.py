@@ -1,0 +1,328 @@
+"""``torch-mars``: compare optimizers, train one, redraw figures, prepare token shards.
+
+torch-mars compare                  # MARS vs AdamW and Muon on the stdlib corpus, ~5 min CPU
+torch-mars train --optimizer mars-adamw --model gpt2-small --data shards:data/owt
+torch-mars plot runs/compare-*      # redraw curves.png from saved runs
+torch-mars prepare notes.txt --out data/notes --tokenizer-dir gpt2/   # GPT-2 token shards
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_mars.data import load_corpus
+from torch_mars.data.prepare import HUB_RECIPES, prepare_hub, prepare_text
+from torch_mars.data.tokenizer import gpt2_tokenizer
+from torch_mars.models import GPT_CONFIGS
+from torch_mars.train.checkpoint import CheckpointError
+from torch_mars.train.compare import (
+    DEFAULT_COMPARE,
+    DEFAULT_OPTIMIZERS,
+    format_table,
+    run_comparison,
+    summarise,
+)
+from torch_mars.train.optimizers import OPTIMIZER_NAMES
+from torch_mars.train.plots import plot_runs
+from torch_mars.train.schedules import SCHEDULES
+from torch_mars.train.trainer import TrainConfig, Trainer
+
+
+def parse_value(text: str) -> Any:
+    """``"3e-3"`` -> 0.003, ``"4"`` -> 4, ``"true"`` -> True, ``"0.9,0.95"`` -> (0.9, 0.95)."""
+    if "," in text:
+        return tuple(parse_value(part) for part in text.split(","))
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, parse_value(value)
+
+
+def _positive_int(text: str) -> int:
+    value = int(float(text))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _add_training_flags(parser: argparse.ArgumentParser, defaults: TrainConfig) -> None:
+    group = parser.add_argument_group("model, data and budget")
+    group.add_argument("--model", choices=sorted(GPT_CONFIGS), default=defaults.model)
+    group.add_argument(
+        "--data",
+        default=defaults.data,
+        help="'stdlib' (default), shards:FOLDER, or a text file/folder",
+    )
+    group.add_argument("--steps", type=_positive_int, default=defaults.steps)
+    group.add_argument(
+        "--tokens", type=_positive_int, help="token budget per run; sets --steps to cover it"
+    )
+    group.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=defaults.batch_size,
+        help="sequences per micro-batch per process",
+    )
+    group.add_argument(
+        "--grad-accum",
+        type=_positive_int,
+        default=defaults.grad_accum,
+        help="micro-batches per step over all processes",
+    )
+    group.add_argument("--block-size", type=_positive_int, help="sequence length")
+    group.add_argument("--schedule", choices=SCHEDULES, default=defaults.schedule)
+    group.add_argument("--warmup-steps", type=int, help="default: 10%% of --steps")
+    group.add_argument("--grad-clip", type=float, default=defaults.grad_clip)
+    group.add_argument("--eval-interval", type=_positive_int, default=defaults.eval_interval)
+    group.add_argument("--eval-batches", type=_positive_int, default=defaults.eval_batches)
+    group.add_argument("--data-seed", type=int, default=defaults.data_seed)
+    group.add_argument("--device", default=defaults.device, help="auto, cpu, cuda, cuda:1, ...")
+    group.add_argument("--compile", action="store_true", help="torch.compile the model")
+    group.add_argument("--exact", action="store_true", help="MARS exact mode (2 gradients/step)")
+    group.add_argument(
+        "--diagnostics",
+        action="store_true",
+        help="log MARS's clipped share, ||c||/||g|| and update RMS per step",
+    )
+    group.add_argument("--quiet", action="store_true", help="log lines instead of progress bars")
+
+
+def _config_from_args(args: argparse.Namespace, base: TrainConfig) -> TrainConfig:
+    config = dataclasses.replace(
+        base,
+        model=args.model,
+        data=args.data,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
+        block_size=args.block_size,
+        schedule=args.schedule,
+        warmup_steps=args.warmup_steps,
+        grad_clip=args.grad_clip,
+        eval_interval=args.eval_interval,
+        eval_batches=args.eval_batches,
+        data_seed=args.data_seed,
+        device=args.device,
+        compile=args.compile,
+        exact=args.exact,
+        diagnostics=args.diagnostics,
+        quiet=args.quiet,
+    )
+    if args.tokens is not None:
+        block = args.block_size or GPT_CONFIGS[args.model].block_size
+        per_step = args.batch_size * args.grad_accum * block
+        config = dataclasses.replace(config, steps=math.ceil(args.tokens / per_step))
+    return config
+
+
+def _compare(args: argparse.Namespace) -> int:
+    base = _config_from_args(args, DEFAULT_COMPARE)
+    unknown = set(args.optimizers) - set(OPTIMIZER_NAMES)
+    if unknown:
+        raise ValueError(f"--optimizers: unknown {sorted(unknown)}; known: {OPTIMIZER_NAMES}")
+    hyperparams: dict[str, dict[str, Any]] = {name: {} for name in args.optimizers}
+    for name, lr in args.lr:
+        if name not in hyperparams:
+            raise ValueError(f"--lr {name}=...: {name!r} is not among --optimizers")
+        hyperparams[name]["lr"] = lr
+    for spec in args.opt_arg:
+        name, sep, rest = spec.partition(":")
+        if not sep or name not in hyperparams:
+            raise ValueError(
+                f"--opt-arg {spec!r}: expected OPTIMIZER:KEY=VALUE with OPTIMIZER "
+                "among --optimizers"
+            )
+        key, value = _key_value(rest)
+        hyperparams[name][key] = value
+    out_dir = args.out_dir / (args.name or time.strftime("compare-%Y%m%d-%H%M%S"))
+    corpus = load_corpus(base.data)
+    print(
+        f"comparing {', '.join(args.optimizers)} on {corpus!r}: model {base.model}, "
+        f"{base.steps} steps, seeds {args.seeds} -> {out_dir}",
+        flush=True,
+    )
+    results = run_comparison(base, args.optimizers, args.seeds, out_dir, hyperparams, corpus)
+    table = format_table(summarise(results))
+    figure = plot_runs(
+        [r.run_dir for r in results],
+        out_dir / "curves.png",
+        title=f"{base.model} GPT on {corpus.name}",
+    )
+    (out_dir / "summary.md").write_text(table + "\n")
+    (out_dir / "summary.json").write_text(
+        json.dumps([dataclasses.asdict(s) for s in summarise(results)], indent=2) + "\n"
+    )
+    print(table)
+    print(f"figure: {figure}\nper-run metrics: {out_dir}/<optimizer>-seed<k>/metrics.csv")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    base = TrainConfig(
+        optimizer=args.optimizer,
+        seed=args.seed,
+        run_dir=args.run_dir,
+        resume=args.resume,
+        stop_after=args.stop_after,
+        checkpoint_interval=args.checkpoint_interval,
+        hyperparams=dict(args.opt_arg),
+    )
+    config = _config_from_args(args, base)
+    result = Trainer(config).train()
+    if result.steps == config.steps:
+        print(
+            f"{result.optimizer}: final val loss {result.final_val_loss:.4f}, best "
+            f"{result.best_val_loss:.4f}, {result.tokens:,} tokens in "
+            f"{result.train_time_s:.1f} s ({result.tokens_per_s:,.0f} tokens/s)"
+        )
+    else:
+        print(f"stopped after step {result.steps}; continue with --resume")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    runs: list[Path] = []
+    for folder in args.run_dirs:
+        if (folder / "config.json").is_file():
+            runs.append(folder)
+        else:
+            found = sorted(p.parent for p in folder.glob("*/config.json"))
+            if not found:
+                raise FileNotFoundError(
+                    f"{folder}: neither a run folder (config.json) nor a folder of runs"
+                )
+            runs += found
+    out = args.out or (args.run_dirs[0] / "curves.png")
+    print(plot_runs(runs, out))
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    tokenizer = gpt2_tokenizer(args.tokenizer_dir)
+    hub = [item for item in args.inputs if item.startswith("hf:")]
+    if hub and len(args.inputs) > 1:
+        raise ValueError("prepare takes either one hf:RECIPE or local files, not both")
+    if hub:
+        counts = prepare_hub(hub[0].removeprefix("hf:"), args.out, tokenizer)
+    else:
+        counts = prepare_text(
+            [Path(p) for p in args.inputs], args.out, tokenizer, args.val_fraction
+        )
+    print(f"{args.out}: train {counts['train']:,} tokens, val {counts['val']:,} tokens")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``torch-mars`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="torch-mars", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    compare = commands.add_parser("compare", help="train several optimizers side by side")
+    compare.add_argument(
+        "--optimizers",
+        nargs="+",
+        default=list(DEFAULT_OPTIMIZERS),
+        metavar="NAME",
+        help=f"from {', '.join(OPTIMIZER_NAMES)}",
+    )
+    compare.add_argument("--seeds", nargs="+", type=int, default=[0])
+    compare.add_argument(
+        "--lr",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="NAME=LR",
+        help="peak lr of one optimizer (repeatable)",
+    )
+    compare.add_argument(
+        "--opt-arg",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE",
+        help="any other hyperparameter, e.g. mars-adamw:gamma=0.05",
+    )
+    compare.add_argument("--name", help="run folder name (default: compare-<time>)")
+    compare.add_argument("--out-dir", type=Path, default=Path("runs"))
+    _add_training_flags(compare, DEFAULT_COMPARE)
+    compare.set_defaults(handler=_compare)
+
+    train = commands.add_parser("train", help="train one optimizer, with checkpoints")
+    train.add_argument("--optimizer", choices=OPTIMIZER_NAMES, default="mars-adamw")
+    train.add_argument(
+        "--opt-arg",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="hyperparameter override, e.g. lr=3e-3",
+    )
+    train.add_argument("--seed", type=int, default=0, help="model initialisation seed")
+    train.add_argument("--run-dir", type=Path, default=Path("runs/train"))
+    train.add_argument("--resume", action="store_true", help="continue from run-dir's checkpoint")
+    train.add_argument("--stop-after", type=_positive_int, help="stop (checkpointed) at this step")
+    train.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=0,
+        help="steps between checkpoints (0: only at the end)",
+    )
+    _add_training_flags(train, TrainConfig())
+    train.set_defaults(handler=_train)
+
+    plot = commands.add_parser("plot", help="redraw curves from saved runs")
+    plot.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    plot.add_argument("--out", type=Path, help="PNG path (default: RUN_DIR/curves.png)")
+    plot.set_defaults(handler=_plot)
+
+    prepare = commands.add_parser("prepare", help="tokenize text into GPT-2 token shards")
+    prepare.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help=f"text files/folders (.gz ok), or hf:RECIPE for one of {', '.join(HUB_RECIPES)}",
+    )
+    prepare.add_argument("--out", type=Path, required=True, help="folder for train.bin/val.bin")
+    prepare.add_argument(
+        "--tokenizer-dir",
+        type=Path,
+        help="folder with GPT-2's encoder.json and vocab.bpe (offline)",
+    )
+    prepare.add_argument("--val-fraction", type=float, default=0.05)
+    prepare.set_defaults(handler=_prepare)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``torch-mars`` command."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except (ValueError, FileNotFoundError, CheckpointError, FloatingPointError) as error:
+        print(f"torch-mars {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
