@@ -1,0 +1,41 @@
+"""Small training configs shared by the harness tests: the tiny GPT on a synthetic byte corpus,
+so runs take a fraction of a second and need no files."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from torch_mars.data import TokenCorpus
+from torch_mars.train import TrainConfig
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def synthetic_corpus(seed: int = 0) -> TokenCorpus:
+    """Bytes with learnable structure: a repeated random phrase with noise."""
+    rng = np.random.default_rng(seed)
+    phrase = rng.integers(97, 123, size=50)
+    stream = np.tile(phrase, 400)
+    noise = rng.random(len(stream)) < 0.1
+    stream[noise] = rng.integers(32, 127, size=int(noise.sum()))
+    data = stream.astype(np.uint8)
+    return TokenCorpus(data[:18_000], data[18_000:], vocab_size=256, name="synthetic")
+
+
+def tiny_config(run_dir: Path, **changes) -> TrainConfig:
+    """Eight steps of the tiny GPT, evaluated every four, quiet."""
+    base = TrainConfig(
+        model="tiny",
+        data="synthetic",
+        steps=8,
+        batch_size=4,
+        block_size=16,
+        eval_interval=4,
+        eval_batches=2,
+        run_dir=run_dir,
+        quiet=True,
+    )
+    return dataclasses.replace(base, **changes)

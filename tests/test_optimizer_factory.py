@@ -1,0 +1,117 @@
+"""Optimizers by name: the paper's defaults, the parameter split of Muon and MARS-Shampoo, and
+clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_mars.models import GPT, gpt_config
+from torch_mars.optim import MARS
+from torch_mars.train import OPTIMIZER_NAMES, build_optimizer, default_hyperparams
+from torch_mars.train.lion import Lion
+from torch_mars.train.optimizers import CombinedOptimizer
+
+
+def tiny_gpt() -> GPT:
+    torch.manual_seed(0)
+    return GPT(gpt_config("tiny", 256))
+
+
+def test_gpt2_small_defaults_are_the_papers():
+    assert default_hyperparams("adamw", "gpt2-small") == {
+        "lr": 6e-4,
+        "betas": (0.9, 0.95),
+        "weight_decay": 0.1,
+        "min_lr": 3e-5,
+    }
+    mars = default_hyperparams("mars-adamw", "gpt2-small")
+    assert {k: mars[k] for k in ("lr", "betas", "gamma", "weight_decay", "lr_1d")} == {
+        "lr": 6e-3,
+        "betas": (0.95, 0.99),
+        "gamma": 0.025,
+        "weight_decay": 1e-2,
+        "lr_1d": 3e-3,
+    }
+    muon = default_hyperparams("muon", "gpt2-small")
+    assert (muon["lr"], muon["adamw_lr"], muon["weight_decay"]) == (2e-2, 3e-3, 0.0)
+    assert default_hyperparams("mars-adamw", "gpt2-large")["lr"] == 2e-3
+
+
+@pytest.mark.parametrize("name", OPTIMIZER_NAMES)
+def test_every_optimizer_trains_the_tiny_gpt(name):
+    model = tiny_gpt()
+    built = build_optimizer(name, model, default_hyperparams(name, "tiny"))
+    idx = torch.randint(0, 256, (4, 17), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for _ in range(15):
+        built.optimizer.zero_grad()
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        built.optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.98 * losses[0]
+    assert 0.0 < built.min_ratio <= 1.0
+
+
+def test_muon_orthogonalises_hidden_matrices_only():
+    model = tiny_gpt()
+    built = build_optimizer("muon", model, default_hyperparams("muon", "tiny"))
+    assert isinstance(built.optimizer, CombinedOptimizer)
+    muon, adamw = built.optimizer.optimizers
+    muon_params = {id(p) for g in muon.param_groups for p in g["params"]}
+    assert id(model.wte.weight) not in muon_params and id(model.wpe.weight) not in muon_params
+    assert muon_params == {
+        id(p) for n, p in model.named_parameters() if p.ndim == 2 and n.startswith("blocks.")
+    }
+    assert len(muon_params) + sum(len(g["params"]) for g in adamw.param_groups) == len(
+        list(model.parameters())
+    )
+
+
+def test_mars_shampoo_sends_embeddings_to_adamw_and_mars_adamw_keeps_them():
+    model = tiny_gpt()
+    shampoo = build_optimizer("mars-shampoo", model, default_hyperparams("mars-shampoo", "tiny"))
+    groups = {g["use_mars"]: {id(p) for p in g["params"]} for g in shampoo.optimizer.param_groups}
+    assert id(model.wte.weight) in groups[False]
+    adamw_kind = build_optimizer("mars-adamw", model, default_hyperparams("mars-adamw", "tiny"))
+    groups = {
+        g["use_mars"]: {id(p) for p in g["params"]} for g in adamw_kind.optimizer.param_groups
+    }
+    assert id(model.wte.weight) in groups[True]
+    assert isinstance(adamw_kind.optimizer, MARS)
+    assert isinstance(build_optimizer("lion", model, {"lr": 1e-4}).optimizer, Lion)
+
+
+def test_exact_mode_needs_a_closure_and_a_mars_optimizer():
+    model = tiny_gpt()
+    assert build_optimizer("mars-adamw", model, {"lr": 1e-3}, exact=True).needs_closure
+    with pytest.raises(ValueError, match="exact mode is a MARS option"):
+        build_optimizer("adamw", model, {"lr": 1e-3}, exact=True)
+
+
+def test_bad_names_and_floors_are_rejected():
+    model = tiny_gpt()
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        default_hyperparams("sgd", "tiny")
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        build_optimizer("sgd", model, {"lr": 1e-3})
+    with pytest.raises(ValueError, match="min_lr must be in"):
+        build_optimizer("adamw", model, {"lr": 1e-3, "min_lr": 1e-2})
+
+
+def test_combined_optimizer_round_trips_its_state():
+    model = tiny_gpt()
+    built = build_optimizer("muon", model, default_hyperparams("muon", "tiny"))
+    _, loss = model(torch.zeros(2, 8, dtype=torch.long), torch.ones(2, 8, dtype=torch.long))
+    loss.backward()
+    built.optimizer.step()
+    state = built.optimizer.state_dict()
+    fresh = build_optimizer("muon", model, default_hyperparams("muon", "tiny")).optimizer
+    fresh.load_state_dict(state)
+    assert (
+        fresh.state_dict()["optimizers"][0]["state"].keys()
+        == state["optimizers"][0]["state"].keys()
+    )
+    with pytest.raises(ValueError, match="holds 1 optimizers"):
+        fresh.load_state_dict({"optimizers": [state["optimizers"][0]]})
