@@ -4,6 +4,7 @@ so runs take a fraction of a second and need no files."""
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,19 @@ def synthetic_corpus(seed: int = 0) -> TokenCorpus:
     stream[noise] = rng.integers(32, 127, size=int(noise.sum()))
     data = stream.astype(np.uint8)
     return TokenCorpus(data[:18_000], data[18_000:], vocab_size=256, name="synthetic")
+
+
+TINY_CLI = shlex.split(
+    "--model tiny --steps 6 --batch-size 4 --block-size 16 --eval-interval 3 --eval-batches 2 "
+    "--quiet"
+)
+
+
+def write_synthetic_text(path: Path) -> Path:
+    """The synthetic corpus as a text file that ``--data`` can name."""
+    corpus = synthetic_corpus()
+    path.write_bytes(bytes(corpus.train) + bytes(corpus.val))
+    return path
 
 
 def tiny_config(run_dir: Path, **changes) -> TrainConfig:

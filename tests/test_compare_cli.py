@@ -6,32 +6,15 @@ import json
 
 import pytest
 
-from harness_helpers import synthetic_corpus
+from harness_helpers import TINY_CLI, write_synthetic_text
 from torch_mars.cli import main, parse_value
 
-TINY = [
-    "--model",
-    "tiny",
-    "--steps",
-    "6",
-    "--batch-size",
-    "4",
-    "--block-size",
-    "16",
-    "--eval-interval",
-    "3",
-    "--eval-batches",
-    "2",
-    "--quiet",
-]
+TINY = TINY_CLI
 
 
 @pytest.fixture
 def text_file(tmp_path):
-    corpus = synthetic_corpus()
-    path = tmp_path / "corpus.txt"
-    path.write_bytes(bytes(corpus.train) + bytes(corpus.val))
-    return path
+    return write_synthetic_text(tmp_path / "corpus.txt")
 
 
 def test_compare_writes_table_figure_and_per_run_metrics(tmp_path, text_file, capsys):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
 import pytest
 
-from harness_helpers import synthetic_corpus
+from harness_helpers import TINY_CLI, write_synthetic_text
 from torch_mars.train.metrics import read_metrics
 
 
@@ -24,32 +25,15 @@ def run_cli(args, env_extra=None):
 
 @pytest.mark.parametrize("optimizer", ["mars-adamw", "muon"])
 def test_two_gloo_processes_match_one_process(tmp_path, optimizer):
-    corpus = synthetic_corpus()
-    text = tmp_path / "corpus.txt"
-    text.write_bytes(bytes(corpus.train) + bytes(corpus.val))
+    text = write_synthetic_text(tmp_path / "corpus.txt")
     common = [
         "train",
         "--optimizer",
         optimizer,
-        "--model",
-        "tiny",
+        *TINY_CLI,
         "--data",
         str(text),
-        "--steps",
-        "6",
-        "--batch-size",
-        "4",
-        "--grad-accum",
-        "2",
-        "--block-size",
-        "16",
-        "--eval-interval",
-        "3",
-        "--eval-batches",
-        "2",
-        "--quiet",
-        "--device",
-        "cpu",
+        *shlex.split("--grad-accum 2 --device cpu"),
     ]
     run_cli(["-m", "torch_mars.cli", *common, "--run-dir", str(tmp_path / "one")])
     run_cli(

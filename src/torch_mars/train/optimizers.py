@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -31,42 +31,23 @@ OPTIMIZER_NAMES: tuple[str, ...] = (
     "lion",
 )
 
+
 # The paper's GPT-2 settings (AGI-Arena/MARS configs). It gives none for MARS-Shampoo, MARS-Lion
 # or Lion on GPT-2: MARS-Shampoo takes Muon's matrix lr, the Lion pair a tenth of AdamW's lr.
-_PAPER_LRS: dict[str, dict[str, float]] = {
-    #             adamw   mars    lr_1d   muon    muon-adamw  min_lr
-    "gpt2-small": {
-        "adamw": 6e-4,
-        "mars": 6e-3,
-        "lr_1d": 3e-3,
-        "muon": 2e-2,
-        "muon_adamw": 3e-3,
-        "min_lr": 3e-5,
-    },
-    "gpt2-medium": {
-        "adamw": 3e-4,
-        "mars": 3e-3,
-        "lr_1d": 1.5e-3,
-        "muon": 1e-2,
-        "muon_adamw": 1.5e-3,
-        "min_lr": 6e-5,
-    },
-    "gpt2-large": {
-        "adamw": 2e-4,
-        "mars": 2e-3,
-        "lr_1d": 1e-3,
-        "muon": 6.67e-3,
-        "muon_adamw": 1e-3,
-        "min_lr": 1e-5,
-    },
-    "gpt2-xl": {
-        "adamw": 2e-4,
-        "mars": 2e-3,
-        "lr_1d": 1e-3,
-        "muon": 6.67e-3,
-        "muon_adamw": 1e-3,
-        "min_lr": 1e-5,
-    },
+class _PaperLRs(NamedTuple):
+    adamw: float
+    mars: float
+    lr_1d: float
+    muon: float
+    muon_adamw: float
+    min_lr: float
+
+
+_PAPER_LRS: dict[str, _PaperLRs] = {
+    "gpt2-small": _PaperLRs(6e-4, 6e-3, 3e-3, 2e-2, 3e-3, 3e-5),
+    "gpt2-medium": _PaperLRs(3e-4, 3e-3, 1.5e-3, 1e-2, 1.5e-3, 6e-5),
+    "gpt2-large": _PaperLRs(2e-4, 2e-3, 1e-3, 6.67e-3, 1e-3, 1e-5),
+    "gpt2-xl": _PaperLRs(2e-4, 2e-3, 1e-3, 6.67e-3, 1e-3, 1e-5),  # no Muon config: large's
 }
 
 # CPU-sized models: learning rates (and MARS betas and gamma) chosen by the sweep recorded in
@@ -90,31 +71,31 @@ def default_hyperparams(name: str, model: str) -> dict[str, Any]:
         "betas": (0.95, 0.99),
         "gamma": 0.025,
         "weight_decay": 1e-2,
-        "lr_1d": lrs["lr_1d"],
+        "lr_1d": lrs.lr_1d,
         "betas_1d": (0.9, 0.95),
         "weight_decay_1d": 0.1,
     }
     paper: dict[str, dict[str, Any]] = {
-        "adamw": {"lr": lrs["adamw"], "betas": (0.9, 0.95), "weight_decay": 0.1},
-        "mars-adamw": {"lr": lrs["mars"], **mars_common},
-        "mars-lion": {**mars_common, "lr": lrs["adamw"] / 10, "lr_1d": lrs["lr_1d"]},
+        "adamw": {"lr": lrs.adamw, "betas": (0.9, 0.95), "weight_decay": 0.1},
+        "mars-adamw": {"lr": lrs.mars, **mars_common},
+        "mars-lion": {**mars_common, "lr": lrs.adamw / 10, "lr_1d": lrs.lr_1d},
         "mars-shampoo": {
             **mars_common,
-            "lr": lrs["muon"],
+            "lr": lrs.muon,
             "weight_decay": 0.0,
-            "lr_1d": lrs["muon_adamw"],
+            "lr_1d": lrs.muon_adamw,
         },
         "muon": {
-            "lr": lrs["muon"],
+            "lr": lrs.muon,
             "weight_decay": 0.0,
             "momentum": 0.95,
-            "adamw_lr": lrs["muon_adamw"],
+            "adamw_lr": lrs.muon_adamw,
             "adamw_betas": (0.9, 0.95),
             "adamw_weight_decay": 0.1,
         },
-        "lion": {"lr": lrs["adamw"] / 10, "betas": (0.9, 0.99), "weight_decay": 1.0},
+        "lion": {"lr": lrs.adamw / 10, "betas": (0.9, 0.99), "weight_decay": 1.0},
     }
-    settings = dict(paper[name], min_lr=lrs["min_lr"])
+    settings = dict(paper[name], min_lr=lrs.min_lr)
     if model not in _PAPER_LRS:
         settings.update(_CPU_SETTINGS[name])
         settings["min_lr"] = settings["lr"] / 10
