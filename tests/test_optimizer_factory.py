@@ -83,6 +83,13 @@ def test_mars_shampoo_sends_embeddings_to_adamw_and_mars_adamw_keeps_them():
     assert isinstance(build_optimizer("lion", model, {"lr": 1e-4}).optimizer, Lion)
 
 
+def test_schedule_floor_follows_an_overridden_lr_on_cpu_models():
+    settings = {**default_hyperparams("muon", "mini"), "lr": 1e-3}
+    assert build_optimizer("muon", tiny_gpt(), settings).min_ratio == pytest.approx(0.1)
+    paper = default_hyperparams("adamw", "gpt2-small")
+    assert build_optimizer("adamw", tiny_gpt(), paper).min_ratio == pytest.approx(3e-5 / 6e-4)
+
+
 def test_exact_mode_needs_a_closure_and_a_mars_optimizer():
     model = tiny_gpt()
     assert build_optimizer("mars-adamw", model, {"lr": 1e-3}, exact=True).needs_closure

@@ -4,9 +4,10 @@ Names: ``mars-adamw``, ``mars-lion``, ``mars-shampoo`` (:class:`torch_mars.MARS`
 (:class:`torch.optim.AdamW`, fused where the device has it), ``muon`` (:class:`torch.optim.Muon`
 on the hidden matrices, AdamW on embeddings and norms, as the paper's baseline) and ``lion``.
 
-Every default can be overridden. Keys besides the constructor's: ``min_lr`` (the floor of the
-schedule, in the units of ``lr``) and, for ``muon``, ``adamw_lr``/``adamw_betas``/
-``adamw_weight_decay`` for the AdamW part.
+Every default can be overridden. Keys besides the constructor's: ``min_lr``, the floor of the
+schedule in the units of ``lr`` (a tenth of ``lr`` when not given, as for the CPU-sized
+models), and for ``muon`` ``adamw_lr``, ``adamw_betas`` and ``adamw_weight_decay`` for its AdamW
+part.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
+# Floor of the schedule where no min_lr is given (the CPU-sized models): a tenth of the peak lr.
+DEFAULT_MIN_LR_RATIO = 0.1
+
+
 def default_hyperparams(name: str, model: str) -> dict[str, Any]:
     """The default hyperparameters of optimizer ``name`` for the named GPT config ``model``."""
     if name not in OPTIMIZER_NAMES:
@@ -95,11 +100,9 @@ def default_hyperparams(name: str, model: str) -> dict[str, Any]:
         },
         "lion": {"lr": lrs.adamw / 10, "betas": (0.9, 0.99), "weight_decay": 1.0},
     }
-    settings = dict(paper[name], min_lr=lrs.min_lr)
     if model not in _PAPER_LRS:
-        settings.update(_CPU_SETTINGS[name])
-        settings["min_lr"] = settings["lr"] / 10
-    return settings
+        return {**paper[name], **_CPU_SETTINGS[name]}
+    return {**paper[name], "min_lr": lrs.min_lr}
 
 
 class CombinedOptimizer:
@@ -163,7 +166,7 @@ def build_optimizer(
     if exact and not name.startswith("mars-"):
         raise ValueError(f"exact mode is a MARS option; {name!r} has none")
     settings = dict(hyperparams)
-    min_lr = settings.pop("min_lr", 0.0)
+    min_lr = settings.pop("min_lr", settings["lr"] * DEFAULT_MIN_LR_RATIO)
     if not 0.0 <= min_lr <= settings["lr"]:
         raise ValueError(f"min_lr must be in [0, lr={settings['lr']}], got {min_lr}")
     min_ratio = min_lr / settings["lr"] if settings["lr"] > 0 else 0.0

@@ -96,7 +96,7 @@ class TrainConfig:
     def resolved_hyperparams(self) -> dict[str, Any]:
         """The optimizer's defaults for this model, with ``hyperparams`` applied."""
         settings = default_hyperparams(self.optimizer, self.model)
-        unknown = set(self.hyperparams) - set(settings)
+        unknown = set(self.hyperparams) - set(settings) - {"min_lr"}
         if unknown:
             raise ValueError(
                 f"unknown hyperparameters for {self.optimizer}: {sorted(unknown)}; "
