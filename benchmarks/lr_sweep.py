@@ -66,6 +66,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--optimizers", nargs="+", default=list(OPTIMIZERS[:4]), choices=OPTIMIZERS)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/lr_sweep.json"))
+    parser.add_argument("--lrs", nargs="+", type=float, help="only these points of the lr grid")
+    parser.add_argument("--no-variants", action="store_true", help="skip the beta1/gamma runs")
     parser.add_argument("--table", action="store_true", help="print the results, run nothing")
     args = parser.parse_args()
     if args.table:
@@ -112,10 +114,10 @@ def main() -> None:
         return loss
 
     for name in args.optimizers:
-        grid = LION_LR_GRID if name.endswith("lion") else LR_GRID
+        grid = args.lrs or (LION_LR_GRID if name.endswith("lion") else LR_GRID)
         losses = {lr: run(name, {"lr": lr}) for lr in grid}
         best_lr = min(losses, key=lambda lr: (losses[lr] != losses[lr], losses[lr]))
-        if name == "mars-adamw":
+        if name == "mars-adamw" and not args.no_variants:
             for variant in MARS_VARIANTS:
                 run(name, {"lr": best_lr, **variant})
 
