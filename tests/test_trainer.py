@@ -69,7 +69,7 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="optimizer: checkpoint 'mars-adamw', now 'adamw'"):
         train(tiny_config(tmp_path, optimizer="adamw", resume=True))
     with pytest.raises(CheckpointError, match="lr"):
-        train(tiny_config(tmp_path, hyperparams={"lr": 1e-2}, resume=True))
+        train(tiny_config(tmp_path, hyperparams={"lr": 5e-2}, resume=True))
 
 
 def test_resume_without_a_checkpoint_is_an_error(tmp_path):
