@@ -161,7 +161,8 @@ def _compare(args: argparse.Namespace) -> int:
         flush=True,
     )
     results = run_comparison(base, args.optimizers, args.seeds, out_dir, hyperparams, corpus)
-    table = format_table(summarise(results))
+    summaries = summarise(results)
+    table = format_table(summaries)
     figure = plot_runs(
         [r.run_dir for r in results],
         out_dir / "curves.png",
@@ -169,7 +170,7 @@ def _compare(args: argparse.Namespace) -> int:
     )
     (out_dir / "summary.md").write_text(table + "\n")
     (out_dir / "summary.json").write_text(
-        json.dumps([dataclasses.asdict(s) for s in summarise(results)], indent=2) + "\n"
+        json.dumps([dataclasses.asdict(s) for s in summaries], indent=2) + "\n"
     )
     print(table)
     print(f"figure: {figure}\nper-run metrics: {out_dir}/<optimizer>-seed<k>/metrics.csv")
