@@ -1,19 +1,26 @@
 """Functional MARS and AdamW steps: one entry point per rule, the implementation chosen by one flag.
 
-``foreach=False`` runs the per-tensor reference loop (:mod:`~torch_mars.optim.single_tensor`),
-``foreach=True`` the multi-tensor kernels (:mod:`~torch_mars.optim.multi_tensor`). Both update
-their tensor arguments in place and agree to float round-off.
+``"single_tensor"`` runs the per-tensor reference loop (:mod:`~torch_mars.optim.single_tensor`),
+``"foreach"`` the multi-tensor kernels (:mod:`~torch_mars.optim.multi_tensor`), ``"fused"`` the
+fused kernels of :mod:`torch_mars.kernels`: Triton on CUDA, one ``torch.compile``d kernel per
+tensor elsewhere (``"triton"`` and ``"compiled"`` name them explicitly). All update their tensor
+arguments in place and agree to float round-off.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from torch import Tensor
 
 from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
 from torch_mars.optim.multi_tensor import adamw_step_foreach, mars_step_foreach
 from torch_mars.optim.single_tensor import adamw_step_single_tensor, mars_step_single_tensor
+from torch_mars.optim.step_tensors import StepTensors
+
+Implementation = Literal["single_tensor", "foreach", "fused", "compiled", "triton"]
+IMPLEMENTATIONS: tuple[str, ...] = ("single_tensor", "foreach", "fused", "compiled", "triton")
 
 # Device types with native multi-tensor kernels; elsewhere ``_foreach_*`` falls back to a loop.
 _FOREACH_DEVICE_TYPES = frozenset({"cuda", "xpu", "mtia", "privateuseone"})
@@ -29,18 +36,59 @@ def default_foreach(tensors: Sequence[Tensor]) -> bool:
     return bool(tensors) and all(t.device.type in _FOREACH_DEVICE_TYPES for t in tensors)
 
 
+def fused_backend(tensors: Sequence[Tensor]) -> Literal["triton", "compiled"]:
+    """The fused kernels for ``tensors``: Triton when they are all on CUDA, else compiled."""
+    return "triton" if tensors and all(t.is_cuda for t in tensors) else "compiled"
+
+
+def _upcast_state(tensors: StepTensors) -> tuple[StepTensors, list[tuple[Tensor, Tensor]]]:
+    """Working copies, in the parameter dtype, of state stored in a narrower dtype; returns the
+    (stored, working) pairs to write back after the step."""
+    pairs: list[tuple[Tensor, Tensor]] = []
+
+    def working(stored: list[Tensor]) -> list[Tensor]:
+        result = []
+        for value, param in zip(stored, tensors.params, strict=False):
+            if value.dtype == param.dtype:
+                result.append(value)
+            else:
+                copy = value.to(param.dtype)
+                pairs.append((value, copy))
+                result.append(copy)
+        return result
+
+    upcast = StepTensors(
+        tensors.params,
+        tensors.grads,
+        working(tensors.exp_avgs),
+        working(tensors.exp_avg_sqs),
+        working(tensors.max_exp_avg_sqs),
+        tensors.steps,
+        working(tensors.last_grads),
+    )
+    return upcast, pairs
+
+
+def _write_back(pairs: list[tuple[Tensor, Tensor]]) -> None:
+    for stored, copy in pairs:
+        stored.copy_(copy)
+
+
+def _resolve(implementation: Implementation, tensors: StepTensors) -> str:
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+    if implementation == "fused":
+        return fused_backend(tensors.params)
+    return implementation
+
+
 def mars_step(
-    params: list[Tensor],
-    grads: list[Tensor],
-    last_grads: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    max_exp_avg_sqs: list[Tensor],
-    steps: list[int],
+    tensors: StepTensors,
     hp: MarsHyperparams,
     *,
     store_last_grad: bool,
-    foreach: bool,
+    implementation: Implementation = "single_tensor",
+    inv_grad_scale: Tensor | None = None,
 ) -> None:
     r"""One MARS step on tensors that all follow the MARS rule (in place).
 
@@ -61,37 +109,48 @@ def mars_step(
     ``(rows, cols)``, :math:`p \leftarrow p - lr\,(NS(M) \sqrt{\max(1, rows/cols)} + wd\,p)`.
 
     Args:
-        params, grads, last_grads, exp_avgs, exp_avg_sqs: same-shape tensors, one per parameter.
-        max_exp_avg_sqs: the AMSGrad maxima, one per parameter; ignored unless ``hp.amsgrad``.
-        steps: the per-tensor step count ``t`` used for bias correction.
+        tensors: the parameters, gradients, ``last_grads`` and state, one entry per parameter.
+            State may be stored in a narrower dtype than the parameter (``state_dtype``); the
+            maths runs in the parameter's dtype (float32 or wider in the fused kernels).
         hp: the hyperparameters.
         store_last_grad: copy ``g`` into ``last_grads`` after use (approximate mode).
-        foreach: use the multi-tensor kernels instead of the per-tensor loop.
+        implementation: ``"single_tensor"``, ``"foreach"``, ``"fused"`` (``"triton"`` on CUDA,
+            ``"compiled"`` elsewhere), or one of those two by name.
+        inv_grad_scale: ``1 / scale`` of a GradScaler, divided out of ``g`` by the fused kernels
+            (the other paths expect unscaled gradients).
+
+    >>> import torch
+    >>> from torch_mars.optim import MarsHyperparams, StepTensors, mars_step
+    >>> p, g = torch.zeros(2, 2), torch.full((2, 2), 4.0)
+    >>> tensors = StepTensors([p], [g], [torch.zeros(2, 2)], [torch.zeros(2, 2)],
+    ...                       steps=[1], last_grads=[g.clone()])
+    >>> hp = MarsHyperparams(lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.0)
+    >>> mars_step(tensors, hp, store_last_grad=True)
+    >>> p  # ||c|| = 8 is clipped to 1; the first Adam step moves each entry by -lr
+    tensor([[-0.1000, -0.1000],
+            [-0.1000, -0.1000]])
     """
-    step_impl = mars_step_foreach if foreach else mars_step_single_tensor
-    step_impl(
-        params,
-        grads,
-        last_grads,
-        exp_avgs,
-        exp_avg_sqs,
-        max_exp_avg_sqs,
-        steps,
-        hp,
-        store_last_grad,
-    )
+    backend = _resolve(implementation, tensors)
+    if backend in ("compiled", "triton"):
+        if backend == "triton":
+            from torch_mars.kernels.triton_step import mars_step_triton as fused_step
+        else:
+            from torch_mars.kernels.compiled_step import mars_step_compiled as fused_step
+        fused_step(tensors, hp, store_last_grad, inv_grad_scale)
+        return
+    _require_unscaled(inv_grad_scale, backend)
+    upcast, pairs = _upcast_state(tensors)
+    step_impl = mars_step_foreach if backend == "foreach" else mars_step_single_tensor
+    step_impl(upcast, hp, store_last_grad)
+    _write_back(pairs)
 
 
 def adamw_step(
-    params: list[Tensor],
-    grads: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    max_exp_avg_sqs: list[Tensor],
-    steps: list[int],
+    tensors: StepTensors,
     hp: AdamWHyperparams,
     *,
-    foreach: bool,
+    implementation: Implementation = "single_tensor",
+    inv_grad_scale: Tensor | None = None,
 ) -> None:
     r"""One AdamW step (decoupled weight decay), in place; MARS uses it for 1-D tensors.
 
@@ -100,7 +159,23 @@ def adamw_step(
     :math:`p \leftarrow p (1 - lr\,wd) - lr\,\hat m / (\sqrt{\hat v} + \epsilon)` with
     :math:`\hat m = m/(1-\beta_1^t)`, :math:`\hat v = v/(1-\beta_2^t)`,
     with :math:`v` replaced by its running maximum under AMSGrad. This is exactly the update of
-    ``torch.optim.AdamW``.
+    ``torch.optim.AdamW``. Arguments as in :func:`mars_step` (``tensors.last_grads`` unused).
     """
-    step_impl = adamw_step_foreach if foreach else adamw_step_single_tensor
-    step_impl(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, hp)
+    backend = _resolve(implementation, tensors)
+    if backend in ("compiled", "triton"):
+        if backend == "triton":
+            from torch_mars.kernels.triton_step import adamw_step_triton as fused_step
+        else:
+            from torch_mars.kernels.compiled_step import adamw_step_compiled as fused_step
+        fused_step(tensors, hp, inv_grad_scale)
+        return
+    _require_unscaled(inv_grad_scale, backend)
+    upcast, pairs = _upcast_state(tensors)
+    step_impl = adamw_step_foreach if backend == "foreach" else adamw_step_single_tensor
+    step_impl(upcast, hp)
+    _write_back(pairs)
+
+
+def _require_unscaled(inv_grad_scale: Tensor | None, backend: str) -> None:
+    if inv_grad_scale is not None:
+        raise ValueError(f"inv_grad_scale is only supported by the fused kernels, not {backend!r}")

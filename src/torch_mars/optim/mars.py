@@ -11,13 +11,14 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from torch_mars.optim.functional import adamw_step, default_foreach, mars_step
+from torch_mars.optim.functional import Implementation, adamw_step, default_foreach, mars_step
 from torch_mars.optim.hyperparams import (
     MarsType,
     adamw_1d_hyperparams,
     mars_hyperparams,
     validate_group,
 )
+from torch_mars.optim.step_tensors import Scalar, StepTensors
 
 
 def routes_to_mars(param: Tensor, group: dict[str, Any]) -> bool:
@@ -54,12 +55,15 @@ class MARS(Optimizer):
 
     Args:
         params: tensors or param-group dicts; every argument below may be set per group.
-        lr: learning rate of the MARS-routed tensors, >= 0.
-        betas: ``(beta1, beta2)`` of the MARS rule, each in [0, 1).
+        lr: learning rate of the MARS-routed tensors, >= 0; a float or a one-element tensor
+            (write new values into the tensor to schedule it without recompiling a compiled
+            ``step``).
+        betas: ``(beta1, beta2)`` of the MARS rule, each in [0, 1) (floats or tensors).
         eps: denominator term of the Adam rule, >= 0.
         weight_decay: decoupled weight decay of MARS-routed tensors, >= 0.
         amsgrad: use the running maximum of ``v`` (both Adam rules).
-        gamma: variance-reduction strength, >= 0; 0 gives AdamW / Lion / Muon-style Shampoo.
+        gamma: variance-reduction strength, >= 0 (float or one-element tensor); 0 gives AdamW /
+            Lion / Muon-style Shampoo.
         is_approx: approximate mode (previous step's gradient) or exact mode (needs a closure).
         mars_type: ``"mars-adamw"``, ``"mars-lion"`` or ``"mars-shampoo"``.
         optimize_1d: route ``ndim < 2`` tensors to MARS too.
@@ -70,11 +74,17 @@ class MARS(Optimizer):
         ns_steps: Newton-Schulz iterations of ``mars-shampoo``, >= 1.
         foreach: multi-tensor kernels (True), the per-tensor loop (False), or the default for the
             device (None: multi-tensor on CUDA-like devices, the loop on CPU).
+        fused: the fused kernels (True): multi-tensor Triton kernels on CUDA (needs the
+            ``triton`` extra), one ``torch.compile``d kernel per tensor on CPU. They also take a
+            GradScaler's scale inside the kernel. Exclusive with ``foreach=True``.
+        state_dtype: dtype of ``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq`` and ``last_grad``:
+            None (the parameter's dtype), ``torch.float32`` or ``torch.bfloat16`` (half the
+            state memory; the step still computes in float32).
 
     State per tensor: ``step`` (int), ``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq`` (AMSGrad),
     ``last_grad`` (MARS-routed tensors: a copy of the previous gradient, never an alias of
-    ``p.grad``) and ``prev_param`` (exact mode: the parameters of the previous step), all in the
-    parameter's dtype.
+    ``p.grad``) and ``prev_param`` (exact mode: the parameters of the previous step), in
+    ``state_dtype`` (``prev_param`` in the parameter's dtype).
 
     Example:
         >>> import torch
@@ -91,12 +101,12 @@ class MARS(Optimizer):
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 3e-3,
-        betas: tuple[float, float] = (0.95, 0.99),
+        lr: Scalar = 3e-3,
+        betas: tuple[Scalar, Scalar] = (0.95, 0.99),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
         amsgrad: bool = False,
-        gamma: float = 0.025,
+        gamma: Scalar = 0.025,
         is_approx: bool = True,
         mars_type: MarsType = "mars-adamw",
         optimize_1d: bool = False,
@@ -107,6 +117,8 @@ class MARS(Optimizer):
         maximize: bool = False,
         ns_steps: int = 5,
         foreach: bool | None = None,
+        fused: bool | None = None,
+        state_dtype: torch.dtype | None = None,
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -124,16 +136,20 @@ class MARS(Optimizer):
             "maximize": maximize,
             "ns_steps": ns_steps,
             "foreach": foreach,
+            "fused": fused,
+            "state_dtype": state_dtype,
             "use_mars": None,
         }
         validate_group(defaults)
         super().__init__(params, defaults)
+        # torch.amp.GradScaler then hands over grad_scale/found_inf instead of unscaling.
+        self._step_supports_amp_scaling = any(g["fused"] for g in self.param_groups)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate ``param_group`` (defaults filled in) and add it; nothing changes on error."""
         validate_group({**self.defaults, **param_group})
         group = dict(param_group)
-        group.setdefault("lr_at_construction", group.get("lr", self.defaults["lr"]))
+        group.setdefault("lr_at_construction", float(group.get("lr", self.defaults["lr"])))
         super().add_param_group(group)
         added = self.param_groups[-1]
         if added["lr_at_construction"] == 0 and any(
@@ -152,6 +168,8 @@ class MARS(Optimizer):
             group.setdefault("maximize", False)
             group.setdefault("ns_steps", 5)
             group.setdefault("foreach", None)
+            group.setdefault("fused", None)
+            group.setdefault("state_dtype", None)
             group.setdefault("use_mars", None)
             group.setdefault("lr_at_construction", group["lr"])
 
@@ -163,9 +181,19 @@ class MARS(Optimizer):
         current batch, calls ``backward()`` and returns the loss. It is optional in the
         approximate mode and required in the exact mode, where it is called at the current
         parameters and again at the previous ones.
+
+        Under ``torch.amp.GradScaler`` with ``fused=True`` the scaler's ``grad_scale`` is divided
+        out inside the kernels and ``found_inf`` is read once per step (one host sync) to skip
+        the step. Hyperparameters are validated on every eager step; a compiled ``step`` skips
+        that check so that it traces without graph breaks.
         """
-        for group in self.param_groups:
-            validate_group(group)
+        if not torch.compiler.is_compiling():
+            for group in self.param_groups:
+                validate_group(group)
+        grad_scale: Tensor | None = getattr(self, "grad_scale", None)
+        found_inf: Tensor | None = getattr(self, "found_inf", None)
+        if found_inf is not None and bool(found_inf):
+            return None
         exact_groups = [group for group in self.param_groups if not group["is_approx"]]
         if exact_groups and closure is None:
             raise ValueError(
@@ -179,8 +207,9 @@ class MARS(Optimizer):
         self._check_dense_gradients()
         if exact_groups:
             self._prepare_exact_mode(closure, exact_groups)
+        inv_grad_scale = None if grad_scale is None else grad_scale.double().reciprocal()
         for group in self.param_groups:
-            self._step_group(group)
+            self._step_group(group, inv_grad_scale)
         return loss
 
     def _check_dense_gradients(self) -> None:
@@ -192,10 +221,16 @@ class MARS(Optimizer):
                         "(use a dense nn.Embedding, sparse=False)"
                     )
 
-    def _effective_grad(self, param: Tensor, group: dict[str, Any]) -> Tensor:
-        """The gradient being descended, as a new tensor (negated when maximising)."""
+    def _effective_grad(
+        self, param: Tensor, group: dict[str, Any], inv_grad_scale: Tensor | None = None
+    ) -> Tensor:
+        """The gradient being descended, as a new tensor in the state dtype (negated when
+        maximising, unscaled when a GradScaler's scale is given)."""
         assert param.grad is not None
-        return param.grad.neg() if group["maximize"] else param.grad.clone()
+        grad = param.grad.neg() if group["maximize"] else param.grad.clone()
+        if inv_grad_scale is not None:
+            grad.mul_(inv_grad_scale.to(grad.dtype))
+        return grad.to(_state_dtype(param, group))
 
     def _prepare_exact_mode(
         self, closure: Callable[[], Any], exact_groups: list[dict[str, Any]]
@@ -236,7 +271,7 @@ class MARS(Optimizer):
         """Copy the gradient just computed at the previous parameters into ``last_grad``."""
         state = self.state[param]
         if "last_grad" not in state:
-            state["last_grad"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+            state["last_grad"] = _zeros_state(param, group)
         if param.grad is None:
             state["last_grad"].zero_()
             return
@@ -244,53 +279,77 @@ class MARS(Optimizer):
         if group["maximize"]:
             state["last_grad"].neg_()
 
-    def _step_group(self, group: dict[str, Any]) -> None:
-        mars_tensors: dict[str, list[Any]] = {key: [] for key in _MARS_STATE_LISTS}
-        adamw_tensors: dict[str, list[Any]] = {key: [] for key in _ADAMW_STATE_LISTS}
+    def _step_group(self, group: dict[str, Any], inv_grad_scale: Tensor | None) -> None:
+        mars_tensors = StepTensors([], [], [], [])
+        adamw_tensors = StepTensors([], [], [], [])
         for param in group["params"]:
             if param.grad is None:
                 continue
             use_mars = routes_to_mars(param, group)
-            state = self._init_state(param, group, use_mars)
+            state = self._init_state(param, group, use_mars, inv_grad_scale)
             state["step"] += 1
             target = mars_tensors if use_mars else adamw_tensors
-            target["params"].append(param)
-            target["grads"].append(param.grad)
-            target["exp_avgs"].append(state["exp_avg"])
-            target["exp_avg_sqs"].append(state["exp_avg_sq"])
-            target["max_exp_avg_sqs"].append(state.get("max_exp_avg_sq"))
-            target["steps"].append(state["step"])
+            target.params.append(param)
+            target.grads.append(param.grad)
+            target.exp_avgs.append(state["exp_avg"])
+            target.exp_avg_sqs.append(state["exp_avg_sq"])
+            if group["amsgrad"]:
+                target.max_exp_avg_sqs.append(state["max_exp_avg_sq"])
+            target.steps.append(state["step"])
             if use_mars:
-                target["last_grads"].append(state["last_grad"])
-        foreach = group["foreach"]
-        if mars_tensors["params"]:
+                target.last_grads.append(state["last_grad"])
+        if mars_tensors.params:
             mars_step(
-                **mars_tensors,
-                hp=mars_hyperparams(group),
+                mars_tensors,
+                mars_hyperparams(group),
                 store_last_grad=group["is_approx"],
-                foreach=default_foreach(mars_tensors["params"]) if foreach is None else foreach,
+                implementation=_implementation(group, mars_tensors.params),
+                inv_grad_scale=inv_grad_scale,
             )
-        if adamw_tensors["params"]:
+        if adamw_tensors.params:
             adamw_step(
-                **adamw_tensors,
-                hp=adamw_1d_hyperparams(group),
-                foreach=default_foreach(adamw_tensors["params"]) if foreach is None else foreach,
+                adamw_tensors,
+                adamw_1d_hyperparams(group),
+                implementation=_implementation(group, adamw_tensors.params),
+                inv_grad_scale=inv_grad_scale,
             )
 
-    def _init_state(self, param: Tensor, group: dict[str, Any], use_mars: bool) -> dict[str, Any]:
+    def _init_state(
+        self,
+        param: Tensor,
+        group: dict[str, Any],
+        use_mars: bool,
+        inv_grad_scale: Tensor | None,
+    ) -> dict[str, Any]:
         """Create whatever state ``param`` lacks for the rule it takes now."""
         state = self.state[param]
         if "step" not in state:
             state["step"] = 0
-            state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+            state["exp_avg"] = _zeros_state(param, group)
+            state["exp_avg_sq"] = _zeros_state(param, group)
         if group["amsgrad"] and "max_exp_avg_sq" not in state:
-            state["max_exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+            state["max_exp_avg_sq"] = _zeros_state(param, group)
         if use_mars and "last_grad" not in state:
             # First MARS step of this tensor: g_tilde = g, so c = g (the paper's x_1 = x_0).
-            state["last_grad"] = self._effective_grad(param, group)
+            state["last_grad"] = self._effective_grad(param, group, inv_grad_scale)
         return state
 
 
-_ADAMW_STATE_LISTS = ("params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs", "steps")
-_MARS_STATE_LISTS = (*_ADAMW_STATE_LISTS, "last_grads")
+def _state_dtype(param: Tensor, group: dict[str, Any]) -> torch.dtype:
+    return group["state_dtype"] or param.dtype
+
+
+def _zeros_state(param: Tensor, group: dict[str, Any]) -> Tensor:
+    return torch.zeros_like(
+        param, dtype=_state_dtype(param, group), memory_format=torch.preserve_format
+    )
+
+
+def _implementation(group: dict[str, Any], params: list[Tensor]) -> Implementation:
+    """The step path of a group: fused, foreach or the per-tensor loop (device default)."""
+    if group["fused"]:
+        return "fused"
+    foreach = group["foreach"]
+    if foreach is None:
+        foreach = default_foreach(params)
+    return "foreach" if foreach else "single_tensor"

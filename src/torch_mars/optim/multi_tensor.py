@@ -1,43 +1,39 @@
 """Multi-tensor (``torch._foreach_*``) MARS and AdamW steps.
 
 Tensors are grouped by device and dtype and each group is updated with a handful of fused
-multi-tensor kernels instead of one small kernel per tensor and per operation. The maths and the
-order of operations are those of :mod:`torch_mars.optim.single_tensor`, which the tests compare
-this path against. Nothing here reads a tensor value on the host.
+multi-tensor kernels instead of one small kernel per tensor and per operation. The maths is that
+of :mod:`torch_mars.optim.single_tensor`, which the tests compare this path against; the passes
+over memory are kept to what the rule needs (``c`` in one ``lerp`` of ``g`` and ``g_tilde``, the
+bias corrections folded into scalars). Nothing here reads a tensor value on the host, and
+one-element tensor hyperparameters stay on their device.
 """
 
 from __future__ import annotations
-
-import math
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
-from torch_mars.optim.newton_schulz import reduction_dtype
-from torch_mars.optim.single_tensor import correction_scale, shampoo_direction
-
-
-def group_by_device_and_dtype(tensors: Sequence[Tensor]) -> list[list[int]]:
-    """Indices of ``tensors`` split by (device, dtype), groups in first-seen order."""
-    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-    for index, tensor in enumerate(tensors):
-        groups.setdefault((tensor.device, tensor.dtype), []).append(index)
-    return list(groups.values())
-
-
-def _select(indices: Sequence[int], *lists: Sequence) -> list[list]:
-    """Each of ``lists`` restricted to ``indices``; an empty list (no AMSGrad maxima) stays so."""
-    return [[values[i] for i in indices] if values else [] for values in lists]
+from torch_mars.optim.newton_schulz import batched_shampoo_directions, reduction_dtype
+from torch_mars.optim.step_tensors import (
+    Scalar,
+    StepTensors,
+    bias_corrections,
+    correction_scale,
+    foreach_add_scaled_,
+    group_by_device_and_dtype,
+    group_indices,
+)
 
 
 def _variance_reduced_gradients(
-    grads: list[Tensor], last_grads: list[Tensor], gamma: float, beta1: float
+    grads: list[Tensor], last_grads: list[Tensor], gamma: Scalar, beta1: Scalar
 ) -> list[Tensor]:
-    cs = torch._foreach_sub(grads, last_grads)
-    torch._foreach_mul_(cs, correction_scale(gamma, beta1))
-    torch._foreach_add_(cs, grads)
+    weight = -correction_scale(gamma, beta1)
+    if isinstance(weight, Tensor):
+        cs = torch._foreach_lerp(grads, last_grads, [weight] * len(grads))
+    else:
+        cs = torch._foreach_lerp(grads, last_grads, weight)
     norms = torch._foreach_norm(cs, 2, dtype=reduction_dtype(cs[0].dtype))
     torch._foreach_clamp_min_(norms, 1.0)
     torch._foreach_div_(cs, norms)
@@ -49,100 +45,89 @@ def _decay_weights(params: list[Tensor], hp: AdamWHyperparams) -> None:
         torch._foreach_mul_(params, 1.0 - hp.lr * hp.weight_decay)
 
 
+def _update_moments(
+    update_inputs: list[Tensor], tensors: StepTensors, hp: AdamWHyperparams
+) -> list[Tensor]:
+    """Update ``m`` and ``v`` (and the AMSGrad maxima); return the second moments to use."""
+    torch._foreach_lerp_(tensors.exp_avgs, update_inputs, 1.0 - hp.beta1)
+    torch._foreach_mul_(tensors.exp_avg_sqs, hp.beta2)
+    if isinstance(hp.beta2, Tensor):
+        squares = torch._foreach_mul(update_inputs, update_inputs)
+        torch._foreach_mul_(squares, 1.0 - hp.beta2)
+        torch._foreach_add_(tensors.exp_avg_sqs, squares)
+    else:
+        torch._foreach_addcmul_(tensors.exp_avg_sqs, update_inputs, update_inputs, 1.0 - hp.beta2)
+    if not hp.amsgrad:
+        return tensors.exp_avg_sqs
+    torch._foreach_maximum_(tensors.max_exp_avg_sqs, tensors.exp_avg_sqs)
+    return tensors.max_exp_avg_sqs
+
+
 def _adam_rule_foreach(
-    params: list[Tensor],
-    update_inputs: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    max_exp_avg_sqs: list[Tensor],
-    steps: list[int],
-    hp: AdamWHyperparams,
+    update_inputs: list[Tensor], tensors: StepTensors, hp: AdamWHyperparams
 ) -> None:
-    torch._foreach_lerp_(exp_avgs, update_inputs, 1.0 - hp.beta1)
-    torch._foreach_mul_(exp_avg_sqs, hp.beta2)
-    torch._foreach_addcmul_(exp_avg_sqs, update_inputs, update_inputs, 1.0 - hp.beta2)
-    second_moments = exp_avg_sqs
-    if hp.amsgrad:
-        torch._foreach_maximum_(max_exp_avg_sqs, exp_avg_sqs)
-        second_moments = max_exp_avg_sqs
-    bias_correction2_sqrts = [math.sqrt(1.0 - hp.beta2**step) for step in steps]
-    step_sizes = [-hp.lr / (1.0 - hp.beta1**step) for step in steps]
-    denoms = torch._foreach_sqrt(second_moments)
-    torch._foreach_div_(denoms, bias_correction2_sqrts)
-    torch._foreach_add_(denoms, hp.eps)
-    _decay_weights(params, hp)
-    torch._foreach_addcdiv_(params, exp_avgs, denoms, step_sizes)
+    second_moments = _update_moments(update_inputs, tensors, hp)
+    _decay_weights(tensors.params, hp)
+    # Tensors that share a step count share their bias corrections: usually one group.
+    for indices in group_indices(tensors.steps):
+        bias_correction1, bias_correction2_sqrt = bias_corrections(
+            hp.beta1, hp.beta2, tensors.steps[indices[0]]
+        )
+        params = [tensors.params[i] for i in indices]
+        exp_avgs = [tensors.exp_avgs[i] for i in indices]
+        denoms = torch._foreach_sqrt([second_moments[i] for i in indices])
+        torch._foreach_div_(denoms, bias_correction2_sqrt)
+        torch._foreach_add_(denoms, hp.eps)
+        step_size = -hp.lr / bias_correction1
+        if isinstance(step_size, Tensor):
+            updates = torch._foreach_div(exp_avgs, denoms)
+            foreach_add_scaled_(params, updates, step_size)
+        else:
+            torch._foreach_addcdiv_(params, exp_avgs, denoms, step_size)
 
 
-def _mars_step_one_group(
-    params: list[Tensor],
-    grads: list[Tensor],
-    last_grads: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    max_exp_avg_sqs: list[Tensor],
-    steps: list[int],
-    hp: MarsHyperparams,
-    store_last_grad: bool,
-) -> None:
-    if hp.maximize:
-        grads = torch._foreach_neg(grads)
-    cs = _variance_reduced_gradients(grads, last_grads, hp.gamma, hp.beta1)
+def apply_shampoo_directions(matrices: StepTensors, hp: MarsHyperparams) -> None:
+    """``p <- p (1 - lr wd) - lr NS(m) sqrt(max(1, rows/cols))`` for matrices whose ``m`` is up
+    to date, with Newton-Schulz batched over same-shape matrices."""
+    for indices in group_by_device_and_dtype(matrices.params):
+        group = matrices.select(indices)
+        _decay_weights(group.params, hp)
+        directions = batched_shampoo_directions(group.exp_avgs, hp.ns_steps)
+        directions = [d.to(p.dtype) for d, p in zip(directions, group.params, strict=True)]
+        foreach_add_scaled_(group.params, directions, -hp.lr)
+
+
+def _mars_step_one_group(tensors: StepTensors, hp: MarsHyperparams, store_last_grad: bool) -> None:
+    grads = torch._foreach_neg(tensors.grads) if hp.maximize else tensors.grads
+    cs = _variance_reduced_gradients(grads, tensors.last_grads, hp.gamma, hp.beta1)
     if store_last_grad:
-        torch._foreach_copy_(last_grads, grads)
+        torch._foreach_copy_(tensors.last_grads, grads)
     if hp.mars_type == "mars-lion":
-        torch._foreach_lerp_(exp_avgs, cs, 1.0 - hp.beta1)
-        _decay_weights(params, hp)
-        torch._foreach_add_(params, torch._foreach_sign(exp_avgs), alpha=-hp.lr)
+        torch._foreach_lerp_(tensors.exp_avgs, cs, 1.0 - hp.beta1)
+        _decay_weights(tensors.params, hp)
+        foreach_add_scaled_(tensors.params, torch._foreach_sign(tensors.exp_avgs), -hp.lr)
         return
-    adam_indices = range(len(params))
+    adam_indices = list(range(len(tensors)))
     if hp.mars_type == "mars-shampoo":
-        matrices = [i for i, p in enumerate(params) if p.ndim >= 2]
-        adam_indices = [i for i, p in enumerate(params) if p.ndim < 2]
+        matrices = [i for i, p in enumerate(tensors.params) if p.ndim >= 2]
+        adam_indices = [i for i, p in enumerate(tensors.params) if p.ndim < 2]
         if matrices:
-            matrix_params, matrix_cs, matrix_exp_avgs = _select(matrices, params, cs, exp_avgs)
-            torch._foreach_lerp_(matrix_exp_avgs, matrix_cs, 1.0 - hp.beta1)
-            _decay_weights(matrix_params, hp)
-            directions = [shampoo_direction(m, hp.ns_steps) for m in matrix_exp_avgs]
-            torch._foreach_add_(matrix_params, directions, alpha=-hp.lr)
+            matrix_tensors = tensors.select(matrices)
+            torch._foreach_lerp_(matrix_tensors.exp_avgs, [cs[i] for i in matrices], 1.0 - hp.beta1)
+            apply_shampoo_directions(matrix_tensors, hp)
     if adam_indices:
-        selected = _select(adam_indices, params, cs, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps)
-        _adam_rule_foreach(*selected, hp)
+        _adam_rule_foreach([cs[i] for i in adam_indices], tensors.select(adam_indices), hp)
 
 
-def mars_step_foreach(
-    params: list[Tensor],
-    grads: list[Tensor],
-    last_grads: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    max_exp_avg_sqs: list[Tensor],
-    steps: list[int],
-    hp: MarsHyperparams,
-    store_last_grad: bool,
-) -> None:
+def mars_step_foreach(tensors: StepTensors, hp: MarsHyperparams, store_last_grad: bool) -> None:
     """One MARS step with multi-tensor kernels; see :func:`~.functional.mars_step`."""
-    for indices in group_by_device_and_dtype(params):
-        selected = _select(
-            indices, params, grads, last_grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps
-        )
-        _mars_step_one_group(*selected, hp, store_last_grad)
+    for indices in group_by_device_and_dtype(tensors.params):
+        _mars_step_one_group(tensors.select(indices), hp, store_last_grad)
 
 
-def adamw_step_foreach(
-    params: list[Tensor],
-    grads: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    max_exp_avg_sqs: list[Tensor],
-    steps: list[int],
-    hp: AdamWHyperparams,
-) -> None:
+def adamw_step_foreach(tensors: StepTensors, hp: AdamWHyperparams) -> None:
     """One AdamW step with multi-tensor kernels; see :func:`~.functional.adamw_step`."""
-    for indices in group_by_device_and_dtype(params):
-        group_params, group_grads, *moments_and_steps = _select(
-            indices, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps
-        )
-        if hp.maximize:
-            group_grads = torch._foreach_neg(group_grads)
-        _adam_rule_foreach(group_params, group_grads, *moments_and_steps, hp)
+    for indices in group_by_device_and_dtype(tensors.params):
+        group = tensors.select(indices)
+        grads = torch._foreach_neg(group.grads) if hp.maximize else group.grads
+        _adam_rule_foreach(grads, group, hp)

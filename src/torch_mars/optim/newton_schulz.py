@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -20,7 +22,9 @@ def newton_schulz_orthogonalize(matrix: Tensor, steps: int) -> Tensor:
     """Approximate the orthogonal factor ``U V^T`` of ``matrix = U S V^T``.
 
     Args:
-        matrix: a 2-D tensor of shape ``(rows, cols)``, any floating dtype.
+        matrix: a tensor of shape ``(rows, cols)`` or a batch ``(batch, rows, cols)`` of
+            matrices orthogonalised independently (one chain of batched matmuls), any floating
+            dtype.
         steps: number of quintic iterations (>= 1).
 
     Returns:
@@ -33,9 +37,11 @@ def newton_schulz_orthogonalize(matrix: Tensor, steps: int) -> Tensor:
     True
     """
     a, b, c = NS_COEFFICIENTS
-    norm = torch.linalg.vector_norm(matrix, dtype=reduction_dtype(matrix.dtype))
+    norm = torch.linalg.vector_norm(
+        matrix, dim=(-2, -1), keepdim=True, dtype=reduction_dtype(matrix.dtype)
+    )
     x = (matrix / (norm + NS_NORM_EPS)).to(torch.bfloat16)
-    transposed = matrix.size(0) > matrix.size(1)
+    transposed = matrix.size(-2) > matrix.size(-1)
     if transposed:
         x = x.mT
     for _ in range(steps):
@@ -45,3 +51,28 @@ def newton_schulz_orthogonalize(matrix: Tensor, steps: int) -> Tensor:
     if transposed:
         x = x.mT
     return x.to(matrix.dtype)
+
+
+def batched_shampoo_directions(exp_avgs: list[Tensor], steps: int) -> list[Tensor]:
+    """``NS(M) * sqrt(max(1, rows/cols))`` of each ``M = m.reshape(shape[0], -1)``.
+
+    Tensors of the same shape, dtype and device are stacked and orthogonalised together, one
+    chain of batched matmuls per shape instead of one per tensor. Returns tensors of the shapes
+    of ``exp_avgs`` (zeros for tensors with no elements).
+    """
+    directions: list[Tensor | None] = [None] * len(exp_avgs)
+    groups: dict[tuple, list[int]] = {}
+    for index, m in enumerate(exp_avgs):
+        groups.setdefault((m.shape, m.dtype, m.device), []).append(index)
+    for (shape, _, _), indices in groups.items():
+        if math.prod(shape) == 0:
+            for index in indices:
+                directions[index] = torch.zeros_like(exp_avgs[index])
+            continue
+        rows, cols = shape[0], math.prod(shape[1:])
+        stacked = torch.stack([exp_avgs[i].reshape(rows, cols) for i in indices])
+        orthogonal = newton_schulz_orthogonalize(stacked, steps)
+        orthogonal.mul_(math.sqrt(max(1.0, rows / cols)))
+        for index, matrix in zip(indices, orthogonal.unbind(0), strict=True):
+            directions[index] = matrix.view(shape)
+    return directions  # type: ignore[return-value]

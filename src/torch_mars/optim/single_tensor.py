@@ -14,17 +14,23 @@ from torch import Tensor
 
 from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
 from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize, reduction_dtype
-
-
-def correction_scale(gamma: float, beta1: float) -> float:
-    """The factor ``gamma * beta1 / (1 - beta1)`` that multiplies ``g - g_tilde`` in MARS."""
-    return gamma * beta1 / (1.0 - beta1)
+from torch_mars.optim.step_tensors import (
+    Scalar,
+    StepTensors,
+    add_scaled_,
+    addcdiv_scaled_,
+    addcmul_scaled_,
+    bias_corrections,
+    correction_scale,
+)
 
 
 def variance_reduced_gradient(
-    grad: Tensor, last_grad: Tensor, gamma: float, beta1: float
+    grad: Tensor, last_grad: Tensor, gamma: Scalar, beta1: Scalar
 ) -> Tensor:
     """``c = g + gamma * beta1/(1-beta1) * (g - g_tilde)``, scaled to unit norm if ``||c||_2 > 1``.
+
+    ``c`` is formed as ``lerp(g, g_tilde, -scale)``, one fused pass over both inputs.
 
     Args:
         grad: the gradient ``g`` at the current parameters, any shape.
@@ -33,7 +39,7 @@ def variance_reduced_gradient(
     Returns:
         A new tensor ``c`` of the shape and dtype of ``grad``.
     """
-    c = torch.sub(grad, last_grad).mul_(correction_scale(gamma, beta1)).add_(grad)
+    c = torch.lerp(grad, last_grad, -correction_scale(gamma, beta1))
     norm = torch.linalg.vector_norm(c, dtype=reduction_dtype(c.dtype))
     return c.div_(norm.clamp_min_(1.0))
 
@@ -53,17 +59,16 @@ def adam_rule_(
     p <- p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
     """
     exp_avg.lerp_(update_input, 1.0 - hp.beta1)
-    exp_avg_sq.mul_(hp.beta2).addcmul_(update_input, update_input, value=1.0 - hp.beta2)
+    addcmul_scaled_(exp_avg_sq.mul_(hp.beta2), update_input, update_input, 1.0 - hp.beta2)
     second_moment = exp_avg_sq
     if max_exp_avg_sq is not None:
         torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
         second_moment = max_exp_avg_sq
-    bias_correction1 = 1.0 - hp.beta1**step
-    bias_correction2_sqrt = math.sqrt(1.0 - hp.beta2**step)
+    bias_correction1, bias_correction2_sqrt = bias_corrections(hp.beta1, hp.beta2, step)
     denom = (second_moment.sqrt() / bias_correction2_sqrt).add_(hp.eps)
     if hp.weight_decay != 0.0:
         param.mul_(1.0 - hp.lr * hp.weight_decay)
-    param.addcdiv_(exp_avg, denom, value=-hp.lr / bias_correction1)
+    addcdiv_scaled_(param, exp_avg, denom, -hp.lr / bias_correction1)
 
 
 def lion_rule_(param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams) -> None:
@@ -71,7 +76,14 @@ def lion_rule_(param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams) -
     exp_avg.lerp_(c, 1.0 - hp.beta1)
     if hp.weight_decay != 0.0:
         param.mul_(1.0 - hp.lr * hp.weight_decay)
-    param.add_(exp_avg.sign(), alpha=-hp.lr)
+    add_scaled_(param, exp_avg.sign(), -hp.lr)
+
+
+def shampoo_scale(shape: torch.Size) -> float:
+    """``sqrt(max(1, rows/cols))`` for a tensor of ``shape`` viewed as ``(shape[0], -1)``."""
+    rows = shape[0]
+    cols = math.prod(shape[1:])
+    return math.sqrt(max(1.0, rows / cols)) if cols else 1.0
 
 
 def shampoo_direction(exp_avg: Tensor, ns_steps: int) -> Tensor:
@@ -82,9 +94,8 @@ def shampoo_direction(exp_avg: Tensor, ns_steps: int) -> Tensor:
     if exp_avg.numel() == 0:
         return torch.zeros_like(exp_avg)
     matrix = exp_avg.reshape(exp_avg.size(0), -1)
-    rows, cols = matrix.shape
     orthogonal = newton_schulz_orthogonalize(matrix, ns_steps)
-    return orthogonal.mul_(math.sqrt(max(1.0, rows / cols))).view_as(exp_avg)
+    return orthogonal.mul_(shampoo_scale(exp_avg.shape)).view_as(exp_avg)
 
 
 def shampoo_rule_(param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams) -> None:
@@ -92,50 +103,48 @@ def shampoo_rule_(param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams
     exp_avg.lerp_(c, 1.0 - hp.beta1)
     if hp.weight_decay != 0.0:
         param.mul_(1.0 - hp.lr * hp.weight_decay)
-    param.add_(shampoo_direction(exp_avg, hp.ns_steps), alpha=-hp.lr)
+    add_scaled_(param, shampoo_direction(exp_avg, hp.ns_steps), -hp.lr)
 
 
 def mars_step_single_tensor(
-    params: list[Tensor],
-    grads: list[Tensor],
-    last_grads: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    max_exp_avg_sqs: list[Tensor],
-    steps: list[int],
-    hp: MarsHyperparams,
-    store_last_grad: bool,
+    tensors: StepTensors, hp: MarsHyperparams, store_last_grad: bool
 ) -> None:
     """One MARS step on each tensor in turn; see :func:`torch_mars.optim.functional.mars_step`."""
-    for index, param in enumerate(params):
-        grad = -grads[index] if hp.maximize else grads[index]
-        c = variance_reduced_gradient(grad, last_grads[index], hp.gamma, hp.beta1)
+    for index, param in enumerate(tensors.params):
+        grad = -tensors.grads[index] if hp.maximize else tensors.grads[index]
+        last_grad = tensors.last_grads[index]
+        c = variance_reduced_gradient(grad, last_grad, hp.gamma, hp.beta1)
         if store_last_grad:
-            last_grads[index].copy_(grad)
+            last_grad.copy_(grad)
+        exp_avg = tensors.exp_avgs[index]
         if hp.mars_type == "mars-lion":
-            lion_rule_(param, c, exp_avgs[index], hp)
+            lion_rule_(param, c, exp_avg, hp)
         elif hp.mars_type == "mars-shampoo" and param.ndim >= 2:
-            shampoo_rule_(param, c, exp_avgs[index], hp)
+            shampoo_rule_(param, c, exp_avg, hp)
         else:
-            max_exp_avg_sq = max_exp_avg_sqs[index] if hp.amsgrad else None
+            max_exp_avg_sq = tensors.max_exp_avg_sqs[index] if hp.amsgrad else None
             adam_rule_(
-                param, c, exp_avgs[index], exp_avg_sqs[index], max_exp_avg_sq, steps[index], hp
+                param,
+                c,
+                exp_avg,
+                tensors.exp_avg_sqs[index],
+                max_exp_avg_sq,
+                tensors.steps[index],
+                hp,
             )
 
 
-def adamw_step_single_tensor(
-    params: list[Tensor],
-    grads: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    max_exp_avg_sqs: list[Tensor],
-    steps: list[int],
-    hp: AdamWHyperparams,
-) -> None:
+def adamw_step_single_tensor(tensors: StepTensors, hp: AdamWHyperparams) -> None:
     """One AdamW step on each tensor in turn; see :func:`torch_mars.optim.functional.adamw_step`."""
-    for index, param in enumerate(params):
-        grad = -grads[index] if hp.maximize else grads[index]
-        max_exp_avg_sq = max_exp_avg_sqs[index] if hp.amsgrad else None
+    for index, param in enumerate(tensors.params):
+        grad = -tensors.grads[index] if hp.maximize else tensors.grads[index]
+        max_exp_avg_sq = tensors.max_exp_avg_sqs[index] if hp.amsgrad else None
         adam_rule_(
-            param, grad, exp_avgs[index], exp_avg_sqs[index], max_exp_avg_sq, steps[index], hp
+            param,
+            grad,
+            tensors.exp_avgs[index],
+            tensors.exp_avg_sqs[index],
+            max_exp_avg_sq,
+            tensors.steps[index],
+            hp,
         )

@@ -1,0 +1,165 @@
+"""The fused step for CPU (and any device without Triton): one ``torch.compile``d kernel per tensor.
+
+Each tensor's update is a single compiled graph over flat views: a reduction loop for
+``||c||`` (reads ``g`` and ``g_tilde``), then one element-wise loop that reads ``p, g, g_tilde,
+m, v`` and writes ``p, m, v, g_tilde``; inductor emits vectorised, multi-threaded C++ for both.
+The graph is compiled with dynamic shapes and takes the hyperparameters as a float64 tensor, so
+one compilation serves every tensor size, learning rate and step; only the rule, the flags and
+the dtypes select a new one. Math runs in float32 (float64 for float64 parameters) whatever the
+storage dtype of the parameters and state.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
+from torch_mars.optim.multi_tensor import apply_shampoo_directions
+from torch_mars.optim.step_tensors import StepTensors, bias_corrections, correction_scale
+
+# Layout of the coefficient vector handed to the compiled graph.
+_LR, _BETA1, _BETA2, _EPS, _WD, _SCALE, _BC1, _BC2_SQRT = range(8)
+RULES = ("adam", "lion", "momentum")
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def tensor_update(
+    param: Tensor,
+    grad: Tensor,
+    last_grad: Tensor | None,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor | None,
+    max_exp_avg_sq: Tensor | None,
+    coefficients: Tensor,
+    inv_grad_scale: Tensor | None,
+    rule: str,
+    maximize: bool,
+    store_last_grad: bool,
+) -> None:
+    """Update one tensor in place; the body of the compiled kernel.
+
+    Args:
+        param, grad, exp_avg: tensors of one shape (flat views in the compiled path).
+        last_grad: ``g_tilde`` for the MARS rule, or None for plain AdamW (``c = g``, no clip).
+        exp_avg_sq, max_exp_avg_sq: ``v`` and its AMSGrad maximum (None when unused).
+        coefficients: float64 vector ``[lr, beta1, beta2, eps, wd, scale, bc1, bc2_sqrt]`` with
+            ``scale = gamma beta1/(1-beta1)`` and the bias corrections of this step.
+        inv_grad_scale: ``1 / grad_scale`` of a GradScaler, or None.
+        rule: ``"adam"``, ``"lion"``, or ``"momentum"`` (update ``m`` only: Shampoo matrices).
+    """
+    compute = _compute_dtype(param.dtype)
+    h = coefficients.to(compute)
+    g = grad.to(compute)
+    if inv_grad_scale is not None:
+        g = g * inv_grad_scale.to(compute)
+    if maximize:
+        g = -g
+    c = g
+    if last_grad is not None:
+        c = torch.lerp(g, last_grad.to(compute), -h[_SCALE])
+        c = c / torch.linalg.vector_norm(c).clamp_min(1.0)
+        if store_last_grad:
+            last_grad.copy_(g)
+    m = torch.lerp(exp_avg.to(compute), c, 1.0 - h[_BETA1])
+    exp_avg.copy_(m)
+    if rule == "momentum":
+        return
+    p = param.to(compute) * (1.0 - h[_LR] * h[_WD])
+    if rule == "lion":
+        param.copy_(p - h[_LR] * torch.sign(m))
+        return
+    assert exp_avg_sq is not None
+    v = exp_avg_sq.to(compute) * h[_BETA2] + (1.0 - h[_BETA2]) * c * c
+    exp_avg_sq.copy_(v)
+    if max_exp_avg_sq is not None:
+        v = torch.maximum(max_exp_avg_sq.to(compute), v)
+        max_exp_avg_sq.copy_(v)
+    denom = torch.sqrt(v) / h[_BC2_SQRT] + h[_EPS]
+    param.copy_(p - (h[_LR] / h[_BC1]) * m / denom)
+
+
+@functools.cache
+def compiled_tensor_update() -> Callable[..., None]:
+    """:func:`tensor_update` compiled once per process (dynamic shapes, no graph breaks)."""
+    return torch.compile(tensor_update, dynamic=True, fullgraph=True)
+
+
+def _coefficients(hp: AdamWHyperparams, scale: object, step: int) -> Tensor:
+    bias_correction1, bias_correction2_sqrt = bias_corrections(hp.beta1, hp.beta2, step)
+    values = [hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, scale]
+    values += [bias_correction1, bias_correction2_sqrt]
+    return torch.tensor([float(v) for v in values], dtype=torch.float64)
+
+
+def _flat(tensor: Tensor | None) -> Tensor | None:
+    return None if tensor is None else tensor.view(-1)
+
+
+def _run(
+    tensors: StepTensors,
+    hp: AdamWHyperparams,
+    scale: object,
+    rule_of: Callable[[Tensor], str],
+    store_last_grad: bool,
+    inv_grad_scale: Tensor | None,
+) -> None:
+    kernel = compiled_tensor_update()
+    coefficients = {step: _coefficients(hp, scale, step) for step in set(tensors.steps)}
+    for i, param in enumerate(tensors.params):
+        if param.numel() == 0:
+            continue
+        operands = (
+            param,
+            tensors.grads[i],
+            tensors.last_grads[i] if tensors.last_grads else None,
+            tensors.exp_avgs[i],
+            tensors.exp_avg_sqs[i] if tensors.exp_avg_sqs else None,
+            tensors.max_exp_avg_sqs[i] if hp.amsgrad else None,
+        )
+        contiguous = all(t is None or t.is_contiguous() for t in operands)
+        update = kernel if contiguous else tensor_update
+        flat = [_flat(t) for t in operands] if contiguous else list(operands)
+        update(
+            *flat,
+            coefficients[tensors.steps[i]],
+            inv_grad_scale,
+            rule_of(param),
+            hp.maximize,
+            store_last_grad,
+        )
+
+
+def mars_step_compiled(
+    tensors: StepTensors,
+    hp: MarsHyperparams,
+    store_last_grad: bool,
+    inv_grad_scale: Tensor | None = None,
+) -> None:
+    """One MARS step with the compiled per-tensor kernel; see :func:`~.functional.mars_step`."""
+
+    def rule_of(param: Tensor) -> str:
+        if hp.mars_type == "mars-lion":
+            return "lion"
+        return "momentum" if hp.mars_type == "mars-shampoo" and param.ndim >= 2 else "adam"
+
+    scale = correction_scale(hp.gamma, hp.beta1)
+    _run(tensors, hp, scale, rule_of, store_last_grad, inv_grad_scale)
+    if hp.mars_type != "mars-shampoo":
+        return
+    apply_shampoo_directions(
+        tensors.select([i for i, p in enumerate(tensors.params) if p.ndim >= 2]), hp
+    )
+
+
+def adamw_step_compiled(
+    tensors: StepTensors, hp: AdamWHyperparams, inv_grad_scale: Tensor | None = None
+) -> None:
+    """One AdamW step with the compiled per-tensor kernel; see :func:`~.functional.adamw_step`."""
+    _run(tensors, hp, 0.0, lambda _: "adam", False, inv_grad_scale)

@@ -1,0 +1,375 @@
+"""The fused step for CUDA: multi-tensor Triton kernels for MARS-AdamW, MARS-Lion, the element-wise
+part of MARS-Shampoo, and the plain AdamW path of 1-D tensors.
+
+One step of a (device, dtypes) group is at most two launches over all its tensors, whatever
+their number. Work is cut into chunks of ``BLOCK`` elements; a chunk table maps each program to
+its tensor and offset, and an address table gives each tensor's ``p, g, g_tilde, m, v, v_max``.
+
+1. ``_mars_norm_kernel`` (MARS tensors only) forms ``c = g + s (g - g_tilde)`` and adds each
+   chunk's ``sum(c^2)`` into its tensor's slot with an atomic add.
+2. ``_mars_update_kernel`` forms ``c`` again (``g`` and ``g_tilde`` are re-read, mostly from L2
+   for tensors that fit), scales it by ``1 / max(1, ||c||)`` and applies the tensor's rule.
+
+Loads convert to float32 (float64 for float64 parameters) and stores convert back, so bf16/fp16
+parameters and bf16 state use fp32 math. A GradScaler's scale is divided out in the kernels.
+Triton is optional (``pip install torch-mars[triton]``); the kernels also run on CPU tensors
+under ``TRITON_INTERPRET=1``, which is how CI tests them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+from torch import Tensor
+
+from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
+from torch_mars.optim.multi_tensor import apply_shampoo_directions
+from torch_mars.optim.step_tensors import (
+    StepTensors,
+    bias_corrections,
+    correction_scale,
+    group_indices,
+)
+
+TRITON_AVAILABLE = importlib.util.find_spec("triton") is not None
+BLOCK = 1024
+NORM_CHUNKS_PER_PROGRAM = 8
+
+# Columns of the per-tensor coefficient table and of the address table.
+_LR, _BETA1, _BETA2, _EPS, _WD, _SCALE, _BC1, _BC2_SQRT, _RULE = range(9)
+N_COEFFICIENTS = 9
+_P, _G, _LAST_G, _M, _V, _V_MAX = range(6)
+N_ADDRESSES = 6
+RULE_ADAM, RULE_LION, RULE_MOMENTUM = 0, 1, 2
+
+
+def require_triton() -> None:
+    """Raise a clear error when the Triton kernels are asked for but Triton is not installed."""
+    if not TRITON_AVAILABLE:
+        raise RuntimeError(
+            "fused=True on CUDA needs Triton: pip install 'torch-mars[triton]' (or use "
+            "foreach=True)"
+        )
+
+
+if TRITON_AVAILABLE:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _load_tensor(addresses, tensor, column: tl.constexpr, offsets, mask, dtype, compute):
+        pointer = tl.load(addresses + tensor * 6 + column).to(tl.pointer_type(dtype), bitcast=True)
+        return tl.load(pointer + offsets, mask=mask, other=0.0).to(compute)
+
+    @triton.jit
+    def _store_tensor(addresses, tensor, column: tl.constexpr, offsets, mask, value, dtype):
+        pointer = tl.load(addresses + tensor * 6 + column).to(tl.pointer_type(dtype), bitcast=True)
+        tl.store(pointer + offsets, value.to(dtype), mask=mask)
+
+    @triton.jit
+    def _effective_grad(
+        addresses,
+        tensor,
+        offsets,
+        mask,
+        inv_grad_scale,
+        G_DTYPE,
+        COMPUTE,
+        HAS_GRAD_SCALE: tl.constexpr,
+        MAXIMIZE: tl.constexpr,
+    ):
+        g = _load_tensor(addresses, tensor, 1, offsets, mask, G_DTYPE, COMPUTE)
+        if HAS_GRAD_SCALE:
+            g = g * tl.load(inv_grad_scale).to(COMPUTE)
+        if MAXIMIZE:
+            g = -g
+        return g
+
+    @triton.jit
+    def _mars_norm_kernel(
+        addresses,
+        numels,
+        coefficients,
+        chunk_tensor,
+        chunk_start,
+        norm_sq,
+        inv_grad_scale,
+        G_DTYPE: tl.constexpr,
+        S_DTYPE: tl.constexpr,
+        COMPUTE: tl.constexpr,
+        HAS_GRAD_SCALE: tl.constexpr,
+        MAXIMIZE: tl.constexpr,
+        BLOCK: tl.constexpr,
+        CHUNKS: tl.constexpr,
+    ):
+        program = tl.program_id(0)
+        tensor = tl.load(chunk_tensor + program)
+        start = tl.load(chunk_start + program)
+        numel = tl.load(numels + tensor)
+        scale = tl.load(coefficients + tensor * 9 + 5).to(COMPUTE)
+        total = tl.zeros((BLOCK,), dtype=COMPUTE)
+        for chunk in range(CHUNKS):
+            offsets = start + chunk * BLOCK + tl.arange(0, BLOCK)
+            mask = offsets < numel
+            g = _effective_grad(
+                addresses,
+                tensor,
+                offsets,
+                mask,
+                inv_grad_scale,
+                G_DTYPE,
+                COMPUTE,
+                HAS_GRAD_SCALE,
+                MAXIMIZE,
+            )
+            last = _load_tensor(addresses, tensor, 2, offsets, mask, S_DTYPE, COMPUTE)
+            c = g - scale * (last - g)
+            total += c * c
+        tl.atomic_add(norm_sq + tensor, tl.sum(total, axis=0))
+
+    @triton.jit
+    def _mars_update_kernel(
+        addresses,
+        numels,
+        coefficients,
+        chunk_tensor,
+        chunk_start,
+        norm_sq,
+        inv_grad_scale,
+        P_DTYPE: tl.constexpr,
+        G_DTYPE: tl.constexpr,
+        S_DTYPE: tl.constexpr,
+        COMPUTE: tl.constexpr,
+        IS_MARS: tl.constexpr,
+        STORE_LAST_GRAD: tl.constexpr,
+        AMSGRAD: tl.constexpr,
+        HAS_GRAD_SCALE: tl.constexpr,
+        MAXIMIZE: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        program = tl.program_id(0)
+        tensor = tl.load(chunk_tensor + program)
+        offsets = tl.load(chunk_start + program) + tl.arange(0, BLOCK)
+        mask = offsets < tl.load(numels + tensor)
+        row = coefficients + tensor * 9
+        lr = tl.load(row + 0).to(COMPUTE)
+        beta1 = tl.load(row + 1).to(COMPUTE)
+        weight_decay = tl.load(row + 4).to(COMPUTE)
+        rule = tl.load(row + 8).to(tl.int32)
+
+        g = _effective_grad(
+            addresses,
+            tensor,
+            offsets,
+            mask,
+            inv_grad_scale,
+            G_DTYPE,
+            COMPUTE,
+            HAS_GRAD_SCALE,
+            MAXIMIZE,
+        )
+        c = g
+        if IS_MARS:
+            last = _load_tensor(addresses, tensor, 2, offsets, mask, S_DTYPE, COMPUTE)
+            c = g - tl.load(row + 5).to(COMPUTE) * (last - g)
+            c = c / tl.maximum(tl.sqrt(tl.load(norm_sq + tensor).to(COMPUTE)), 1.0)
+            if STORE_LAST_GRAD:
+                _store_tensor(addresses, tensor, 2, offsets, mask, g, S_DTYPE)
+        m = _load_tensor(addresses, tensor, 3, offsets, mask, S_DTYPE, COMPUTE)
+        m = m + (1.0 - beta1) * (c - m)
+        _store_tensor(addresses, tensor, 3, offsets, mask, m, S_DTYPE)
+        if rule != 2:
+            p = _load_tensor(addresses, tensor, 0, offsets, mask, P_DTYPE, COMPUTE)
+            p = p * (1.0 - lr * weight_decay)
+            if rule == 1:
+                direction = tl.where(m > 0, 1.0, tl.where(m < 0, -1.0, 0.0)).to(COMPUTE)
+                p = p - lr * direction
+            else:
+                beta2 = tl.load(row + 2).to(COMPUTE)
+                v = _load_tensor(addresses, tensor, 4, offsets, mask, S_DTYPE, COMPUTE)
+                v = v * beta2 + (1.0 - beta2) * c * c
+                _store_tensor(addresses, tensor, 4, offsets, mask, v, S_DTYPE)
+                if AMSGRAD:
+                    v_max = _load_tensor(addresses, tensor, 5, offsets, mask, S_DTYPE, COMPUTE)
+                    v = tl.maximum(v_max, v)
+                    _store_tensor(addresses, tensor, 5, offsets, mask, v, S_DTYPE)
+                bias_correction1 = tl.load(row + 6).to(COMPUTE)
+                bias_correction2_sqrt = tl.load(row + 7).to(COMPUTE)
+                denom = tl.sqrt(v) / bias_correction2_sqrt + tl.load(row + 3).to(COMPUTE)
+                p = p - (lr / bias_correction1) * m / denom
+            _store_tensor(addresses, tensor, 0, offsets, mask, p, P_DTYPE)
+
+    _TRITON_DTYPES = {
+        torch.float32: tl.float32,
+        torch.float16: tl.float16,
+        torch.bfloat16: tl.bfloat16,
+        torch.float64: tl.float64,
+    }
+
+
+def _address(tensor: Tensor | None) -> int:
+    return 0 if tensor is None else tensor.data_ptr()
+
+
+def _coefficient_table(
+    hp: AdamWHyperparams, scale: object, steps: list[int], rules: list[int], device: torch.device
+) -> Tensor:
+    """The ``(n, 9)`` float64 table of per-tensor coefficients, built without a host read of a
+    tensor hyperparameter."""
+    rows_by_step: dict[int, list[object]] = {}
+    for step in set(steps):
+        bias_correction1, bias_correction2_sqrt = bias_corrections(hp.beta1, hp.beta2, step)
+        rows_by_step[step] = [hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, scale]
+        rows_by_step[step] += [bias_correction1, bias_correction2_sqrt]
+    values = [[*rows_by_step[step], rule] for step, rule in zip(steps, rules, strict=True)]
+    if not any(isinstance(v, Tensor) for row in rows_by_step.values() for v in row):
+        return torch.tensor(values, dtype=torch.float64).to(device, non_blocking=True)
+    return torch.stack(
+        [
+            torch.stack(
+                [torch.as_tensor(v, dtype=torch.float64, device=device).reshape(()) for v in row]
+            )
+            for row in values
+        ]
+    )
+
+
+def _launch(
+    tensors: StepTensors,
+    hp: AdamWHyperparams,
+    scale: object,
+    rules: list[int],
+    is_mars: bool,
+    store_last_grad: bool,
+    inv_grad_scale: Tensor | None,
+) -> None:
+    """Both kernels over one (device, dtypes) group of non-empty tensors."""
+    device = tensors.params[0].device
+    param_dtype = tensors.params[0].dtype
+    state_dtype = tensors.exp_avgs[0].dtype
+    compute = torch.float64 if param_dtype == torch.float64 else torch.float32
+    n = len(tensors)
+    addresses = torch.tensor(
+        [
+            [
+                _address(tensors.params[i]),
+                _address(tensors.grads[i]),
+                _address(tensors.last_grads[i]) if is_mars else 0,
+                _address(tensors.exp_avgs[i]),
+                _address(tensors.exp_avg_sqs[i]),
+                _address(tensors.max_exp_avg_sqs[i]) if hp.amsgrad else 0,
+            ]
+            for i in range(n)
+        ],
+        dtype=torch.int64,
+    ).to(device, non_blocking=True)
+    numels = [p.numel() for p in tensors.params]
+    numel_table = torch.tensor(numels, dtype=torch.int64).to(device, non_blocking=True)
+    coefficients = _coefficient_table(hp, scale, tensors.steps, rules, device)
+    norm_sq = torch.zeros(n, dtype=compute, device=device)
+    scale_pointer = inv_grad_scale if inv_grad_scale is not None else norm_sq
+    common = dict(
+        G_DTYPE=_TRITON_DTYPES[tensors.grads[0].dtype],
+        S_DTYPE=_TRITON_DTYPES[state_dtype],
+        COMPUTE=_TRITON_DTYPES[compute],
+        HAS_GRAD_SCALE=inv_grad_scale is not None,
+        MAXIMIZE=hp.maximize,
+        BLOCK=BLOCK,
+    )
+    if is_mars:
+        span = BLOCK * NORM_CHUNKS_PER_PROGRAM
+        norm_chunks = _chunk_table(numels, span, device)
+        _mars_norm_kernel[(norm_chunks[0].numel(),)](
+            addresses,
+            numel_table,
+            coefficients,
+            *norm_chunks,
+            norm_sq,
+            scale_pointer,
+            CHUNKS=NORM_CHUNKS_PER_PROGRAM,
+            **common,
+        )
+    chunks = _chunk_table(numels, BLOCK, device)
+    _mars_update_kernel[(chunks[0].numel(),)](
+        addresses,
+        numel_table,
+        coefficients,
+        *chunks,
+        norm_sq,
+        scale_pointer,
+        P_DTYPE=_TRITON_DTYPES[param_dtype],
+        IS_MARS=is_mars,
+        STORE_LAST_GRAD=store_last_grad,
+        AMSGRAD=hp.amsgrad,
+        **common,
+    )
+
+
+def _chunk_table(numels: list[int], span: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(tensor index, start offset)`` of every ``span``-element chunk of every tensor."""
+    tensor_ids: list[int] = []
+    starts: list[int] = []
+    for index, numel in enumerate(numels):
+        offsets = range(0, numel, span)
+        tensor_ids += [index] * len(offsets)
+        starts += offsets
+    return (
+        torch.tensor(tensor_ids, dtype=torch.int32).to(device, non_blocking=True),
+        torch.tensor(starts, dtype=torch.int64).to(device, non_blocking=True),
+    )
+
+
+def _launch_groups(
+    tensors: StepTensors,
+    hp: AdamWHyperparams,
+    scale: object,
+    rules: list[int],
+    is_mars: bool,
+    store_last_grad: bool,
+    inv_grad_scale: Tensor | None,
+) -> None:
+    require_triton()
+    keys = [
+        (p.device, p.dtype, g.dtype, m.dtype)
+        for p, g, m in zip(tensors.params, tensors.grads, tensors.exp_avgs, strict=True)
+    ]
+    for indices in group_indices(keys):
+        nonempty = [i for i in indices if tensors.params[i].numel() > 0]
+        if nonempty:
+            _launch(
+                tensors.select(nonempty),
+                hp,
+                scale,
+                [rules[i] for i in nonempty],
+                is_mars,
+                store_last_grad,
+                inv_grad_scale,
+            )
+
+
+def mars_step_triton(
+    tensors: StepTensors,
+    hp: MarsHyperparams,
+    store_last_grad: bool,
+    inv_grad_scale: Tensor | None = None,
+) -> None:
+    """One MARS step with the Triton kernels; see :func:`~.functional.mars_step`."""
+    if hp.mars_type == "mars-lion":
+        rules = [RULE_LION] * len(tensors)
+    elif hp.mars_type == "mars-shampoo":
+        rules = [RULE_MOMENTUM if p.ndim >= 2 else RULE_ADAM for p in tensors.params]
+    else:
+        rules = [RULE_ADAM] * len(tensors)
+    scale = correction_scale(hp.gamma, hp.beta1)
+    _launch_groups(tensors, hp, scale, rules, True, store_last_grad, inv_grad_scale)
+    if hp.mars_type == "mars-shampoo":
+        matrices = tensors.select([i for i, r in enumerate(rules) if r == RULE_MOMENTUM])
+        apply_shampoo_directions(matrices, hp)
+
+
+def adamw_step_triton(
+    tensors: StepTensors, hp: AdamWHyperparams, inv_grad_scale: Tensor | None = None
+) -> None:
+    """One AdamW step with the Triton update kernel; see :func:`~.functional.adamw_step`."""
+    _launch_groups(tensors, hp, 0.0, [RULE_ADAM] * len(tensors), False, False, inv_grad_scale)
