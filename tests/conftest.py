@@ -1,6 +1,13 @@
-"""Shared fixtures."""
+"""Shared fixtures. Without a GPU, Triton kernels run in its CPU interpreter, so CI checks them:
+the variable must be set before any kernel is defined."""
+
+import os
 
 import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from problems import MIXED_SHAPES, RandomProblem
 

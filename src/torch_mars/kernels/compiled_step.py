@@ -24,6 +24,7 @@ from torch_mars.optim.step_tensors import StepTensors, bias_corrections, correct
 # Layout of the coefficient vector handed to the compiled graph.
 _LR, _BETA1, _BETA2, _EPS, _WD, _SCALE, _BC1, _BC2_SQRT = range(8)
 RULES = ("adam", "lion", "momentum")
+VARIANT_LIMIT = 256
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -112,28 +113,47 @@ def _run(
 ) -> None:
     kernel = compiled_tensor_update()
     coefficients = {step: _coefficients(hp, scale, step) for step in set(tensors.steps)}
-    for i, param in enumerate(tensors.params):
-        if param.numel() == 0:
-            continue
-        operands = (
-            param,
-            tensors.grads[i],
-            tensors.last_grads[i] if tensors.last_grads else None,
-            tensors.exp_avgs[i],
-            tensors.exp_avg_sqs[i] if tensors.exp_avg_sqs else None,
-            tensors.max_exp_avg_sqs[i] if hp.amsgrad else None,
-        )
-        contiguous = all(t is None or t.is_contiguous() for t in operands)
-        update = kernel if contiguous else tensor_update
-        flat = [_flat(t) for t in operands] if contiguous else list(operands)
-        update(
-            *flat,
-            coefficients[tensors.steps[i]],
-            inv_grad_scale,
-            rule_of(param),
-            hp.maximize,
-            store_last_grad,
-        )
+    # Each combination of rule, flags and dtypes is one specialisation of the same function;
+    # dynamo's default limit of 8 per function is too low for a process that uses several.
+    with torch._dynamo.config.patch(recompile_limit=VARIANT_LIMIT):
+        for i in range(len(tensors)):
+            _update_one(
+                kernel, tensors, i, hp, coefficients, rule_of, store_last_grad, inv_grad_scale
+            )
+
+
+def _update_one(
+    kernel: Callable[..., None],
+    tensors: StepTensors,
+    i: int,
+    hp: AdamWHyperparams,
+    coefficients: dict[int, Tensor],
+    rule_of: Callable[[Tensor], str],
+    store_last_grad: bool,
+    inv_grad_scale: Tensor | None,
+) -> None:
+    param = tensors.params[i]
+    if param.numel() == 0:
+        return
+    operands = (
+        param,
+        tensors.grads[i],
+        tensors.last_grads[i] if tensors.last_grads else None,
+        tensors.exp_avgs[i],
+        tensors.exp_avg_sqs[i] if tensors.exp_avg_sqs else None,
+        tensors.max_exp_avg_sqs[i] if hp.amsgrad else None,
+    )
+    contiguous = all(t is None or t.is_contiguous() for t in operands)
+    update = kernel if contiguous else tensor_update
+    flat = [_flat(t) for t in operands] if contiguous else list(operands)
+    update(
+        *flat,
+        coefficients[tensors.steps[i]],
+        inv_grad_scale,
+        rule_of(param),
+        hp.maximize,
+        store_last_grad,
+    )
 
 
 def mars_step_compiled(
