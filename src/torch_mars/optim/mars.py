@@ -346,10 +346,15 @@ def _zeros_state(param: Tensor, group: dict[str, Any]) -> Tensor:
 
 
 def _implementation(group: dict[str, Any], params: list[Tensor]) -> Implementation:
-    """The step path of a group: fused, foreach or the per-tensor loop (device default)."""
+    """The step path of a group: fused, foreach or the per-tensor loop (device default).
+
+    A step traced by ``torch.compile`` takes the per-tensor loop: inductor fuses it across
+    tensors anyway, and in torch 2.13 the foreach ops fail to compile when their scalars derive
+    from a dynamic step count (the generated code references an unbound symbol).
+    """
     if group["fused"]:
         return "fused"
     foreach = group["foreach"]
     if foreach is None:
         foreach = default_foreach(params)
-    return "foreach" if foreach else "single_tensor"
+    return "foreach" if foreach and not torch.compiler.is_compiling() else "single_tensor"

@@ -63,13 +63,24 @@ def _update_moments(
     return tensors.max_exp_avg_sqs
 
 
+def _same_step_groups(steps: list[int]) -> list[list[int]]:
+    """Indices grouped by step count; tensors of one group share their bias corrections.
+
+    Usually all steps are equal. That case is tested by comparison, not hashing, so that a
+    compiled step guards on "all steps equal" rather than on the step's value (a recompile per
+    step).
+    """
+    if all(step == steps[0] for step in steps):
+        return [list(range(len(steps)))]
+    return group_indices(steps)
+
+
 def _adam_rule_foreach(
     update_inputs: list[Tensor], tensors: StepTensors, hp: AdamWHyperparams
 ) -> None:
     second_moments = _update_moments(update_inputs, tensors, hp)
     _decay_weights(tensors.params, hp)
-    # Tensors that share a step count share their bias corrections: usually one group.
-    for indices in group_indices(tensors.steps):
+    for indices in _same_step_groups(tensors.steps):
         bias_correction1, bias_correction2_sqrt = bias_corrections(
             hp.beta1, hp.beta2, tensors.steps[indices[0]]
         )
