@@ -45,7 +45,9 @@ def test_resume_from_state_dict_is_bitwise(mars_type, is_approx):
     torch.save({"params": [p.detach() for p in first], "opt": first_opt.state_dict()}, buffer)
     buffer.seek(0)
     checkpoint = torch.load(buffer)
-    expected_keys = {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "last_grad"}
+    expected_keys = {"step", "exp_avg", "last_grad"}
+    if mars_type == "mars-adamw":  # Lion and the Shampoo matrices keep no second moment
+        expected_keys |= {"exp_avg_sq", "max_exp_avg_sq"}
     if not is_approx:
         expected_keys.add("prev_param")
     assert set(checkpoint["opt"]["state"][0]) == expected_keys

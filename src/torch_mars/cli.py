@@ -3,6 +3,7 @@
 torch-mars compare                  # MARS vs AdamW and Muon on the stdlib corpus, ~5 min CPU
 torch-mars train --optimizer mars-adamw --model gpt2-small --data shards:data/owt
 torch-mars plot runs/compare-*      # redraw curves.png from saved runs
+torch-mars bench                    # step time of every MARS path vs torch AdamW and Muon
 torch-mars prepare notes.txt --out data/notes --tokenizer-dir gpt2/   # GPT-2 token shards
 """
 
@@ -18,10 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+from tqdm import tqdm
+
 from torch_mars.data import load_corpus
 from torch_mars.data.prepare import HUB_RECIPES, prepare_hub, prepare_text
 from torch_mars.data.tokenizer import gpt2_tokenizer
 from torch_mars.models import GPT_CONFIGS
+from torch_mars.models.gpt import GPT, gpt_config
 from torch_mars.train.checkpoint import CheckpointError
 from torch_mars.train.compare import (
     DEFAULT_COMPARE,
@@ -232,6 +237,80 @@ def _prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from torch_mars.bench.iteration import format_iteration_table, run_iteration_benchmark
+    from torch_mars.bench.step import (
+        default_candidates,
+        describe_device,
+        format_step_table,
+        newton_schulz_ms,
+        run_step_benchmark,
+    )
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.warmup < 1 or args.repeats < 1:
+        raise ValueError("--warmup and --repeats must be >= 1")
+    model_name = args.model or (
+        "gpt2-small" if args.mode == "step" or device.type == "cuda" else "mini"
+    )
+    header = (
+        f"torch-mars bench --mode {args.mode}: model {model_name}, device {device} "
+        f"({describe_device(device)}), torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, median of {args.repeats} after {args.warmup} "
+        f"warm-up"
+    )
+    print(header, flush=True)
+    bar = tqdm(total=0, disable=not sys.stderr.isatty(), desc="bench")
+
+    def progress(name: str) -> None:
+        bar.set_postfix_str(name)
+        bar.update()
+
+    record: dict[str, object] = {"header": header, "mode": args.mode, "model": model_name}
+    if args.mode == "step":
+        candidates = default_candidates()
+        if args.only:
+            unknown = sorted(set(args.only) - {c.name for c in candidates})
+            if unknown:
+                names = ", ".join(c.name for c in candidates)
+                raise ValueError(f"--only: unknown {unknown}; choose from {names}")
+            candidates = [c for c in candidates if c.name in args.only]
+        bar.total = len(candidates)
+        model = GPT(gpt_config(model_name, 256)).to(device)
+        step_results = run_step_benchmark(model, candidates, args.warmup, args.repeats, progress)
+        bar.close()
+        print(format_step_table(step_results))
+        record |= {"results": [r.as_dict() for r in step_results]}
+        if any("shampoo" in c.name for c in candidates):
+            ns_ms = newton_schulz_ms(model, args.warmup, args.repeats)
+            print(f"\nNewton-Schulz of the hidden matrices (batched, 5 steps): {ns_ms:.2f} ms")
+            record["newton_schulz_ms"] = ns_ms
+    else:
+        names = args.only or ["adamw", "muon", "mars-adamw", "mars-lion", "mars-shampoo"]
+        bar.total = len(names)
+        iteration_results = run_iteration_benchmark(
+            model_name,
+            names,
+            device,
+            args.batch_size,
+            args.warmup,
+            args.repeats,
+            fused_mars=args.fused,
+            progress=progress,
+        )
+        bar.close()
+        print(format_iteration_table(iteration_results))
+        record |= {
+            "batch_size": args.batch_size,
+            "results": [r.as_dict() for r in iteration_results],
+        }
+    out = args.json or Path("runs") / f"bench-{args.mode}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"\nwrote {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``torch-mars`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -295,6 +374,22 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     plot.add_argument("--out", type=Path, help="PNG path (default: RUN_DIR/curves.png)")
     plot.set_defaults(handler=_plot)
+
+    bench = commands.add_parser("bench", help="time the optimizer step, or whole iterations")
+    bench.add_argument("--mode", choices=("step", "iteration"), default="step")
+    bench.add_argument(
+        "--model",
+        choices=sorted(GPT_CONFIGS),
+        help="GPT config (default: gpt2-small; mini for iterations on CPU)",
+    )
+    bench.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    bench.add_argument("--warmup", type=int, default=3)
+    bench.add_argument("--repeats", type=int, default=10)
+    bench.add_argument("--only", nargs="+", metavar="NAME", help="rows to run (default: all)")
+    bench.add_argument("--batch-size", type=_positive_int, default=8, help="iteration mode")
+    bench.add_argument("--fused", action="store_true", help="iteration mode: fused MARS")
+    bench.add_argument("--json", type=Path, help="results file (default: runs/bench-MODE.json)")
+    bench.set_defaults(handler=_bench)
 
     prepare = commands.add_parser("prepare", help="tokenize text into GPT-2 token shards")
     prepare.add_argument(

@@ -46,10 +46,10 @@ def _upcast_state(tensors: StepTensors) -> tuple[StepTensors, list[tuple[Tensor,
     (stored, working) pairs to write back after the step."""
     pairs: list[tuple[Tensor, Tensor]] = []
 
-    def working(stored: list[Tensor]) -> list[Tensor]:
-        result = []
+    def working(stored: list[Tensor | None]) -> list[Tensor | None]:
+        result: list[Tensor | None] = []
         for value, param in zip(stored, tensors.params, strict=False):
-            if value.dtype == param.dtype:
+            if value is None or value.dtype == param.dtype:
                 result.append(value)
             else:
                 copy = value.to(param.dtype)

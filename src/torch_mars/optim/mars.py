@@ -81,7 +81,8 @@ class MARS(Optimizer):
             None (the parameter's dtype), ``torch.float32`` or ``torch.bfloat16`` (half the
             state memory; the step still computes in float32).
 
-    State per tensor: ``step`` (int), ``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq`` (AMSGrad),
+    State per tensor: ``step`` (int), ``exp_avg``, ``exp_avg_sq`` (tensors on an Adam rule: not
+    the Lion tensors or the Shampoo matrices), ``max_exp_avg_sq`` (AMSGrad),
     ``last_grad`` (MARS-routed tensors: a copy of the previous gradient, never an alias of
     ``p.grad``) and ``prev_param`` (exact mode: the parameters of the previous step), in
     ``state_dtype`` (``prev_param`` in the parameter's dtype).
@@ -292,9 +293,9 @@ class MARS(Optimizer):
             target.params.append(param)
             target.grads.append(param.grad)
             target.exp_avgs.append(state["exp_avg"])
-            target.exp_avg_sqs.append(state["exp_avg_sq"])
+            target.exp_avg_sqs.append(state.get("exp_avg_sq"))
             if group["amsgrad"]:
-                target.max_exp_avg_sqs.append(state["max_exp_avg_sq"])
+                target.max_exp_avg_sqs.append(state.get("max_exp_avg_sq"))
             target.steps.append(state["step"])
             if use_mars:
                 target.last_grads.append(state["last_grad"])
@@ -326,13 +327,22 @@ class MARS(Optimizer):
         if "step" not in state:
             state["step"] = 0
             state["exp_avg"] = _zeros_state(param, group)
+        if _takes_adam_rule(param, group, use_mars) and "exp_avg_sq" not in state:
             state["exp_avg_sq"] = _zeros_state(param, group)
-        if group["amsgrad"] and "max_exp_avg_sq" not in state:
+        if group["amsgrad"] and "exp_avg_sq" in state and "max_exp_avg_sq" not in state:
             state["max_exp_avg_sq"] = _zeros_state(param, group)
         if use_mars and "last_grad" not in state:
             # First MARS step of this tensor: g_tilde = g, so c = g (the paper's x_1 = x_0).
             state["last_grad"] = self._effective_grad(param, group, inv_grad_scale)
         return state
+
+
+def _takes_adam_rule(param: Tensor, group: dict[str, Any], use_mars: bool) -> bool:
+    """Whether ``param``'s update divides by a second moment ``v`` (Lion and the Shampoo
+    matrices keep none)."""
+    if not use_mars or group["mars_type"] == "mars-adamw":
+        return True
+    return group["mars_type"] == "mars-shampoo" and param.ndim < 2
 
 
 def _state_dtype(param: Tensor, group: dict[str, Any]) -> torch.dtype:

@@ -25,7 +25,8 @@ class StepTensors:
         params: the parameters, updated in place.
         grads: their gradients ``g`` (read only).
         exp_avgs: first moments ``m``, shape of the parameter.
-        exp_avg_sqs: second moments ``v`` (unused by ``mars-lion`` and Shampoo matrices).
+        exp_avg_sqs: second moments ``v``; None for tensors without one (``mars-lion`` and the
+            Shampoo matrices).
         max_exp_avg_sqs: AMSGrad maxima of ``v``; empty unless AMSGrad is on.
         steps: the per-tensor step count ``t``, already incremented (1 on the first step).
         last_grads: ``g_tilde`` of the MARS rule; empty for the plain AdamW path.
@@ -34,8 +35,8 @@ class StepTensors:
     params: list[Tensor]
     grads: list[Tensor]
     exp_avgs: list[Tensor]
-    exp_avg_sqs: list[Tensor]
-    max_exp_avg_sqs: list[Tensor] = field(default_factory=list)
+    exp_avg_sqs: list[Tensor | None]
+    max_exp_avg_sqs: list[Tensor | None] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
     last_grads: list[Tensor] = field(default_factory=list)
 

@@ -1,0 +1,248 @@
+"""Step benchmark: the median time of one ``optimizer.step()`` for each MARS implementation next
+to ``torch.optim.AdamW`` (foreach and fused) and ``torch.optim.Muon``, on the parameter shapes
+of a named GPT config, with random gradients.
+
+Each candidate is built on the same parameters, warmed up (which also compiles the compiled
+kernels), then timed step by step with the device synchronised around each step. Besides the
+time, a row gives the ratio to fused AdamW measured in the same run, the effective bandwidth
+against the bytes the rule must move at the least, and the persistent state memory.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from torch_mars.optim import MARS, mars_param_groups
+from torch_mars.optim.newton_schulz import batched_shampoo_directions
+from torch_mars.train.optimizers import CombinedOptimizer
+
+BASELINE = "adamw-fused"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One optimizer configuration to time.
+
+    Attributes:
+        name: row label, e.g. ``"mars-adamw-fused"``.
+        build: makes the optimizer over the benchmark model's parameters.
+    """
+
+    name: str
+    build: Callable[[nn.Module], object]
+
+
+def _muon(model: nn.Module) -> CombinedOptimizer:
+    groups = mars_param_groups(model, embeddings="adamw")
+    matrices = [p for g in groups if g["use_mars"] for p in g["params"]]
+    rest = [p for g in groups if not g["use_mars"] for p in g["params"]]
+    return CombinedOptimizer(torch.optim.Muon(matrices), torch.optim.AdamW(rest, fused=True))
+
+
+def _mars(model: nn.Module, mars_type: str, **flags: object) -> MARS:
+    # As in the harness: Shampoo sends embeddings to AdamW (Newton-Schulz on a vocabulary-sized
+    # matrix is neither useful nor cheap); the other rules take them.
+    embeddings = "adamw" if mars_type == "mars-shampoo" else "mars"
+    return MARS(mars_param_groups(model, embeddings=embeddings), mars_type=mars_type, **flags)
+
+
+def default_candidates(include_state_bf16: bool = True) -> list[Candidate]:
+    """torch AdamW foreach/fused, torch Muon, and every MARS rule in each implementation."""
+    candidates = [
+        Candidate("adamw-foreach", lambda m: torch.optim.AdamW(m.parameters(), foreach=True)),
+        Candidate(BASELINE, lambda m: torch.optim.AdamW(m.parameters(), fused=True)),
+    ]
+    if hasattr(torch.optim, "Muon"):
+        candidates.append(Candidate("muon", _muon))
+    implementations = {
+        "loop": {"foreach": False},
+        "foreach": {"foreach": True},
+        "fused": {"fused": True},
+    }
+    for rule in ("mars-adamw", "mars-lion", "mars-shampoo"):
+        for label, flags in implementations.items():
+            candidates.append(
+                Candidate(
+                    f"{rule}-{label}",
+                    lambda m, r=rule, f=flags: _mars(m, r, **f),
+                )
+            )
+    if include_state_bf16:
+        candidates.append(
+            Candidate(
+                "mars-adamw-fused-bf16-state",
+                lambda m: _mars(m, "mars-adamw", fused=True, state_dtype=torch.bfloat16),
+            )
+        )
+    return candidates
+
+
+def _states(optimizer: object) -> list[dict]:
+    return [opt.state for opt in getattr(optimizer, "optimizers", [optimizer])]
+
+
+def bytes_per_step(optimizer: object, params: list[nn.Parameter]) -> int:
+    """The fewest bytes a step of ``optimizer`` must move over ``params``.
+
+    Per element: read ``p`` and ``g``, write ``p``, and read and write each parameter-sized
+    state buffer the optimizer keeps for that tensor (AdamW ``m, v``; MARS-AdamW ``m, v,
+    g_tilde``; MARS-Lion and the Shampoo matrices ``m, g_tilde``; Muon ``m``), in the buffer's
+    dtype. Newton-Schulz traffic is not counted.
+    """
+    states = _states(optimizer)
+    total = 0
+    for p in params:
+        buffers = next((state[p] for state in states if p in state), {})
+        state_bytes_per_element = sum(
+            t.element_size()
+            for t in buffers.values()
+            if torch.is_tensor(t) and t.shape == p.shape and t.ndim > 0
+        )
+        total += (3 * p.element_size() + 2 * state_bytes_per_element) * p.numel()
+    return total
+
+
+def state_bytes(optimizer: object) -> int:
+    """Bytes held in the optimizer's persistent per-parameter state."""
+    return sum(
+        t.numel() * t.element_size()
+        for state in _states(optimizer)
+        for entry in state.values()
+        for t in entry.values()
+        if torch.is_tensor(t)
+    )
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class StepResult:
+    """One row of the step benchmark (times in milliseconds, memory in MiB)."""
+
+    name: str
+    median_ms: float
+    ratio_to_fused_adamw: float
+    effective_gb_per_s: float
+    state_mib: float
+    peak_step_mib: float | None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def time_steps(step: Callable[[], None], device: torch.device, warmup: int, repeats: int) -> float:
+    """Median wall time (ms) of ``step`` over ``repeats`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def benchmark_parameters(model: nn.Module, seed: int = 0) -> list[nn.Parameter]:
+    """``model``'s parameters with fixed random gradients of a realistic scale."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.grad = (1e-3 * torch.randn(p.shape, generator=generator)).to(p.device, p.dtype)
+    return params
+
+
+def run_step_benchmark(
+    model: nn.Module,
+    candidates: list[Candidate],
+    warmup: int,
+    repeats: int,
+    progress: Callable[[str], None] = lambda name: None,
+) -> list[StepResult]:
+    """Time every candidate on ``model``'s parameters; the parameters are restored between
+    candidates so each starts from the same values."""
+    params = benchmark_parameters(model)
+    device = params[0].device
+    initial = [p.detach().clone() for p in params]
+    rows: list[tuple[str, float, int, int, float | None]] = []
+    for candidate in candidates:
+        progress(candidate.name)
+        with torch.no_grad():
+            for p, value in zip(params, initial, strict=True):
+                p.copy_(value)
+        optimizer = candidate.build(model)
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+        ms = time_steps(optimizer.step, device, warmup, repeats)
+        peak = None
+        if device.type == "cuda":
+            peak = (torch.cuda.max_memory_allocated(device) - before) / 2**20
+        rows.append(
+            (
+                candidate.name,
+                ms,
+                bytes_per_step(optimizer, params),
+                state_bytes(optimizer),
+                peak,
+            )
+        )
+        del optimizer
+    baseline = next((ms for name, ms, *_ in rows if name == BASELINE), float("nan"))
+    return [
+        StepResult(name, ms, ms / baseline, moved / (ms * 1e-3) / 1e9, held / 2**20, peak)
+        for name, ms, moved, held, peak in rows
+    ]
+
+
+def newton_schulz_ms(model: nn.Module, warmup: int, repeats: int, ns_steps: int = 5) -> float:
+    """Median time of the batched Newton-Schulz directions of ``model``'s hidden matrices (not
+    the embeddings): the non-element-wise part of a MARS-Shampoo step."""
+    groups = mars_param_groups(model, embeddings="adamw")
+    matrices = [torch.randn_like(p) for g in groups if g["use_mars"] for p in g["params"]]
+    device = matrices[0].device
+    return time_steps(
+        lambda: batched_shampoo_directions(matrices, ns_steps), device, warmup, repeats
+    )
+
+
+def format_step_table(results: list[StepResult]) -> str:
+    """A Markdown table of the step benchmark."""
+    lines = [
+        "| optimizer | step (ms) | ratio to fused AdamW | effective GB/s | state (MiB) "
+        "| peak step (MiB) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        peak = "n/a" if r.peak_step_mib is None else f"{r.peak_step_mib:.0f}"
+        lines.append(
+            f"| {r.name} | {r.median_ms:.2f} | {r.ratio_to_fused_adamw:.2f} "
+            f"| {r.effective_gb_per_s:.1f} | {r.state_mib:.0f} | {peak} |"
+        )
+    return "\n".join(lines)
+
+
+def describe_device(device: torch.device) -> str:
+    """A human name of ``device``: the GPU's name, or the CPU model from /proc/cpuinfo."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
