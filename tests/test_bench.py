@@ -1,0 +1,68 @@
+"""``torch-mars bench``: the step table and JSON (ratios to fused AdamW from the same run), the
+iteration mode, the byte model behind "effective GB/s", and the CLI's errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from torch_mars import MARS
+from torch_mars.bench.step import bytes_per_step, state_bytes
+from torch_mars.cli import main
+
+
+def test_step_mode_prints_the_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "step.json"
+    only = ["adamw-fused", "mars-adamw-loop", "mars-adamw-foreach", "mars-lion-loop"]
+    args = ["bench", "--model", "tiny", "--repeats", "2", "--warmup", "1", "--json", str(out)]
+    assert main([*args, "--only", *only]) == 0
+    printed = capsys.readouterr().out
+    assert "| optimizer | step (ms) | ratio to fused AdamW |" in printed
+    record = json.loads(out.read_text())
+    rows = {row["name"]: row for row in record["results"]}
+    assert list(rows) == only
+    assert rows["adamw-fused"]["ratio_to_fused_adamw"] == 1.0
+    for row in rows.values():
+        assert row["median_ms"] > 0 and row["effective_gb_per_s"] > 0
+    # MARS-AdamW keeps m, v and g_tilde where AdamW keeps m and v; Lion keeps m and g_tilde.
+    assert rows["mars-adamw-loop"]["state_mib"] > rows["adamw-fused"]["state_mib"]
+    assert rows["mars-lion-loop"]["state_mib"] < rows["mars-adamw-loop"]["state_mib"]
+
+
+def test_iteration_mode_reports_the_step_share(tmp_path, capsys):
+    out = tmp_path / "iteration.json"
+    args = ["bench", "--mode", "iteration", "--model", "tiny", "--batch-size", "2"]
+    args += ["--repeats", "2", "--warmup", "1", "--only", "adamw", "mars-adamw", "--json", str(out)]
+    assert main(args) == 0
+    assert "| optimizer | iteration (ms) | step (ms) | step share |" in capsys.readouterr().out
+    rows = json.loads(out.read_text())["results"]
+    assert [row["name"] for row in rows] == ["adamw", "mars-adamw"]
+    for row in rows:
+        assert 0 < row["step_share"] < 1
+        assert row["step_ms"] < row["iteration_ms"]
+
+
+def test_unknown_row_is_a_one_line_error(capsys):
+    assert main(["bench", "--model", "tiny", "--only", "sgd"]) == 2
+    assert "unknown ['sgd']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("make", "bytes_per_element"),
+    [
+        (lambda ps: torch.optim.AdamW(ps), 12 + 2 * 8),
+        (lambda ps: MARS(ps), 12 + 2 * 12),
+        (lambda ps: MARS(ps, mars_type="mars-lion"), 12 + 2 * 8),
+        (lambda ps: MARS(ps, state_dtype=torch.bfloat16), 12 + 2 * 6),
+    ],
+    ids=["adamw", "mars-adamw", "mars-lion", "mars-adamw-bf16-state"],
+)
+def test_bytes_per_step_counts_every_state_buffer_read_and_written(make, bytes_per_element):
+    param = torch.nn.Parameter(torch.randn(5, 4))
+    param.grad = torch.randn(5, 4)
+    optimizer = make([param])
+    optimizer.step()
+    assert bytes_per_step(optimizer, [param]) == 20 * bytes_per_element
+    assert state_bytes(optimizer) == 20 * (bytes_per_element - 12) // 2
