@@ -110,13 +110,14 @@ def bytes_per_step(optimizer: object, params: list[nn.Parameter]) -> int:
 
 
 def state_bytes(optimizer: object) -> int:
-    """Bytes held in the optimizer's persistent per-parameter state."""
+    """Bytes held in the optimizer's persistent per-parameter buffers (0-D step counters
+    excluded)."""
     return sum(
         t.numel() * t.element_size()
         for state in _states(optimizer)
         for entry in state.values()
         for t in entry.values()
-        if torch.is_tensor(t)
+        if torch.is_tensor(t) and t.ndim > 0
     )
 
 
