@@ -2,8 +2,9 @@
 to ``torch.optim.AdamW`` (foreach and fused) and ``torch.optim.Muon``, on the parameter shapes
 of a named GPT config, with random gradients.
 
-Each candidate is built on the same parameters, warmed up (which also compiles the compiled
-kernels), then timed step by step with the device synchronised around each step. Besides the
+Every candidate is built on the same parameters and warmed up (which also compiles the compiled
+kernels); then rounds time one step of each candidate in turn, the device synchronised around
+each step, and a row reports the median. Besides the
 time, a row gives the ratio to fused AdamW measured in the same run, the effective bandwidth
 against the bytes the rule must move at the least, and the persistent state memory.
 """
@@ -164,6 +165,21 @@ def benchmark_parameters(model: nn.Module, seed: int = 0) -> list[nn.Parameter]:
     return params
 
 
+def _timed_step(optimizer: object, device: torch.device) -> tuple[float, float | None]:
+    """Seconds of one synchronised step, and on CUDA the MiB it allocated beyond what it kept."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+    synchronize(device)
+    start = time.perf_counter()
+    optimizer.step()
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    if device.type != "cuda":
+        return seconds, None
+    return seconds, (torch.cuda.max_memory_allocated(device) - before) / 2**20
+
+
 def run_step_benchmark(
     model: nn.Module,
     candidates: list[Candidate],
@@ -171,41 +187,45 @@ def run_step_benchmark(
     repeats: int,
     progress: Callable[[str], None] = lambda name: None,
 ) -> list[StepResult]:
-    """Time every candidate on ``model``'s parameters; the parameters are restored between
-    candidates so each starts from the same values."""
+    """Time every candidate on ``model``'s parameters, round-robin.
+
+    All candidates are built (each holds its own state) and warmed up, then each round times
+    one step of every candidate in turn, so slow drifts of a shared machine hit all rows alike.
+    """
     params = benchmark_parameters(model)
     device = params[0].device
-    initial = [p.detach().clone() for p in params]
-    rows: list[tuple[str, float, int, int, float | None]] = []
+    optimizers = []
     for candidate in candidates:
         progress(candidate.name)
-        with torch.no_grad():
-            for p, value in zip(params, initial, strict=True):
-                p.copy_(value)
         optimizer = candidate.build(model)
-        optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-            before = torch.cuda.memory_allocated(device)
-        ms = time_steps(optimizer.step, device, warmup, repeats)
-        peak = None
-        if device.type == "cuda":
-            peak = (torch.cuda.max_memory_allocated(device) - before) / 2**20
-        rows.append(
-            (
+        for _ in range(warmup):
+            optimizer.step()
+        optimizers.append(optimizer)
+    times: list[list[float]] = [[] for _ in candidates]
+    peaks: list[float | None] = [None] * len(candidates)
+    for _ in range(repeats):
+        for index, optimizer in enumerate(optimizers):
+            seconds, peak = _timed_step(optimizer, device)
+            times[index].append(seconds)
+            if peak is not None:
+                peaks[index] = max(peak, peaks[index] or 0.0)
+    medians = {c.name: 1e3 * statistics.median(t) for c, t in zip(candidates, times, strict=True)}
+    baseline = medians.get(BASELINE, float("nan"))
+    results = []
+    for candidate, optimizer, peak in zip(candidates, optimizers, peaks, strict=True):
+        ms = medians[candidate.name]
+        moved = bytes_per_step(optimizer, params)
+        results.append(
+            StepResult(
                 candidate.name,
                 ms,
-                bytes_per_step(optimizer, params),
-                state_bytes(optimizer),
+                ms / baseline,
+                moved / (ms * 1e-3) / 1e9,
+                state_bytes(optimizer) / 2**20,
                 peak,
             )
         )
-        del optimizer
-    baseline = next((ms for name, ms, *_ in rows if name == BASELINE), float("nan"))
-    return [
-        StepResult(name, ms, ms / baseline, moved / (ms * 1e-3) / 1e9, held / 2**20, peak)
-        for name, ms, moved, held, peak in rows
-    ]
+    return results
 
 
 def newton_schulz_ms(model: nn.Module, warmup: int, repeats: int, ns_steps: int = 5) -> float:

@@ -36,10 +36,12 @@ TRITON_AVAILABLE = importlib.util.find_spec("triton") is not None
 BLOCK = 1024
 NORM_CHUNKS_PER_PROGRAM = 8
 
-# Columns of the per-tensor coefficient table and of the address table.
-_LR, _BETA1, _BETA2, _EPS, _WD, _SCALE, _BC1, _BC2_SQRT, _RULE = range(9)
+# Columns of the per-tensor coefficient table and of the address table; constexpr so that the
+# kernels can use them.
+COEFFICIENT_LR, COEFFICIENT_BETA1, COEFFICIENT_BETA2, COEFFICIENT_EPS, COEFFICIENT_WD = range(5)
+COEFFICIENT_SCALE, COEFFICIENT_BC1, COEFFICIENT_BC2_SQRT, COEFFICIENT_RULE = range(5, 9)
 N_COEFFICIENTS = 9
-_P, _G, _LAST_G, _M, _V, _V_MAX = range(6)
+COLUMN_P, COLUMN_G, COLUMN_LAST_G, COLUMN_M, COLUMN_V, COLUMN_V_MAX = range(6)
 N_ADDRESSES = 6
 RULE_ADAM, RULE_LION, RULE_MOMENTUM = 0, 1, 2
 
@@ -57,34 +59,50 @@ if TRITON_AVAILABLE:
     import triton
     import triton.language as tl
 
+    # Kernels may only read module globals that are constexpr.
+    for _name, _value in list(globals().items()):
+        if _name.startswith(("COEFFICIENT_", "COLUMN_", "RULE_", "N_")):
+            globals()[_name] = tl.constexpr(_value)
+
     @triton.jit
     def _load_tensor(addresses, tensor, column: tl.constexpr, offsets, mask, dtype, compute):
-        pointer = tl.load(addresses + tensor * 6 + column).to(tl.pointer_type(dtype), bitcast=True)
+        pointer = tl.load(addresses + tensor * N_ADDRESSES + column)
+        pointer = pointer.to(tl.pointer_type(dtype), bitcast=True)
         return tl.load(pointer + offsets, mask=mask, other=0.0).to(compute)
 
     @triton.jit
     def _store_tensor(addresses, tensor, column: tl.constexpr, offsets, mask, value, dtype):
-        pointer = tl.load(addresses + tensor * 6 + column).to(tl.pointer_type(dtype), bitcast=True)
+        pointer = tl.load(addresses + tensor * N_ADDRESSES + column)
+        pointer = pointer.to(tl.pointer_type(dtype), bitcast=True)
         tl.store(pointer + offsets, value.to(dtype), mask=mask)
 
     @triton.jit
-    def _effective_grad(
+    def _gradients(
         addresses,
+        row,
         tensor,
         offsets,
         mask,
         inv_grad_scale,
-        G_DTYPE,
-        COMPUTE,
+        G_DTYPE: tl.constexpr,
+        S_DTYPE: tl.constexpr,
+        COMPUTE: tl.constexpr,
+        IS_MARS: tl.constexpr,
         HAS_GRAD_SCALE: tl.constexpr,
         MAXIMIZE: tl.constexpr,
     ):
-        g = _load_tensor(addresses, tensor, 1, offsets, mask, G_DTYPE, COMPUTE)
+        """``(g, c)``: the unscaled (negated when maximising) gradient and, for MARS tensors, the
+        unclipped ``c = g + s (g - g_tilde)`` (``c = g`` otherwise)."""
+        g = _load_tensor(addresses, tensor, COLUMN_G, offsets, mask, G_DTYPE, COMPUTE)
         if HAS_GRAD_SCALE:
             g = g * tl.load(inv_grad_scale).to(COMPUTE)
         if MAXIMIZE:
             g = -g
-        return g
+        c = g
+        if IS_MARS:
+            last = _load_tensor(addresses, tensor, COLUMN_LAST_G, offsets, mask, S_DTYPE, COMPUTE)
+            c = g - tl.load(row + COEFFICIENT_SCALE).to(COMPUTE) * (last - g)
+        return g, c
 
     @triton.jit
     def _mars_norm_kernel(
@@ -107,24 +125,25 @@ if TRITON_AVAILABLE:
         tensor = tl.load(chunk_tensor + program)
         start = tl.load(chunk_start + program)
         numel = tl.load(numels + tensor)
-        scale = tl.load(coefficients + tensor * 9 + 5).to(COMPUTE)
+        row = coefficients + tensor * N_COEFFICIENTS
         total = tl.zeros((BLOCK,), dtype=COMPUTE)
         for chunk in range(CHUNKS):
             offsets = start + chunk * BLOCK + tl.arange(0, BLOCK)
             mask = offsets < numel
-            g = _effective_grad(
+            _, c = _gradients(
                 addresses,
+                row,
                 tensor,
                 offsets,
                 mask,
                 inv_grad_scale,
                 G_DTYPE,
+                S_DTYPE,
                 COMPUTE,
+                True,
                 HAS_GRAD_SCALE,
                 MAXIMIZE,
             )
-            last = _load_tensor(addresses, tensor, 2, offsets, mask, S_DTYPE, COMPUTE)
-            c = g - scale * (last - g)
             total += c * c
         tl.atomic_add(norm_sq + tensor, tl.sum(total, axis=0))
 
@@ -152,53 +171,56 @@ if TRITON_AVAILABLE:
         tensor = tl.load(chunk_tensor + program)
         offsets = tl.load(chunk_start + program) + tl.arange(0, BLOCK)
         mask = offsets < tl.load(numels + tensor)
-        row = coefficients + tensor * 9
-        lr = tl.load(row + 0).to(COMPUTE)
-        beta1 = tl.load(row + 1).to(COMPUTE)
-        weight_decay = tl.load(row + 4).to(COMPUTE)
-        rule = tl.load(row + 8).to(tl.int32)
+        row = coefficients + tensor * N_COEFFICIENTS
+        lr = tl.load(row + COEFFICIENT_LR).to(COMPUTE)
+        beta1 = tl.load(row + COEFFICIENT_BETA1).to(COMPUTE)
+        weight_decay = tl.load(row + COEFFICIENT_WD).to(COMPUTE)
+        rule = tl.load(row + COEFFICIENT_RULE).to(tl.int32)
 
-        g = _effective_grad(
+        g, c = _gradients(
             addresses,
+            row,
             tensor,
             offsets,
             mask,
             inv_grad_scale,
             G_DTYPE,
+            S_DTYPE,
             COMPUTE,
+            IS_MARS,
             HAS_GRAD_SCALE,
             MAXIMIZE,
         )
-        c = g
         if IS_MARS:
-            last = _load_tensor(addresses, tensor, 2, offsets, mask, S_DTYPE, COMPUTE)
-            c = g - tl.load(row + 5).to(COMPUTE) * (last - g)
             c = c / tl.maximum(tl.sqrt(tl.load(norm_sq + tensor).to(COMPUTE)), 1.0)
             if STORE_LAST_GRAD:
-                _store_tensor(addresses, tensor, 2, offsets, mask, g, S_DTYPE)
-        m = _load_tensor(addresses, tensor, 3, offsets, mask, S_DTYPE, COMPUTE)
+                _store_tensor(addresses, tensor, COLUMN_LAST_G, offsets, mask, g, S_DTYPE)
+        m = _load_tensor(addresses, tensor, COLUMN_M, offsets, mask, S_DTYPE, COMPUTE)
         m = m + (1.0 - beta1) * (c - m)
-        _store_tensor(addresses, tensor, 3, offsets, mask, m, S_DTYPE)
-        if rule != 2:
-            p = _load_tensor(addresses, tensor, 0, offsets, mask, P_DTYPE, COMPUTE)
+        _store_tensor(addresses, tensor, COLUMN_M, offsets, mask, m, S_DTYPE)
+        if rule != RULE_MOMENTUM:
+            p = _load_tensor(addresses, tensor, COLUMN_P, offsets, mask, P_DTYPE, COMPUTE)
             p = p * (1.0 - lr * weight_decay)
-            if rule == 1:
+            if rule == RULE_LION:
                 direction = tl.where(m > 0, 1.0, tl.where(m < 0, -1.0, 0.0)).to(COMPUTE)
                 p = p - lr * direction
             else:
-                beta2 = tl.load(row + 2).to(COMPUTE)
-                v = _load_tensor(addresses, tensor, 4, offsets, mask, S_DTYPE, COMPUTE)
+                beta2 = tl.load(row + COEFFICIENT_BETA2).to(COMPUTE)
+                v = _load_tensor(addresses, tensor, COLUMN_V, offsets, mask, S_DTYPE, COMPUTE)
                 v = v * beta2 + (1.0 - beta2) * c * c
-                _store_tensor(addresses, tensor, 4, offsets, mask, v, S_DTYPE)
+                _store_tensor(addresses, tensor, COLUMN_V, offsets, mask, v, S_DTYPE)
                 if AMSGRAD:
-                    v_max = _load_tensor(addresses, tensor, 5, offsets, mask, S_DTYPE, COMPUTE)
+                    v_max = _load_tensor(
+                        addresses, tensor, COLUMN_V_MAX, offsets, mask, S_DTYPE, COMPUTE
+                    )
                     v = tl.maximum(v_max, v)
-                    _store_tensor(addresses, tensor, 5, offsets, mask, v, S_DTYPE)
-                bias_correction1 = tl.load(row + 6).to(COMPUTE)
-                bias_correction2_sqrt = tl.load(row + 7).to(COMPUTE)
-                denom = tl.sqrt(v) / bias_correction2_sqrt + tl.load(row + 3).to(COMPUTE)
+                    _store_tensor(addresses, tensor, COLUMN_V_MAX, offsets, mask, v, S_DTYPE)
+                bias_correction1 = tl.load(row + COEFFICIENT_BC1).to(COMPUTE)
+                bias_correction2_sqrt = tl.load(row + COEFFICIENT_BC2_SQRT).to(COMPUTE)
+                eps = tl.load(row + COEFFICIENT_EPS).to(COMPUTE)
+                denom = tl.sqrt(v) / bias_correction2_sqrt + eps
                 p = p - (lr / bias_correction1) * m / denom
-            _store_tensor(addresses, tensor, 0, offsets, mask, p, P_DTYPE)
+            _store_tensor(addresses, tensor, COLUMN_P, offsets, mask, p, P_DTYPE)
 
     _TRITON_DTYPES = {
         torch.float32: tl.float32,
@@ -355,16 +377,17 @@ def mars_step_triton(
     inv_grad_scale: Tensor | None = None,
 ) -> None:
     """One MARS step with the Triton kernels; see :func:`~.functional.mars_step`."""
+    # int(): with Triton installed the layout constants are constexpr objects.
     if hp.mars_type == "mars-lion":
-        rules = [RULE_LION] * len(tensors)
+        rules = [int(RULE_LION)] * len(tensors)
     elif hp.mars_type == "mars-shampoo":
-        rules = [RULE_MOMENTUM if p.ndim >= 2 else RULE_ADAM for p in tensors.params]
+        rules = [int(RULE_MOMENTUM if p.ndim >= 2 else RULE_ADAM) for p in tensors.params]
     else:
-        rules = [RULE_ADAM] * len(tensors)
+        rules = [int(RULE_ADAM)] * len(tensors)
     scale = correction_scale(hp.gamma, hp.beta1)
     _launch_groups(tensors, hp, scale, rules, True, store_last_grad, inv_grad_scale)
     if hp.mars_type == "mars-shampoo":
-        matrices = tensors.select([i for i, r in enumerate(rules) if r == RULE_MOMENTUM])
+        matrices = tensors.select([i for i, r in enumerate(rules) if r == int(RULE_MOMENTUM)])
         apply_shampoo_directions(matrices, hp)
 
 
@@ -372,4 +395,5 @@ def adamw_step_triton(
     tensors: StepTensors, hp: AdamWHyperparams, inv_grad_scale: Tensor | None = None
 ) -> None:
     """One AdamW step with the Triton update kernel; see :func:`~.functional.adamw_step`."""
-    _launch_groups(tensors, hp, 0.0, [RULE_ADAM] * len(tensors), False, False, inv_grad_scale)
+    rules = [int(RULE_ADAM)] * len(tensors)
+    _launch_groups(tensors, hp, 0.0, rules, False, False, inv_grad_scale)
