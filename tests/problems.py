@@ -39,10 +39,10 @@ class RandomProblem:
         return not (index == SOMETIMES_UNUSED and step % 3 == 1)
 
     def loss(self, params: list[Tensor], step: int) -> Tensor:
-        total = torch.zeros((), dtype=params[0].dtype)
+        total = torch.zeros((), dtype=params[0].dtype, device=params[0].device)
         for i, (x, b, s) in enumerate(zip(params, self.targets[step], self.scales, strict=True)):
             if self.used(i, step):
-                b = b.to(x.dtype)
+                b = b.to(x.device, x.dtype)
                 total = total + s / 2 * (x - b).pow(2).sum() + 0.05 * torch.sin(3 * x).sum()
         return total
 
@@ -63,10 +63,11 @@ def run_mars(
     problem: RandomProblem,
     schedule: Schedule = constant_schedule,
     dtype: torch.dtype = torch.float64,
+    device: str = "cpu",
     **kwargs,
 ) -> tuple[list[Tensor], MARS]:
     """Train fresh copies of ``problem.initial`` with MARS for ``problem.steps`` steps."""
-    params = [p.to(dtype).clone().requires_grad_() for p in problem.initial]
+    params = [p.to(device, dtype).clone().requires_grad_() for p in problem.initial]
     opt = MARS(params, **kwargs)
     for step in range(problem.steps):
         for key, value in schedule(step).items():

@@ -12,12 +12,18 @@ import torch
 import torch_mars.optim.functional as functional
 from problems import MIXED_SHAPES, RandomProblem, run_mars
 from torch_mars import MARS, MARS_TYPES
-from torch_mars.kernels.triton_step import TRITON_AVAILABLE
+from torch_mars.kernels import TRITON_AVAILABLE
 
+# Without a GPU, conftest.py turns on Triton's CPU interpreter and the Triton kernels run on CPU
+# tensors here; with one, test_triton_on_cuda_matches_the_loop runs them natively instead.
 BACKENDS = [
     "compiled",
     pytest.param(
-        "triton", marks=pytest.mark.skipif(not TRITON_AVAILABLE, reason="triton not installed")
+        "triton",
+        marks=pytest.mark.skipif(
+            not TRITON_AVAILABLE or torch.cuda.is_available(),
+            reason="needs triton, and the CPU interpreter (no GPU)",
+        ),
     ),
 ]
 OPTIONS = {
@@ -82,19 +88,25 @@ def test_fused_matches_single_tensor_float32_exact_mode(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_bfloat16_params_and_state_track_a_float32_run(short_problem, force_backend, backend):
-    """bf16 parameters with bf16 state: the fused step computes in fp32 and stays within bf16
-    round-off of an fp32 run."""
+@pytest.mark.parametrize(
+    ("dtype", "state_dtype"),
+    [(torch.bfloat16, torch.bfloat16), (torch.float16, None), (torch.float32, torch.bfloat16)],
+    ids=["bf16-params-bf16-state", "fp16-params", "fp32-params-bf16-state"],
+)
+def test_low_precision_tracks_a_float32_run(
+    short_problem, force_backend, backend, dtype, state_dtype
+):
+    """Half-precision parameters or bf16 state: the fused step computes in fp32 and stays within
+    half-precision round-off of an all-fp32 run."""
     force_backend(backend)
     kwargs = dict(lr=0.02, gamma=0.3)
     reference, _ = run_mars(short_problem, foreach=False, dtype=torch.float32, **kwargs)
-    low, opt = run_mars(
-        short_problem, fused=True, dtype=torch.bfloat16, state_dtype=torch.bfloat16, **kwargs
-    )
+    low, opt = run_mars(short_problem, fused=True, dtype=dtype, state_dtype=state_dtype, **kwargs)
     buffers = [t for state in opt.state.values() for t in state.values() if torch.is_tensor(t)]
-    assert {t.dtype for t in buffers} == {torch.bfloat16}
+    assert {t.dtype for t in buffers} == {state_dtype or dtype}
     assert any("last_grad" in state for state in opt.state.values())
     for a, b in zip(reference, low, strict=True):
+        assert b.dtype == dtype
         torch.testing.assert_close(b.float(), a, rtol=0.05, atol=0.05)
 
 
@@ -131,3 +143,13 @@ def test_fused_grad_scaler_unscales_in_the_kernel_and_skips_inf_steps(force_back
 def test_fused_rejects_foreach_too():
     with pytest.raises(ValueError, match="foreach and fused"):
         MARS([torch.zeros(2, 2, requires_grad=True)], foreach=True, fused=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("mars_type", MARS_TYPES)
+def test_triton_on_cuda_matches_the_loop(short_problem, mars_type):
+    kwargs = dict(mars_type=mars_type, lr=0.02, gamma=0.3, amsgrad=True, weight_decay=0.1)
+    reference = run_mars(short_problem, foreach=False, dtype=torch.float32, **kwargs)
+    fused = run_mars(short_problem, fused=True, dtype=torch.float32, device="cuda", **kwargs)
+    for a, b in zip(reference[0], fused[0], strict=True):
+        torch.testing.assert_close(b.cpu(), a, rtol=1e-4, atol=1e-5)

@@ -32,6 +32,12 @@ BAD_VALUES = [
     ("ns_steps", 2.5, r"ns_steps must be an integer >= 1"),
     ("amsgrad", "yes", r"amsgrad must be True or False"),
     ("foreach", 1, r"foreach must be True, False or None"),
+    ("fused", "yes", r"fused must be True, False or None"),
+    ("state_dtype", torch.float16, r"state_dtype must be None .*, torch.float32 or torch.bfloat16"),
+    ("lr", torch.tensor([1e-3, 2e-3]), r"lr must be a float or a one-element floating tensor"),
+    ("lr", torch.tensor(-1e-3), r"lr must be a finite number >= 0"),
+    ("gamma", torch.tensor(1), r"gamma must be a float or a one-element floating tensor"),
+    ("betas", (torch.tensor(1.0), 0.99), r"betas\[0\] must be in \[0, 1\)"),
 ]
 
 

@@ -18,11 +18,10 @@ under ``TRITON_INTERPRET=1``, which is how CI tests them.
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 from torch import Tensor
 
+from torch_mars.kernels import TRITON_AVAILABLE, require_triton
 from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
 from torch_mars.optim.multi_tensor import apply_shampoo_directions
 from torch_mars.optim.step_tensors import (
@@ -32,7 +31,6 @@ from torch_mars.optim.step_tensors import (
     group_indices,
 )
 
-TRITON_AVAILABLE = importlib.util.find_spec("triton") is not None
 BLOCK = 1024
 NORM_CHUNKS_PER_PROGRAM = 8
 
@@ -44,15 +42,6 @@ N_COEFFICIENTS = 9
 COLUMN_P, COLUMN_G, COLUMN_LAST_G, COLUMN_M, COLUMN_V, COLUMN_V_MAX = range(6)
 N_ADDRESSES = 6
 RULE_ADAM, RULE_LION, RULE_MOMENTUM = 0, 1, 2
-
-
-def require_triton() -> None:
-    """Raise a clear error when the Triton kernels are asked for but Triton is not installed."""
-    if not TRITON_AVAILABLE:
-        raise RuntimeError(
-            "fused=True on CUDA needs Triton: pip install 'torch-mars[triton]' (or use "
-            "foreach=True)"
-        )
 
 
 if TRITON_AVAILABLE:

@@ -11,7 +11,14 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from torch_mars.optim.functional import Implementation, adamw_step, default_foreach, mars_step
+from torch_mars.kernels import require_triton
+from torch_mars.optim.functional import (
+    Implementation,
+    adamw_step,
+    default_foreach,
+    fused_backend,
+    mars_step,
+)
 from torch_mars.optim.hyperparams import (
     MarsType,
     adamw_1d_hyperparams,
@@ -143,6 +150,8 @@ class MARS(Optimizer):
         }
         validate_group(defaults)
         super().__init__(params, defaults)
+        if any(g["fused"] and fused_backend(g["params"]) == "triton" for g in self.param_groups):
+            require_triton()
         # torch.amp.GradScaler then hands over grad_scale/found_inf instead of unscaling.
         self._step_supports_amp_scaling = any(g["fused"] for g in self.param_groups)
 
