@@ -66,3 +66,9 @@ def test_bytes_per_step_counts_every_state_buffer_read_and_written(make, bytes_p
     optimizer.step()
     assert bytes_per_step(optimizer, [param]) == 20 * bytes_per_element
     assert state_bytes(optimizer) == 20 * (bytes_per_element - 12) // 2
+
+
+def test_iteration_rows_take_the_fused_suffix_only_for_mars(capsys):
+    args = ["bench", "--mode", "iteration", "--model", "tiny", "--only", "adamw-fused"]
+    assert main(args) == 2
+    assert "only MARS rows take the '-fused' suffix" in capsys.readouterr().err

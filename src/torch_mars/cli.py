@@ -238,7 +238,11 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from torch_mars.bench.iteration import format_iteration_table, run_iteration_benchmark
+    from torch_mars.bench.iteration import (
+        DEFAULT_ROWS,
+        format_iteration_table,
+        run_iteration_benchmark,
+    )
     from torch_mars.bench.step import (
         default_candidates,
         describe_device,
@@ -286,17 +290,10 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"\nNewton-Schulz of the hidden matrices (batched, 5 steps): {ns_ms:.2f} ms")
             record["newton_schulz_ms"] = ns_ms
     else:
-        names = args.only or ["adamw", "muon", "mars-adamw", "mars-lion", "mars-shampoo"]
-        bar.total = len(names)
+        rows = args.only or list(DEFAULT_ROWS)
+        bar.total = len(rows)
         iteration_results = run_iteration_benchmark(
-            model_name,
-            names,
-            device,
-            args.batch_size,
-            args.warmup,
-            args.repeats,
-            fused_mars=args.fused,
-            progress=progress,
+            model_name, rows, device, args.batch_size, args.warmup, args.repeats, progress
         )
         bar.close()
         print(format_iteration_table(iteration_results))
@@ -385,9 +382,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     bench.add_argument("--warmup", type=int, default=3)
     bench.add_argument("--repeats", type=int, default=10)
-    bench.add_argument("--only", nargs="+", metavar="NAME", help="rows to run (default: all)")
+    bench.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="rows to run (default: all); iteration rows are optimizer names, MARS ones with an "
+        "optional -fused suffix",
+    )
     bench.add_argument("--batch-size", type=_positive_int, default=8, help="iteration mode")
-    bench.add_argument("--fused", action="store_true", help="iteration mode: fused MARS")
     bench.add_argument("--json", type=Path, help="results file (default: runs/bench-MODE.json)")
     bench.set_defaults(handler=_bench)
 
