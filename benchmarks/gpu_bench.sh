@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Everything issue #4 needs from a CUDA machine, in one call: the Triton kernels against the
+# per-tensor loop on the GPU, then `torch-mars bench` in step and iteration modes on GPT-2 small.
+# Run from the repository root where torch and triton are installed (the lent H100/H200 image
+# has both, and no network: carry a folder of wheels for what it lacks, see WHEELS below).
+# Tables go to stdout, JSON to $OUT (default runs/gpu).
+set -euo pipefail
+out=${OUT:-runs/gpu}
+mkdir -p "$out"
+if ! python -c "import tqdm" 2>/dev/null; then
+    pip install --no-index --find-links "${WHEELS:-.wheels}" tqdm
+fi
+export PYTHONPATH=src:tests
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
+python -m pytest -q -p no:cacheprovider tests/test_fused_parity.py tests/test_compiled_step.py \
+    tests/test_foreach_parity.py 2>&1 | tail -5 | tee "$out/tests.txt"
+python -m torch_mars.cli bench --device cuda --model gpt2-small --repeats 50 --warmup 5 \
+    --json "$out/step-gpt2-small.json"
+python -m torch_mars.cli bench --device cuda --mode iteration --model gpt2-small \
+    --batch-size 16 --repeats 20 --warmup 5 --json "$out/iteration-gpt2-small.json"
