@@ -140,6 +140,29 @@ def test_fused_grad_scaler_unscales_in_the_kernel_and_skips_inf_steps(force_back
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mars_type", MARS_TYPES)
+def test_non_contiguous_parameters_take_the_per_tensor_path(force_backend, backend, mars_type):
+    """A transposed leaf has transposed gradients and state: flat indexing would be wrong, so
+    the fused step updates it tensor by tensor, with the same result as the loop."""
+    force_backend(backend)
+    torch.manual_seed(0)
+    initial_weight, initial_other = torch.randn(4, 6), torch.randn(3, 3)
+    results = []
+    for flags in ({"foreach": False}, {"fused": True}):
+        weight = initial_weight.clone().t().requires_grad_()
+        other = initial_other.clone().requires_grad_()
+        assert not weight.is_contiguous()
+        opt = MARS([weight, other], lr=0.05, gamma=0.3, mars_type=mars_type, **flags)
+        for step in range(4):
+            opt.zero_grad()
+            ((weight - step) ** 3).sum().add((other * step).sin().sum()).backward()
+            opt.step()
+        results.append((weight.detach(), other.detach()))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(b, a)
+
+
 def test_fused_rejects_foreach_too():
     with pytest.raises(ValueError, match="foreach and fused"):
         MARS([torch.zeros(2, 2, requires_grad=True)], foreach=True, fused=True)

@@ -156,6 +156,26 @@ def _update_one(
     )
 
 
+def mars_rule(hp: MarsHyperparams, param: Tensor) -> str:
+    """The element-wise rule of a MARS-routed tensor, one of :data:`RULES`."""
+    if hp.mars_type == "mars-lion":
+        return "lion"
+    return "momentum" if hp.mars_type == "mars-shampoo" and param.ndim >= 2 else "adam"
+
+
+def mars_elementwise_compiled(
+    tensors: StepTensors,
+    hp: MarsHyperparams,
+    store_last_grad: bool,
+    inv_grad_scale: Tensor | None = None,
+) -> None:
+    """The element-wise part of a MARS step, tensor by tensor: everything but Newton-Schulz
+    (Shampoo matrices get their momentum only). Non-contiguous tensors run the same function
+    eagerly."""
+    scale = correction_scale(hp.gamma, hp.beta1)
+    _run(tensors, hp, scale, lambda param: mars_rule(hp, param), store_last_grad, inv_grad_scale)
+
+
 def mars_step_compiled(
     tensors: StepTensors,
     hp: MarsHyperparams,
@@ -163,19 +183,11 @@ def mars_step_compiled(
     inv_grad_scale: Tensor | None = None,
 ) -> None:
     """One MARS step with the compiled per-tensor kernel; see :func:`~.functional.mars_step`."""
-
-    def rule_of(param: Tensor) -> str:
-        if hp.mars_type == "mars-lion":
-            return "lion"
-        return "momentum" if hp.mars_type == "mars-shampoo" and param.ndim >= 2 else "adam"
-
-    scale = correction_scale(hp.gamma, hp.beta1)
-    _run(tensors, hp, scale, rule_of, store_last_grad, inv_grad_scale)
-    if hp.mars_type != "mars-shampoo":
-        return
-    apply_shampoo_directions(
-        tensors.select([i for i, p in enumerate(tensors.params) if p.ndim >= 2]), hp
-    )
+    mars_elementwise_compiled(tensors, hp, store_last_grad, inv_grad_scale)
+    if hp.mars_type == "mars-shampoo":
+        apply_shampoo_directions(
+            tensors.select([i for i, p in enumerate(tensors.params) if p.ndim >= 2]), hp
+        )
 
 
 def adamw_step_compiled(

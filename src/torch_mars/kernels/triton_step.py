@@ -22,6 +22,12 @@ import torch
 from torch import Tensor
 
 from torch_mars.kernels import TRITON_AVAILABLE, require_triton
+from torch_mars.kernels.compiled_step import (
+    RULES,
+    adamw_step_compiled,
+    mars_elementwise_compiled,
+    mars_rule,
+)
 from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
 from torch_mars.optim.multi_tensor import apply_shampoo_directions
 from torch_mars.optim.step_tensors import (
@@ -41,7 +47,8 @@ COEFFICIENT_SCALE, COEFFICIENT_BC1, COEFFICIENT_BC2_SQRT, COEFFICIENT_RULE = ran
 N_COEFFICIENTS = 9
 COLUMN_P, COLUMN_G, COLUMN_LAST_G, COLUMN_M, COLUMN_V, COLUMN_V_MAX = range(6)
 N_ADDRESSES = 6
-RULE_ADAM, RULE_LION, RULE_MOMENTUM = 0, 1, 2
+# Codes of the rules in the coefficient table: their index in compiled_step.RULES.
+RULE_LION, RULE_MOMENTUM = RULES.index("lion"), RULES.index("momentum")
 
 
 if TRITON_AVAILABLE:
@@ -331,6 +338,20 @@ def _chunk_table(numels: list[int], span: int, device: torch.device) -> tuple[Te
     )
 
 
+def _flat_addressable(tensors: StepTensors, index: int) -> bool:
+    """Whether every buffer of tensor ``index`` is contiguous, as the kernels' flat indexing
+    needs; the others take the per-tensor path."""
+    buffers = [
+        tensors.params[index],
+        tensors.grads[index],
+        tensors.exp_avgs[index],
+        tensors.last_grads[index] if tensors.last_grads else None,
+        tensors.exp_avg_sqs[index],
+        tensors.max_exp_avg_sqs[index] if tensors.max_exp_avg_sqs else None,
+    ]
+    return all(t is None or t.is_contiguous() for t in buffers)
+
+
 def _launch_groups(
     tensors: StepTensors,
     hp: AdamWHyperparams,
@@ -366,23 +387,28 @@ def mars_step_triton(
     inv_grad_scale: Tensor | None = None,
 ) -> None:
     """One MARS step with the Triton kernels; see :func:`~.functional.mars_step`."""
-    # int(): with Triton installed the layout constants are constexpr objects.
-    if hp.mars_type == "mars-lion":
-        rules = [int(RULE_LION)] * len(tensors)
-    elif hp.mars_type == "mars-shampoo":
-        rules = [int(RULE_MOMENTUM if p.ndim >= 2 else RULE_ADAM) for p in tensors.params]
-    else:
-        rules = [int(RULE_ADAM)] * len(tensors)
-    scale = correction_scale(hp.gamma, hp.beta1)
-    _launch_groups(tensors, hp, scale, rules, True, store_last_grad, inv_grad_scale)
+    flat = [i for i in range(len(tensors)) if _flat_addressable(tensors, i)]
+    strided = [i for i in range(len(tensors)) if i not in set(flat)]
+    if flat:
+        kernel_tensors = tensors.select(flat)
+        rules = [RULES.index(mars_rule(hp, p)) for p in kernel_tensors.params]
+        scale = correction_scale(hp.gamma, hp.beta1)
+        _launch_groups(kernel_tensors, hp, scale, rules, True, store_last_grad, inv_grad_scale)
+    if strided:
+        mars_elementwise_compiled(tensors.select(strided), hp, store_last_grad, inv_grad_scale)
     if hp.mars_type == "mars-shampoo":
-        matrices = tensors.select([i for i, r in enumerate(rules) if r == int(RULE_MOMENTUM)])
-        apply_shampoo_directions(matrices, hp)
+        matrices = [i for i, p in enumerate(tensors.params) if p.ndim >= 2]
+        apply_shampoo_directions(tensors.select(matrices), hp)
 
 
 def adamw_step_triton(
     tensors: StepTensors, hp: AdamWHyperparams, inv_grad_scale: Tensor | None = None
 ) -> None:
     """One AdamW step with the Triton update kernel; see :func:`~.functional.adamw_step`."""
-    rules = [int(RULE_ADAM)] * len(tensors)
-    _launch_groups(tensors, hp, 0.0, rules, False, False, inv_grad_scale)
+    flat = [i for i in range(len(tensors)) if _flat_addressable(tensors, i)]
+    strided = [i for i in range(len(tensors)) if i not in set(flat)]
+    if flat:
+        rules = [RULES.index("adam")] * len(flat)
+        _launch_groups(tensors.select(flat), hp, 0.0, rules, False, False, inv_grad_scale)
+    if strided:
+        adamw_step_compiled(tensors.select(strided), hp, inv_grad_scale)
