@@ -11,6 +11,7 @@ from torch_mars.optim import MARS
 from torch_mars.train import OPTIMIZER_NAMES, build_optimizer, default_hyperparams
 from torch_mars.train.lion import Lion
 from torch_mars.train.optimizers import CombinedOptimizer
+from torch_mars.train.trainer import TrainConfig
 
 
 def tiny_gpt() -> GPT:
@@ -122,3 +123,16 @@ def test_combined_optimizer_round_trips_its_state():
     )
     with pytest.raises(ValueError, match="holds 1 optimizers"):
         fresh.load_state_dict({"optimizers": [state["optimizers"][0]]})
+
+
+def test_mars_takes_implementation_flags_as_hyperparameters_and_others_do_not():
+    config = TrainConfig(optimizer="mars-lion", model="tiny", hyperparams={"fused": True})
+    settings = config.resolved_hyperparams()
+    assert settings["fused"] is True
+    model = GPT(gpt_config("tiny", 256))
+    optimizer = build_optimizer("mars-lion", model, settings).optimizer
+    assert all(group["fused"] for group in optimizer.param_groups)
+    with pytest.raises(ValueError, match=r"unknown hyperparameters for adamw: \['fused'\]"):
+        TrainConfig(
+            optimizer="adamw", model="tiny", hyperparams={"fused": True}
+        ).resolved_hyperparams()

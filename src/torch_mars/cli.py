@@ -1,4 +1,4 @@
-"""``torch-mars``: compare optimizers, train one, redraw figures, prepare token shards.
+"""``torch-mars``: compare optimizers, train one, redraw figures, time steps, prepare shards.
 
 torch-mars compare                  # MARS vs AdamW and Muon on the stdlib corpus, ~5 min CPU
 torch-mars train --optimizer mars-adamw --model gpt2-small --data shards:data/owt

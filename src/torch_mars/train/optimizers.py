@@ -64,6 +64,9 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
+# MARS options that choose how a step runs, not what it computes; `--opt-arg fused=True`.
+MARS_IMPLEMENTATION_FLAGS = ("foreach", "fused")
+
 # Floor of the schedule where no min_lr is given (the CPU-sized models): a tenth of the peak lr.
 DEFAULT_MIN_LR_RATIO = 0.1
 

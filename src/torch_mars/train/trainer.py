@@ -29,7 +29,11 @@ from torch_mars.optim import MARS
 from torch_mars.train.checkpoint import load_checkpoint, save_checkpoint
 from torch_mars.train.diagnostics import MarsDiagnostics
 from torch_mars.train.metrics import MetricsLogger
-from torch_mars.train.optimizers import build_optimizer, default_hyperparams
+from torch_mars.train.optimizers import (
+    MARS_IMPLEMENTATION_FLAGS,
+    build_optimizer,
+    default_hyperparams,
+)
 from torch_mars.train.schedules import SCHEDULES, Schedule
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -96,11 +100,14 @@ class TrainConfig:
     def resolved_hyperparams(self) -> dict[str, Any]:
         """The optimizer's defaults for this model, with ``hyperparams`` applied."""
         settings = default_hyperparams(self.optimizer, self.model)
-        unknown = set(self.hyperparams) - set(settings) - {"min_lr"}
+        allowed = set(settings) | {"min_lr"}
+        if self.optimizer.startswith("mars-"):
+            allowed |= set(MARS_IMPLEMENTATION_FLAGS)
+        unknown = set(self.hyperparams) - allowed
         if unknown:
             raise ValueError(
                 f"unknown hyperparameters for {self.optimizer}: {sorted(unknown)}; "
-                f"known: {sorted(settings)}"
+                f"known: {sorted(allowed)}"
             )
         return {**settings, **self.hyperparams}
 
