@@ -61,13 +61,23 @@ if TRITON_AVAILABLE:
             globals()[_name] = tl.constexpr(_value)
 
     @triton.jit
-    def _load_tensor(addresses, tensor, column: tl.constexpr, offsets, mask, dtype, compute):
+    def _load_tensor(
+        addresses,
+        tensor,
+        column: tl.constexpr,
+        offsets,
+        mask,
+        dtype: tl.constexpr,
+        compute: tl.constexpr,
+    ):
         pointer = tl.load(addresses + tensor * N_ADDRESSES + column)
         pointer = pointer.to(tl.pointer_type(dtype), bitcast=True)
         return tl.load(pointer + offsets, mask=mask, other=0.0).to(compute)
 
     @triton.jit
-    def _store_tensor(addresses, tensor, column: tl.constexpr, offsets, mask, value, dtype):
+    def _store_tensor(
+        addresses, tensor, column: tl.constexpr, offsets, mask, value, dtype: tl.constexpr
+    ):
         pointer = tl.load(addresses + tensor * N_ADDRESSES + column)
         pointer = pointer.to(tl.pointer_type(dtype), bitcast=True)
         tl.store(pointer + offsets, value.to(dtype), mask=mask)
