@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import torch_mars.kernels as kernels
 import torch_mars.optim.functional as functional
+import torch_mars.optim.mars as mars_module
 from problems import MIXED_SHAPES, RandomProblem, run_mars
 from torch_mars import MARS, MARS_TYPES
 from torch_mars.kernels import TRITON_AVAILABLE
@@ -176,3 +178,11 @@ def test_triton_on_cuda_matches_the_loop(short_problem, mars_type):
     fused = run_mars(short_problem, fused=True, dtype=torch.float32, device="cuda", **kwargs)
     for a, b in zip(reference[0], fused[0], strict=True):
         torch.testing.assert_close(b.cpu(), a, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_on_cuda_without_triton_fails_at_construction(monkeypatch):
+    monkeypatch.setattr(kernels, "TRITON_AVAILABLE", False)
+    monkeypatch.setattr(mars_module, "fused_backend", lambda tensors: "triton")
+    with pytest.raises(RuntimeError, match=r"fused=True on CUDA needs Triton: pip install"):
+        MARS([torch.zeros(2, 2, requires_grad=True)], fused=True)
+    MARS([torch.zeros(2, 2, requires_grad=True)], foreach=True)
