@@ -10,6 +10,9 @@ one-element tensor hyperparameters stay on their device.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TypeVar
+
 import torch
 from torch import Tensor
 
@@ -24,6 +27,8 @@ from torch_mars.optim.step_tensors import (
     group_by_device_and_dtype,
     group_indices,
 )
+
+HyperparamsT = TypeVar("HyperparamsT", AdamWHyperparams, MarsHyperparams)
 
 
 def _variance_reduced_gradients(
@@ -130,10 +135,22 @@ def _mars_step_one_group(tensors: StepTensors, hp: MarsHyperparams, store_last_g
         _adam_rule_foreach([cs[i] for i in adam_indices], tensors.select(adam_indices), hp)
 
 
+def _on_device(hp: HyperparamsT, device: torch.device) -> HyperparamsT:
+    """``hp`` with its tensor-valued fields on ``device`` (multi-tensor kernels take scalar
+    tensors from their own device only); a non-blocking copy, never a host read."""
+    moved = {
+        field.name: value.to(device, non_blocking=True)
+        for field in dataclasses.fields(hp)
+        if isinstance(value := getattr(hp, field.name), Tensor) and value.device != device
+    }
+    return dataclasses.replace(hp, **moved) if moved else hp
+
+
 def mars_step_foreach(tensors: StepTensors, hp: MarsHyperparams, store_last_grad: bool) -> None:
     """One MARS step with multi-tensor kernels; see :func:`~.functional.mars_step`."""
     for indices in group_by_device_and_dtype(tensors.params):
-        _mars_step_one_group(tensors.select(indices), hp, store_last_grad)
+        device = tensors.params[indices[0]].device
+        _mars_step_one_group(tensors.select(indices), _on_device(hp, device), store_last_grad)
 
 
 def adamw_step_foreach(tensors: StepTensors, hp: AdamWHyperparams) -> None:
@@ -141,4 +158,4 @@ def adamw_step_foreach(tensors: StepTensors, hp: AdamWHyperparams) -> None:
     for indices in group_by_device_and_dtype(tensors.params):
         group = tensors.select(indices)
         grads = torch._foreach_neg(group.grads) if hp.maximize else group.grads
-        _adam_rule_foreach(grads, group, hp)
+        _adam_rule_foreach(grads, group, _on_device(hp, group.params[0].device))
