@@ -92,10 +92,24 @@ def compiled_tensor_update() -> Callable[..., None]:
     return torch.compile(tensor_update, dynamic=True, fullgraph=True)
 
 
-def _coefficients(hp: AdamWHyperparams, scale: object, step: int) -> Tensor:
+def coefficient_values(hp: AdamWHyperparams, scale: object, step: int) -> list[object]:
+    """``[lr, beta1, beta2, eps, wd, scale, bc1, bc2_sqrt]`` at step ``step``: the coefficients
+    of one tensor's update, as floats or one-element tensors (shared with the Triton kernels)."""
     bias_correction1, bias_correction2_sqrt = bias_corrections(hp.beta1, hp.beta2, step)
-    values = [hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, scale]
-    values += [bias_correction1, bias_correction2_sqrt]
+    return [
+        hp.lr,
+        hp.beta1,
+        hp.beta2,
+        hp.eps,
+        hp.weight_decay,
+        scale,
+        bias_correction1,
+        bias_correction2_sqrt,
+    ]
+
+
+def _coefficients(hp: AdamWHyperparams, scale: object, step: int) -> Tensor:
+    values = coefficient_values(hp, scale, step)
     return torch.tensor([float(v) for v in values], dtype=torch.float64)
 
 

@@ -25,6 +25,7 @@ from torch_mars.kernels import TRITON_AVAILABLE, require_triton
 from torch_mars.kernels.compiled_step import (
     RULES,
     adamw_step_compiled,
+    coefficient_values,
     mars_elementwise_compiled,
     mars_rule,
 )
@@ -32,7 +33,6 @@ from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
 from torch_mars.optim.multi_tensor import apply_shampoo_directions
 from torch_mars.optim.step_tensors import (
     StepTensors,
-    bias_corrections,
     correction_scale,
     group_indices,
 )
@@ -244,23 +244,25 @@ def _coefficient_table(
     hp: AdamWHyperparams, scale: object, steps: list[int], rules: list[int], device: torch.device
 ) -> Tensor:
     """The ``(n, 9)`` float64 table of per-tensor coefficients, built without a host read of a
-    tensor hyperparameter."""
-    rows_by_step: dict[int, list[object]] = {}
-    for step in set(steps):
-        bias_correction1, bias_correction2_sqrt = bias_corrections(hp.beta1, hp.beta2, step)
-        rows_by_step[step] = [hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, scale]
-        rows_by_step[step] += [bias_correction1, bias_correction2_sqrt]
-    values = [[*rows_by_step[step], rule] for step, rule in zip(steps, rules, strict=True)]
-    if not any(isinstance(v, Tensor) for row in rows_by_step.values() for v in row):
+    tensor hyperparameter: one row per distinct step count (usually one), gathered per tensor."""
+    distinct = sorted(set(steps))
+    step_rows = [coefficient_values(hp, scale, step) for step in distinct]
+    if not any(isinstance(v, Tensor) for row in step_rows for v in row):
+        by_step = dict(zip(distinct, step_rows, strict=True))
+        values = [[*by_step[step], rule] for step, rule in zip(steps, rules, strict=True)]
         return torch.tensor(values, dtype=torch.float64).to(device, non_blocking=True)
-    return torch.stack(
+    stacked = torch.stack(
         [
             torch.stack(
                 [torch.as_tensor(v, dtype=torch.float64, device=device).reshape(()) for v in row]
             )
-            for row in values
+            for row in step_rows
         ]
     )
+    host = torch.tensor(
+        [[distinct.index(step), rule] for step, rule in zip(steps, rules, strict=True)]
+    ).to(device, non_blocking=True)
+    return torch.cat([stacked[host[:, 0]], host[:, 1:].double()], dim=1)
 
 
 def _launch(
