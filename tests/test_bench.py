@@ -44,9 +44,18 @@ def test_iteration_mode_reports_the_step_share(tmp_path, capsys):
         assert row["step_ms"] < row["iteration_ms"]
 
 
-def test_unknown_row_is_a_one_line_error(capsys):
-    assert main(["bench", "--model", "tiny", "--only", "sgd"]) == 2
-    assert "unknown ['sgd']" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--only", "sgd"], "unknown ['sgd']"),
+        (["--repeats", "0"], "--warmup and --repeats must be >= 1"),
+        (["--device", "mps"], "--device must be cpu or cuda"),
+        (["--device", "gpu0"], "--device must be cpu or cuda"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(capsys, args, message):
+    assert main(["bench", "--model", "tiny", *args]) == 2
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

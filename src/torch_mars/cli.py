@@ -251,7 +251,12 @@ def _bench(args: argparse.Namespace) -> int:
         run_step_benchmark,
     )
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    name = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if name.split(":")[0] not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: this torch build or machine has no CUDA device")
     if args.warmup < 1 or args.repeats < 1:
         raise ValueError("--warmup and --repeats must be >= 1")
     model_name = args.model or (
