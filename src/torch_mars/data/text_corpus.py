@@ -11,10 +11,11 @@ import numpy as np
 from torch_mars.data.corpus import DataFormatError, TokenCorpus
 
 
-def read_maybe_gzip(path: Path) -> bytes:
-    """The bytes of ``path``, decompressed when its name ends in ``.gz``."""
+def read_maybe_gzip(path: Path, content: str = "text file") -> bytes:
+    """The bytes of ``path``, decompressed when its name ends in ``.gz``; ``content`` names what
+    the file should hold, for the error messages."""
     if not path.is_file():
-        raise DataFormatError(path, "no such file", "a text file or a .gz of one")
+        raise DataFormatError(path, "no such file", f"a {content} or a .gz of one")
     if path.suffix != ".gz":
         return path.read_bytes()
     try:
@@ -25,7 +26,7 @@ def read_maybe_gzip(path: Path) -> bytes:
         ) from error
     except (gzip.BadGzipFile, zlib.error) as error:
         raise DataFormatError(
-            path, f"not a valid gzip file ({error})", "a gzip-compressed text file"
+            path, f"not a valid gzip file ({error})", f"a gzip-compressed {content}"
         ) from error
 
 
