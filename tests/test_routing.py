@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from torch_mars import MARS
+from torch_mars.optim import routes_to_mars
 
 
 def one_step(params, grads, **kwargs) -> MARS:
@@ -67,3 +68,25 @@ def test_a_tensor_without_a_gradient_is_skipped():
     assert unused not in opt.state
     assert torch.equal(unused.detach(), torch.ones(2, 2))
     assert opt.state[used]["step"] == 1
+
+
+def test_reference_routing_sends_conv_weights_to_adamw_and_the_default_does_not():
+    conv = torch.nn.Conv2d(3, 4, 3)
+    linear = torch.nn.Linear(4, 2)
+    params = [conv.weight, conv.bias, linear.weight, linear.bias]
+    default = MARS(params)
+    reference = MARS(params, reference_routing=True)
+    assert [routes_to_mars(p, default.param_groups[0]) for p in params] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+    assert [routes_to_mars(p, reference.param_groups[0]) for p in params] == [
+        False,
+        False,
+        True,
+        False,
+    ]
+    all_mars = MARS(params, reference_routing=True, optimize_1d=True)
+    assert all(routes_to_mars(p, all_mars.param_groups[0]) for p in params)

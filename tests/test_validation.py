@@ -33,6 +33,7 @@ BAD_VALUES = [
     ("amsgrad", "yes", r"amsgrad must be True or False"),
     ("foreach", 1, r"foreach must be True, False or None"),
     ("fused", "yes", r"fused must be True, False or None"),
+    ("reference_routing", 1, r"reference_routing must be True or False"),
     ("state_dtype", torch.float16, r"state_dtype must be None .*, torch.float32 or torch.bfloat16"),
     ("lr", torch.tensor([1e-3, 2e-3]), r"lr must be a float or a one-element floating tensor"),
     ("lr", torch.tensor(-1e-3), r"lr must be a finite number >= 0"),

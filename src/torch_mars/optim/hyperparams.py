@@ -119,7 +119,7 @@ def validate_group(group: Mapping[str, Any]) -> None:
     ns_steps = group["ns_steps"]
     if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
         raise ValueError(f"ns_steps must be an integer >= 1, got {ns_steps!r}")
-    for name in ("amsgrad", "is_approx", "optimize_1d", "maximize"):
+    for name in ("amsgrad", "is_approx", "optimize_1d", "reference_routing", "maximize"):
         _check_flag(name, group[name])
     for name in ("use_mars", "foreach", "fused"):
         _check_flag(name, group.get(name), allow_none=True)

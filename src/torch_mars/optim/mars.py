@@ -30,10 +30,12 @@ from torch_mars.optim.step_tensors import Scalar, StepTensors
 
 def routes_to_mars(param: Tensor, group: dict[str, Any]) -> bool:
     """Whether ``param`` takes the MARS update in ``group``: ``use_mars`` when the group sets it,
-    else ``optimize_1d or param.ndim >= 2``."""
+    else ``optimize_1d or param.ndim >= 2`` (``param.ndim == 2`` under ``reference_routing``)."""
     if group.get("use_mars") is not None:
         return bool(group["use_mars"])
-    return bool(group["optimize_1d"]) or param.ndim >= 2
+    if group["optimize_1d"]:
+        return True
+    return param.ndim == 2 if group.get("reference_routing") else param.ndim >= 2
 
 
 class MARS(Optimizer):
@@ -74,6 +76,9 @@ class MARS(Optimizer):
         is_approx: approximate mode (previous step's gradient) or exact mode (needs a closure).
         mars_type: ``"mars-adamw"``, ``"mars-lion"`` or ``"mars-shampoo"``.
         optimize_1d: route ``ndim < 2`` tensors to MARS too.
+        reference_routing: route only ``ndim == 2`` tensors to MARS, as the authors' code does,
+            so that 4-D conv weights take plain AdamW; for comparisons with their vision
+            results (the default ``ndim >= 2`` treats conv weights as matrices).
         lr_1d: learning rate of the AdamW-routed tensors at ``lr == lr0``, >= 0.
         betas_1d: ``(beta1, beta2)`` of the AdamW-routed tensors.
         weight_decay_1d: weight decay of the AdamW-routed tensors, >= 0.
@@ -127,6 +132,7 @@ class MARS(Optimizer):
         foreach: bool | None = None,
         fused: bool | None = None,
         state_dtype: torch.dtype | None = None,
+        reference_routing: bool = False,
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -138,6 +144,7 @@ class MARS(Optimizer):
             "is_approx": is_approx,
             "mars_type": mars_type,
             "optimize_1d": optimize_1d,
+            "reference_routing": reference_routing,
             "lr_1d": lr_1d,
             "betas_1d": betas_1d,
             "weight_decay_1d": weight_decay_1d,
@@ -181,6 +188,7 @@ class MARS(Optimizer):
             group.setdefault("fused", None)
             group.setdefault("state_dtype", None)
             group.setdefault("use_mars", None)
+            group.setdefault("reference_routing", False)
             group.setdefault("lr_at_construction", group["lr"])
 
     @torch.no_grad()
