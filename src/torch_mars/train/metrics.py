@@ -35,13 +35,21 @@ class MetricsLogger:
     """Appends rows to the run's metric files; on resume it first drops rows past ``step``, which
     the interrupted run wrote after its last checkpoint."""
 
-    def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        resume_step: int | None = None,
+        columns: tuple[str, ...] = METRIC_COLUMNS,
+        x_axis: str = "tokens",
+    ) -> None:
         self.run_dir = run_dir
+        self.columns = columns
+        self.x_axis = x_axis
         rows = read_metrics(run_dir) if resume_step is not None else []
         rows = [row for row in rows if row["step"] <= (resume_step or 0)]
         self._jsonl = open(run_dir / "metrics.jsonl", "w")  # noqa: SIM115 (held for the run)
         self._csv_file = open(run_dir / "metrics.csv", "w", newline="")  # noqa: SIM115
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=METRIC_COLUMNS)
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=columns)
         self._csv.writeheader()
         for row in rows:
             self._write(row)
@@ -55,7 +63,7 @@ class MetricsLogger:
 
     def _write(self, row: dict[str, Any]) -> None:
         self._jsonl.write(json.dumps(row) + "\n")
-        self._csv.writerow({key: row.get(key) for key in METRIC_COLUMNS})
+        self._csv.writerow({key: row.get(key) for key in self.columns})
 
     def log(self, row: dict[str, Any]) -> None:
         """Record one step's metrics (missing or ``None`` values stay empty)."""
@@ -65,7 +73,7 @@ class MetricsLogger:
         if self._tensorboard is not None:
             for key, value in row.items():
                 if key != "step" and isinstance(value, float) and math.isfinite(value):
-                    self._tensorboard.add_scalar(key, value, row["tokens"])
+                    self._tensorboard.add_scalar(key, value, row[self.x_axis])
 
     def close(self) -> None:
         self._jsonl.close()
