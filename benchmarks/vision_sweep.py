@@ -19,14 +19,14 @@ from tempfile import TemporaryDirectory
 
 import torch
 
-from torch_mars.train.vision import VisionConfig, VisionTrainer
+from torch_mars.train.vision import VISION_COMPARE_BUDGET, VisionConfig, VisionTrainer
 
 GRIDS = {
     "adamw": (3e-4, 1e-3, 3e-3),
     "mars-adamw": (1e-3, 3e-3, 1e-2),
     "muon": (6e-3, 2e-2, 6e-2),
 }
-BUDGET = {"width": 8, "epochs": 4, "batch_size": 128, "train_subset": 10_000}
+BUDGET = {**VISION_COMPARE_BUDGET, "batch_size": 128}
 SEEDS = (0, 1, 2)
 
 

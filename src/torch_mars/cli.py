@@ -4,6 +4,8 @@ torch-mars compare                  # MARS vs AdamW and Muon on the stdlib corpu
 torch-mars train --optimizer mars-adamw --model gpt2-small --data shards:data/owt
 torch-mars plot runs/compare-*      # redraw curves.png from saved runs
 torch-mars bench                    # step time of every MARS path vs torch AdamW and Muon
+torch-mars compare --task vision --data fashion-mnist:DIR   # ResNet-18, minutes on CPU
+torch-mars train-vision --data cifar:DIR   # the paper's CIFAR schedule (200 epochs)
 torch-mars prepare notes.txt --out data/notes --tokenizer-dir gpt2/   # GPT-2 token shards
 """
 
@@ -36,9 +38,19 @@ from torch_mars.train.compare import (
     summarise,
 )
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
-from torch_mars.train.plots import plot_runs
+from torch_mars.train.plots import plot_runs, plot_vision_runs
 from torch_mars.train.schedules import SCHEDULES
 from torch_mars.train.trainer import TrainConfig, Trainer
+from torch_mars.train.vision import (
+    DEFAULT_VISION_OPTIMIZERS,
+    VISION_COMPARE_BUDGET,
+    VISION_OPTIMIZERS,
+    VisionConfig,
+    VisionTrainer,
+    format_vision_table,
+    run_vision_comparison,
+    summarise_vision,
+)
 
 
 def parse_value(text: str) -> Any:
@@ -67,6 +79,21 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
     return value
+
+
+def _add_vision_flags(
+    parser: argparse.ArgumentParser, width: int, epochs: int, train_subset: int | None = None
+) -> None:
+    group = parser.add_argument_group("vision (ResNet-18 on images)")
+    group.add_argument("--width", type=_positive_int, default=width, help="first-stage channels")
+    group.add_argument("--epochs", type=_positive_int, default=epochs)
+    group.add_argument(
+        "--train-subset",
+        type=_positive_int,
+        default=train_subset,
+        help="train on this many images (a fixed random subset)",
+    )
+    group.add_argument("--no-augment", action="store_true", help="no random crop and flip")
 
 
 def _add_training_flags(parser: argparse.ArgumentParser, defaults: TrainConfig) -> None:
@@ -139,11 +166,31 @@ def _config_from_args(args: argparse.Namespace, base: TrainConfig) -> TrainConfi
     return config
 
 
-def _compare(args: argparse.Namespace) -> int:
-    base = _config_from_args(args, DEFAULT_COMPARE)
-    unknown = set(args.optimizers) - set(OPTIMIZER_NAMES)
+def _vision_config(args: argparse.Namespace, **overrides: Any) -> VisionConfig:
+    if args.data is None or ":" not in args.data:
+        raise ValueError(
+            f"vision needs --data fashion-mnist:DIR, cifar:DIR or folder:DIR (got {args.data!r})"
+        )
+    return VisionConfig(
+        data=args.data,
+        width=args.width,
+        epochs=args.epochs,
+        batch_size=args.batch_size or VisionConfig.batch_size,
+        augment=not args.no_augment,
+        train_subset=args.train_subset,
+        device=args.device,
+        quiet=args.quiet,
+        **overrides,
+    )
+
+
+def _per_optimizer_hyperparams(
+    args: argparse.Namespace, known: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """``--lr NAME=LR`` and ``--opt-arg NAME:KEY=VALUE`` of ``compare``, by optimizer."""
+    unknown = set(args.optimizers) - set(known)
     if unknown:
-        raise ValueError(f"--optimizers: unknown {sorted(unknown)}; known: {OPTIMIZER_NAMES}")
+        raise ValueError(f"--optimizers: unknown {sorted(unknown)}; known: {tuple(known)}")
     hyperparams: dict[str, dict[str, Any]] = {name: {} for name in args.optimizers}
     for name, lr in args.lr:
         if name not in hyperparams:
@@ -158,6 +205,60 @@ def _compare(args: argparse.Namespace) -> int:
             )
         key, value = _key_value(rest)
         hyperparams[name][key] = value
+    return hyperparams
+
+
+def _compare_vision(args: argparse.Namespace) -> int:
+    if args.optimizers == list(DEFAULT_OPTIMIZERS):
+        args.optimizers = list(DEFAULT_VISION_OPTIMIZERS)
+    hyperparams = _per_optimizer_hyperparams(args, VISION_OPTIMIZERS)
+    base = _vision_config(args)
+    out_dir = args.out_dir / (args.name or time.strftime("compare-vision-%Y%m%d-%H%M%S"))
+    print(
+        f"comparing {', '.join(args.optimizers)} on {base.data}: ResNet-18 width {base.width}, "
+        f"{base.epochs} epochs, seeds {args.seeds} -> {out_dir}",
+        flush=True,
+    )
+    results = run_vision_comparison(base, args.optimizers, args.seeds, out_dir, hyperparams)
+    summaries = summarise_vision(results)
+    table = format_vision_table(summaries)
+    figure = plot_vision_runs(
+        [r.run_dir for r in results], out_dir / "curves.png", title=f"ResNet-18 on {base.data}"
+    )
+    (out_dir / "summary.md").write_text(table + "\n")
+    (out_dir / "summary.json").write_text(
+        json.dumps([dataclasses.asdict(s) for s in summaries], indent=2) + "\n"
+    )
+    print(table)
+    print(f"figure: {figure}\nper-run metrics: {out_dir}/<optimizer>-seed<k>/metrics.csv")
+    return 0
+
+
+def _train_vision(args: argparse.Namespace) -> int:
+    config = _vision_config(
+        args,
+        optimizer=args.optimizer,
+        hyperparams=dict(args.opt_arg),
+        seed=args.seed,
+        run_dir=args.run_dir,
+        milestones=tuple(args.milestones),
+    )
+    result = VisionTrainer(config).run()
+    print(
+        f"{result.optimizer}: final test accuracy {100 * result.final_test_accuracy:.2f}%, best "
+        f"{100 * result.best_test_accuracy:.2f}%, test loss {result.final_test_loss:.4f}, "
+        f"{result.epochs} epochs in {result.train_time_s:.0f} s -> {result.run_dir}"
+    )
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    if args.task == "vision":
+        return _compare_vision(args)
+    if args.batch_size is None:
+        args.batch_size = DEFAULT_COMPARE.batch_size
+    base = _config_from_args(args, DEFAULT_COMPARE)
+    hyperparams = _per_optimizer_hyperparams(args, OPTIMIZER_NAMES)
     out_dir = args.out_dir / (args.name or time.strftime("compare-%Y%m%d-%H%M%S"))
     corpus = load_corpus(base.data)
     print(
@@ -347,7 +448,14 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--name", help="run folder name (default: compare-<time>)")
     compare.add_argument("--out-dir", type=Path, default=Path("runs"))
     _add_training_flags(compare, DEFAULT_COMPARE)
-    compare.set_defaults(handler=_compare)
+    compare.add_argument(
+        "--task",
+        choices=("text", "vision"),
+        default="text",
+        help="text: GPT on --data (default); vision: ResNet-18 on image --data",
+    )
+    _add_vision_flags(compare, **VISION_COMPARE_BUDGET)
+    compare.set_defaults(handler=_compare, batch_size=None)
 
     train = commands.add_parser("train", help="train one optimizer, with checkpoints")
     train.add_argument("--optimizer", choices=OPTIMIZER_NAMES, default="mars-adamw")
@@ -371,6 +479,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_training_flags(train, TrainConfig())
     train.set_defaults(handler=_train)
+
+    train_vision = commands.add_parser(
+        "train-vision", help="train the CIFAR ResNet-18 on images (the paper's schedule)"
+    )
+    train_vision.add_argument(
+        "--data", required=True, help="fashion-mnist:DIR, cifar:DIR or folder:DIR"
+    )
+    train_vision.add_argument("--optimizer", choices=VISION_OPTIMIZERS, default="mars-adamw")
+    train_vision.add_argument(
+        "--opt-arg",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="hyperparameter override, e.g. lr=3e-3",
+    )
+    train_vision.add_argument("--batch-size", type=_positive_int, default=VisionConfig.batch_size)
+    train_vision.add_argument(
+        "--milestones",
+        nargs="+",
+        type=float,
+        default=list(VisionConfig.milestones),
+        help="fractions of --epochs where the lr is divided by 10 (default 0.5 0.75)",
+    )
+    train_vision.add_argument("--seed", type=int, default=0)
+    train_vision.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    train_vision.add_argument("--run-dir", type=Path, default=Path("runs/vision"))
+    train_vision.add_argument("--quiet", action="store_true", help="log lines, no progress bar")
+    _add_vision_flags(train_vision, width=VisionConfig.width, epochs=VisionConfig.epochs)
+    train_vision.set_defaults(handler=_train_vision)
 
     plot = commands.add_parser("plot", help="redraw curves from saved runs")
     plot.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")

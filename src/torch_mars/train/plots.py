@@ -1,5 +1,6 @@
-"""Figures of saved runs: validation loss against tokens and against training wall time, one
-line per optimizer (the mean over seeds, with a band of ± one std when there are several)."""
+"""Figures of saved runs, one line per optimizer (the mean over seeds, with a band of ± one std
+when there are several): for GPT runs, validation loss against tokens and against training wall
+time; for vision runs, test accuracy and test loss against epochs."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ def _val_curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
+def _mean_with_band(axis, x: np.ndarray, ys: np.ndarray, label: str) -> None:
+    """Plot the mean of the rows of ``ys`` against ``x``, with a ± one-std band over rows."""
+    mean, std = ys.mean(axis=0), ys.std(axis=0)
+    (line,) = axis.plot(x, mean, label=label, marker="o", markersize=2.5)
+    if len(ys) > 1:
+        axis.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+
+
 def plot_runs(run_dirs: Sequence[Path], out_path: Path, title: str | None = None) -> Path:
     """Draw ``out_path`` (PNG) from the metrics of ``run_dirs``; runs are grouped by the
     optimizer recorded in each ``config.json``. Returns ``out_path``."""
@@ -46,16 +55,55 @@ def plot_runs(run_dirs: Sequence[Path], out_path: Path, title: str | None = None
         tokens = runs[0][0][:length]
         times = np.mean([t[:length] for _, t, _ in runs], axis=0)
         losses = np.stack([loss[:length] for _, _, loss in runs])
-        mean, std = losses.mean(axis=0), losses.std(axis=0)
         label = name if len(runs) == 1 else f"{name} ({len(runs)} seeds)"
         for axis, x in ((by_tokens, tokens), (by_time, times)):
-            (line,) = axis.plot(x, mean, label=label, marker="o", markersize=2.5)
-            if len(runs) > 1:
-                axis.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+            _mean_with_band(axis, x, losses, label)
     by_tokens.set_xlabel("training tokens")
     by_time.set_xlabel("training wall time (s)")
     for axis in (by_tokens, by_time):
         axis.set_ylabel("validation loss (nats/token)")
+        axis.grid(alpha=0.3)
+        axis.legend()
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out_path, dpi=120)
+    plt.close(figure)
+    return out_path
+
+
+def plot_vision_runs(run_dirs: Sequence[Path], out_path: Path, title: str | None = None) -> Path:
+    """Draw ``out_path`` (PNG): test accuracy and test loss per epoch of vision ``run_dirs``,
+    grouped by the optimizer in each ``summary.json``. Returns ``out_path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not run_dirs:
+        raise ValueError("no run folders to plot")
+    curves: dict[str, list[list[dict]]] = defaultdict(list)
+    for run_dir in run_dirs:
+        summary = Path(run_dir) / "summary.json"
+        if not summary.is_file():
+            raise FileNotFoundError(f"{summary}: missing; is {run_dir} a finished vision run?")
+        curves[json.loads(summary.read_text())["optimizer"]].append(read_metrics(Path(run_dir)))
+    figure, (accuracy_axis, loss_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, runs in curves.items():
+        length = min(len(rows) for rows in runs)
+        epochs = np.array([row["epoch"] for row in runs[0][:length]], dtype=float)
+        label = name if len(runs) == 1 else f"{name} ({len(runs)} seeds)"
+        for axis, key, scale in (
+            (accuracy_axis, "test_accuracy", 100.0),
+            (loss_axis, "test_loss", 1.0),
+        ):
+            values = np.array([[scale * row[key] for row in rows[:length]] for rows in runs])
+            _mean_with_band(axis, epochs, values, label)
+    accuracy_axis.set_ylabel("test accuracy (%)")
+    loss_axis.set_ylabel("test loss (nats)")
+    for axis in (accuracy_axis, loss_axis):
+        axis.set_xlabel("epoch")
         axis.grid(alpha=0.3)
         axis.legend()
     if title:

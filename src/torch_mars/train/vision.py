@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,10 @@ from torch_mars.optim import MARS
 from torch_mars.train.metrics import MetricsLogger
 
 VISION_OPTIMIZERS: tuple[str, ...] = ("mars-adamw", "adamw", "muon", "mars-lion", "mars-shampoo")
+DEFAULT_VISION_OPTIMIZERS: tuple[str, ...] = ("mars-adamw", "adamw", "muon")
+# `torch-mars compare --task vision`: a budget of minutes on two CPU cores (Fashion-MNIST:
+# a width-8 ResNet-18, 10,000 training images, 4 epochs).
+VISION_COMPARE_BUDGET: dict[str, Any] = {"width": 8, "epochs": 4, "train_subset": 10_000}
 DATA_KINDS: tuple[str, ...] = ("fashion-mnist", "cifar", "folder")
 VISION_METRIC_COLUMNS: tuple[str, ...] = (
     "epoch",
@@ -302,3 +306,77 @@ class VisionTrainer:
         summary["config"] = {**asdict(config), "run_dir": str(config.run_dir)}
         (config.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return result
+
+
+@dataclass
+class VisionSummary:
+    """One optimizer's results over its seeds (accuracies in [0, 1])."""
+
+    optimizer: str
+    seeds: int
+    final_accuracy_mean: float
+    final_accuracy_std: float
+    best_accuracy_mean: float
+    final_loss_mean: float
+    train_time_s_mean: float
+
+
+def run_vision_comparison(
+    base: VisionConfig,
+    optimizers: list[str],
+    seeds: list[int],
+    out_dir: Path,
+    hyperparams: dict[str, dict[str, Any]],
+) -> list[VisionResult]:
+    """Train ``base`` once per optimizer and seed, on the same images and budget, into
+    ``out_dir/<optimizer>-seed<k>``."""
+    results = []
+    for name in optimizers:
+        for seed in seeds:
+            config = replace(
+                base,
+                optimizer=name,
+                seed=seed,
+                hyperparams=hyperparams.get(name, {}),
+                run_dir=out_dir / f"{name}-seed{seed}",
+            )
+            results.append(VisionTrainer(config).run())
+    return results
+
+
+def summarise_vision(results: list[VisionResult]) -> list[VisionSummary]:
+    """Mean and spread over seeds, one row per optimizer in first-seen order."""
+    by_optimizer: dict[str, list[VisionResult]] = {}
+    for result in results:
+        by_optimizer.setdefault(result.optimizer, []).append(result)
+    summaries = []
+    for name, runs in by_optimizer.items():
+        finals = torch.tensor([r.final_test_accuracy for r in runs], dtype=torch.float64)
+        summaries.append(
+            VisionSummary(
+                optimizer=name,
+                seeds=len(runs),
+                final_accuracy_mean=float(finals.mean()),
+                final_accuracy_std=float(finals.std()) if len(runs) > 1 else 0.0,
+                best_accuracy_mean=sum(r.best_test_accuracy for r in runs) / len(runs),
+                final_loss_mean=sum(r.final_test_loss for r in runs) / len(runs),
+                train_time_s_mean=sum(r.train_time_s for r in runs) / len(runs),
+            )
+        )
+    return summaries
+
+
+def format_vision_table(summaries: list[VisionSummary]) -> str:
+    """A Markdown table, best final test accuracy first."""
+    lines = [
+        "| optimizer | seeds | final test acc | best test acc | final test loss | time (s) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for s in sorted(summaries, key=lambda s: -s.final_accuracy_mean):
+        spread = f" ± {100 * s.final_accuracy_std:.2f}" if s.seeds > 1 else ""
+        lines.append(
+            f"| {s.optimizer} | {s.seeds} | {100 * s.final_accuracy_mean:.2f}{spread}% "
+            f"| {100 * s.best_accuracy_mean:.2f}% | {s.final_loss_mean:.4f} "
+            f"| {s.train_time_s_mean:.0f} |"
+        )
+    return "\n".join(lines)
