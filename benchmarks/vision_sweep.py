@@ -118,8 +118,9 @@ def main() -> None:
     for optimizer, grid in GRIDS.items():
         for lr in grid:
             ensure(optimizer, lr, SEEDS[0])
-    for optimizer, lr in best_lrs(record["runs"]).items():
-        for seed in SEEDS[1:]:
+    # Seed-major, so that an interrupted sweep leaves every optimizer with the same seeds.
+    for seed in SEEDS[1:]:
+        for optimizer, lr in best_lrs(record["runs"]).items():
             ensure(optimizer, lr, seed)
     print(markdown(record))
 

@@ -95,6 +95,13 @@ def test_cli_errors_are_one_line(capsys, args, message):
     assert message in capsys.readouterr().err
 
 
+def test_unknown_hyperparameters_are_value_errors_naming_the_optimizer():
+    with pytest.raises(ValueError, match="adamw: .*unexpected keyword argument 'rho'"):
+        build_vision_optimizer("adamw", resnet18(width=2), {"rho": 1})
+    with pytest.raises(ValueError, match="mars-adamw: .*unexpected keyword argument 'rho'"):
+        build_vision_optimizer("mars-adamw", resnet18(width=2), {"rho": 1})
+
+
 def test_mars_routes_conv_kernels_by_default_and_not_under_reference_routing():
     model = resnet18(width=2)
     conv = model.stem.weight

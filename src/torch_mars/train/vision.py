@@ -85,13 +85,16 @@ def build_vision_optimizer(name: str, model: nn.Module, hyperparams: dict[str, A
     if name not in VISION_OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {VISION_OPTIMIZERS}, got {name!r}")
     settings = {**VISION_DEFAULTS[name], **hyperparams}
-    if name == "adamw":
-        return torch.optim.AdamW(model.parameters(), **settings)
-    settings.setdefault("lr_1d", settings["lr"] if name != "muon" else 1e-3)
-    settings.setdefault("weight_decay_1d", settings["weight_decay"])
-    if name == "muon":
-        return MARS(model.parameters(), mars_type="mars-shampoo", gamma=0.0, **settings)
-    return MARS(model.parameters(), mars_type=name, **settings)
+    try:
+        if name == "adamw":
+            return torch.optim.AdamW(model.parameters(), **settings)
+        settings.setdefault("lr_1d", settings["lr"] if name != "muon" else 1e-3)
+        settings.setdefault("weight_decay_1d", settings["weight_decay"])
+        if name == "muon":
+            return MARS(model.parameters(), mars_type="mars-shampoo", gamma=0.0, **settings)
+        return MARS(model.parameters(), mars_type=name, **settings)
+    except TypeError as error:  # an unknown keyword in hyperparams
+        raise ValueError(f"{name}: {error}") from error
 
 
 def multistep_factor(epoch: int, epochs: int, milestones: tuple[float, ...], decay: float) -> float:
