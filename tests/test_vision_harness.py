@@ -96,9 +96,9 @@ def test_cli_errors_are_one_line(capsys, args, message):
 
 
 def test_unknown_hyperparameters_are_value_errors_naming_the_optimizer():
-    with pytest.raises(ValueError, match="adamw: .*unexpected keyword argument 'rho'"):
+    with pytest.raises(ValueError, match=r"adamw: .*unexpected keyword argument 'rho'"):
         build_vision_optimizer("adamw", resnet18(width=2), {"rho": 1})
-    with pytest.raises(ValueError, match="mars-adamw: .*unexpected keyword argument 'rho'"):
+    with pytest.raises(ValueError, match=r"mars-adamw: .*unexpected keyword argument 'rho'"):
         build_vision_optimizer("mars-adamw", resnet18(width=2), {"rho": 1})
 
 
