@@ -208,6 +208,17 @@ def _per_optimizer_hyperparams(
     return hyperparams
 
 
+def _report_comparison(out_dir: Path, summaries: Sequence[Any], table: str, figure: Path) -> int:
+    """Write ``summary.md``/``summary.json`` of a comparison and print the table."""
+    (out_dir / "summary.md").write_text(table + "\n")
+    (out_dir / "summary.json").write_text(
+        json.dumps([dataclasses.asdict(s) for s in summaries], indent=2) + "\n"
+    )
+    print(table)
+    print(f"figure: {figure}\nper-run metrics: {out_dir}/<optimizer>-seed<k>/metrics.csv")
+    return 0
+
+
 def _compare_vision(args: argparse.Namespace) -> int:
     if args.optimizers == list(DEFAULT_OPTIMIZERS):
         args.optimizers = list(DEFAULT_VISION_OPTIMIZERS)
@@ -225,13 +236,7 @@ def _compare_vision(args: argparse.Namespace) -> int:
     figure = plot_vision_runs(
         [r.run_dir for r in results], out_dir / "curves.png", title=f"ResNet-18 on {base.data}"
     )
-    (out_dir / "summary.md").write_text(table + "\n")
-    (out_dir / "summary.json").write_text(
-        json.dumps([dataclasses.asdict(s) for s in summaries], indent=2) + "\n"
-    )
-    print(table)
-    print(f"figure: {figure}\nper-run metrics: {out_dir}/<optimizer>-seed<k>/metrics.csv")
-    return 0
+    return _report_comparison(out_dir, summaries, table, figure)
 
 
 def _train_vision(args: argparse.Namespace) -> int:
@@ -274,13 +279,7 @@ def _compare(args: argparse.Namespace) -> int:
         out_dir / "curves.png",
         title=f"{base.model} GPT on {corpus.name}",
     )
-    (out_dir / "summary.md").write_text(table + "\n")
-    (out_dir / "summary.json").write_text(
-        json.dumps([dataclasses.asdict(s) for s in summaries], indent=2) + "\n"
-    )
-    print(table)
-    print(f"figure: {figure}\nper-run metrics: {out_dir}/<optimizer>-seed<k>/metrics.csv")
-    return 0
+    return _report_comparison(out_dir, summaries, table, figure)
 
 
 def _train(args: argparse.Namespace) -> int:
