@@ -1,6 +1,7 @@
 """The CPU-budget vision comparison of issue #6: MARS-AdamW, AdamW and Muon on Fashion-MNIST with a
 narrow ResNet-18, each lr tuned on a small grid with seed 0, then the best lr of each re-run with
-more seeds. Same images, epochs and batch for every run. Writes
+more seeds, and MARS-AdamW with the authors' routing (conv kernels on AdamW) at its best lr.
+Same images, epochs and batch for every run. Writes
 benchmarks/results/vision_sweep.json as it goes (settings already there are skipped).
 
     python benchmarks/vision_sweep.py [--data fashion-mnist:DIR] [--table]
@@ -22,7 +23,7 @@ import torch
 from torch_mars.train.vision import VISION_COMPARE_BUDGET, VisionConfig, VisionTrainer
 
 GRIDS = {
-    "adamw": (3e-4, 1e-3, 3e-3),
+    "adamw": (3e-4, 1e-3, 3e-3, 1e-2),
     "mars-adamw": (1e-3, 3e-3, 1e-2),
     "muon": (6e-3, 2e-2, 6e-2),
 }
@@ -30,16 +31,21 @@ BUDGET = {**VISION_COMPARE_BUDGET, "batch_size": 128}
 SEEDS = (0, 1, 2)
 
 
-def run_key(optimizer: str, lr: float, seed: int) -> str:
-    return f"{optimizer} lr={lr:g} seed={seed}"
+# MARS-AdamW with the authors' routing (conv kernels on AdamW), at MARS-AdamW's best lr.
+REFERENCE_ROUTING = {"reference_routing": True}
 
 
-def run_one(data: str, optimizer: str, lr: float, seed: int) -> dict:
+def run_key(optimizer: str, lr: float, seed: int, extra: dict | None = None) -> str:
+    suffix = "".join(f" {k}={v}" for k, v in (extra or {}).items())
+    return f"{optimizer} lr={lr:g} seed={seed}{suffix}"
+
+
+def run_one(data: str, optimizer: str, lr: float, seed: int, extra: dict | None = None) -> dict:
     with TemporaryDirectory() as tmp:
         config = VisionConfig(
             data=data,
             optimizer=optimizer,
-            hyperparams={"lr": lr},
+            hyperparams={"lr": lr, **(extra or {})},
             seed=seed,
             quiet=True,
             run_dir=Path(tmp),
@@ -47,7 +53,7 @@ def run_one(data: str, optimizer: str, lr: float, seed: int) -> dict:
         )
         result = VisionTrainer(config).run()
     return {
-        "optimizer": optimizer,
+        "optimizer": optimizer + (" (reference routing)" if extra else ""),
         "lr": lr,
         "seed": seed,
         "final_test_accuracy": result.final_test_accuracy,
@@ -71,14 +77,17 @@ def markdown(record: dict) -> str:
     runs = record["runs"]
     lines = ["| optimizer | lr | seed 0 final test acc | final test loss |", "|---|---:|---:|---:|"]
     for r in sorted(runs.values(), key=lambda r: (r["optimizer"], r["lr"])):
-        if r["seed"] == 0:
+        if r["seed"] == 0 and r["optimizer"] in GRIDS:
             lines.append(
                 f"| {r['optimizer']} | {r['lr']:g} | {100 * r['final_test_accuracy']:.2f}% "
                 f"| {r['final_test_loss']:.4f} |"
             )
     lines += ["", "| optimizer | best lr | seeds | final test acc (mean ± std) | time/run |"]
     lines.append("|---|---:|---:|---:|---:|")
-    for optimizer, lr in best_lrs(runs).items():
+    rows = list(best_lrs(runs).items())
+    reference = "mars-adamw (reference routing)"
+    rows += [(reference, r["lr"]) for r in runs.values() if r["optimizer"] == reference][:1]
+    for optimizer, lr in rows:
         chosen = [r for r in runs.values() if r["optimizer"] == optimizer and r["lr"] == lr]
         accuracies = [100 * r["final_test_accuracy"] for r in chosen]
         spread = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
@@ -108,10 +117,10 @@ def main() -> None:
     )
     record["budget"] = {"data": args.data, **BUDGET}
 
-    def ensure(optimizer: str, lr: float, seed: int) -> None:
-        key = run_key(optimizer, lr, seed)
+    def ensure(optimizer: str, lr: float, seed: int, extra: dict | None = None) -> None:
+        key = run_key(optimizer, lr, seed, extra)
         if key not in record["runs"]:
-            record["runs"][key] = run_one(args.data, optimizer, lr, seed)
+            record["runs"][key] = run_one(args.data, optimizer, lr, seed, extra)
             args.out.write_text(json.dumps(record, indent=2) + "\n")
             print(key, record["runs"][key], flush=True)
 
@@ -122,6 +131,8 @@ def main() -> None:
     for seed in SEEDS[1:]:
         for optimizer, lr in best_lrs(record["runs"]).items():
             ensure(optimizer, lr, seed)
+    for seed in SEEDS:
+        ensure("mars-adamw", best_lrs(record["runs"])["mars-adamw"], seed, REFERENCE_ROUTING)
     print(markdown(record))
 
 
