@@ -81,6 +81,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_opt_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--opt-arg",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="hyperparameter override, e.g. lr=3e-3",
+    )
+
+
 def _add_vision_flags(
     parser: argparse.ArgumentParser, width: int, epochs: int, train_subset: int | None = None
 ) -> None:
@@ -458,14 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train one optimizer, with checkpoints")
     train.add_argument("--optimizer", choices=OPTIMIZER_NAMES, default="mars-adamw")
-    train.add_argument(
-        "--opt-arg",
-        action="append",
-        default=[],
-        type=_key_value,
-        metavar="KEY=VALUE",
-        help="hyperparameter override, e.g. lr=3e-3",
-    )
+    _add_opt_arg(train)
     train.add_argument("--seed", type=int, default=0, help="model initialisation seed")
     train.add_argument("--run-dir", type=Path, default=Path("runs/train"))
     train.add_argument("--resume", action="store_true", help="continue from run-dir's checkpoint")
@@ -486,14 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", required=True, help="fashion-mnist:DIR, cifar:DIR or folder:DIR"
     )
     train_vision.add_argument("--optimizer", choices=VISION_OPTIMIZERS, default="mars-adamw")
-    train_vision.add_argument(
-        "--opt-arg",
-        action="append",
-        default=[],
-        type=_key_value,
-        metavar="KEY=VALUE",
-        help="hyperparameter override, e.g. lr=3e-3",
-    )
+    _add_opt_arg(train_vision)
     train_vision.add_argument("--batch-size", type=_positive_int, default=VisionConfig.batch_size)
     train_vision.add_argument(
         "--milestones",

@@ -25,6 +25,22 @@ def _val_curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
+def _save(figure, axes, title: str | None, out_path: Path) -> Path:
+    """Grid and legend on ``axes``, the title, then write ``out_path`` and close the figure."""
+    import matplotlib.pyplot as plt
+
+    for axis in axes:
+        axis.grid(alpha=0.3)
+        axis.legend()
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out_path, dpi=120)
+    plt.close(figure)
+    return out_path
+
+
 def _mean_with_band(axis, x: np.ndarray, ys: np.ndarray, label: str) -> None:
     """Plot the mean of the rows of ``ys`` against ``x``, with a ± one-std band over rows."""
     mean, std = ys.mean(axis=0), ys.std(axis=0)
@@ -62,15 +78,7 @@ def plot_runs(run_dirs: Sequence[Path], out_path: Path, title: str | None = None
     by_time.set_xlabel("training wall time (s)")
     for axis in (by_tokens, by_time):
         axis.set_ylabel("validation loss (nats/token)")
-        axis.grid(alpha=0.3)
-        axis.legend()
-    if title:
-        figure.suptitle(title)
-    figure.tight_layout()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out_path, dpi=120)
-    plt.close(figure)
-    return out_path
+    return _save(figure, (by_tokens, by_time), title, out_path)
 
 
 def plot_vision_runs(run_dirs: Sequence[Path], out_path: Path, title: str | None = None) -> Path:
@@ -104,12 +112,4 @@ def plot_vision_runs(run_dirs: Sequence[Path], out_path: Path, title: str | None
     loss_axis.set_ylabel("test loss (nats)")
     for axis in (accuracy_axis, loss_axis):
         axis.set_xlabel("epoch")
-        axis.grid(alpha=0.3)
-        axis.legend()
-    if title:
-        figure.suptitle(title)
-    figure.tight_layout()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out_path, dpi=120)
-    plt.close(figure)
-    return out_path
+    return _save(figure, (accuracy_axis, loss_axis), title, out_path)
