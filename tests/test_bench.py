@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from torch_mars import MARS
-from torch_mars.bench.step import bytes_per_step, state_bytes
+from torch_mars.bench.step import (
+    bytes_per_step,
+    default_candidates,
+    state_bytes,
+    uses_newton_schulz,
+)
 from torch_mars.cli import main
 
 
@@ -81,3 +86,13 @@ def test_iteration_rows_take_the_fused_suffix_only_for_mars(capsys):
     args = ["bench", "--mode", "iteration", "--model", "tiny", "--only", "adamw-fused"]
     assert main(args) == 2
     assert "only MARS rows take the '-fused' suffix" in capsys.readouterr().err
+
+
+def test_newton_schulz_rows_are_the_muon_and_shampoo_ones():
+    slow = [c.name for c in default_candidates() if uses_newton_schulz(c)]
+    assert sorted(slow) == [
+        "mars-shampoo-foreach",
+        "mars-shampoo-fused",
+        "mars-shampoo-loop",
+        "muon",
+    ]

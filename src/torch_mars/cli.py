@@ -360,6 +360,7 @@ def _bench(args: argparse.Namespace) -> int:
         format_step_table,
         newton_schulz_ms,
         run_step_benchmark,
+        uses_newton_schulz,
     )
 
     name = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -395,6 +396,14 @@ def _bench(args: argparse.Namespace) -> int:
                 names = ", ".join(c.name for c in candidates)
                 raise ValueError(f"--only: unknown {unknown}; choose from {names}")
             candidates = [c for c in candidates if c.name in args.only]
+        elif device.type == "cpu" and model_name.startswith("gpt2"):
+            slow = [c.name for c in candidates if uses_newton_schulz(c)]
+            candidates = [c for c in candidates if not uses_newton_schulz(c)]
+            print(
+                f"(left out on CPU at {model_name} size, where bf16 Newton-Schulz takes tens of "
+                f"seconds per step: {', '.join(slow)}; name them with --only to run them)",
+                flush=True,
+            )
         bar.total = len(candidates)
         model = GPT(gpt_config(model_name, 256)).to(device)
         step_results = run_step_benchmark(model, candidates, args.warmup, args.repeats, progress)

@@ -89,6 +89,11 @@ def _states(optimizer: object) -> list[dict]:
     return [opt.state for opt in getattr(optimizer, "optimizers", [optimizer])]
 
 
+def uses_newton_schulz(candidate: Candidate) -> bool:
+    """Whether the candidate orthogonalises matrices (Muon, MARS-Shampoo): slow on CPU."""
+    return candidate.name == "muon" or candidate.name.startswith("mars-shampoo")
+
+
 def bytes_per_step(optimizer: object, params: list[nn.Parameter]) -> int:
     """The fewest bytes a step of ``optimizer`` must move over ``params``.
 
