@@ -400,8 +400,8 @@ def _bench(args: argparse.Namespace) -> int:
             slow = [c.name for c in candidates if uses_newton_schulz(c)]
             candidates = [c for c in candidates if not uses_newton_schulz(c)]
             print(
-                f"(left out on CPU at {model_name} size, where bf16 Newton-Schulz takes tens of "
-                f"seconds per step: {', '.join(slow)}; name them with --only to run them)",
+                f"(left out on CPU at {model_name} size, where bf16 Newton-Schulz takes seconds "
+                f"per step: {', '.join(slow)}; name them with --only to run them)",
                 flush=True,
             )
         bar.total = len(candidates)
