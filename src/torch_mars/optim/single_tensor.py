@@ -41,7 +41,7 @@ def variance_reduced_gradient(
     """
     c = torch.lerp(grad, last_grad, -correction_scale(gamma, beta1))
     norm = torch.linalg.vector_norm(c, dtype=reduction_dtype(c.dtype))
-    return c.div_(norm.clamp_min_(1.0))
+    return c.div_(norm.clamp_min(1.0))
 
 
 def adam_rule_(
