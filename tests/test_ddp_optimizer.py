@@ -7,13 +7,10 @@ and for the exact mode, and ``last_grad`` must not share storage with the bucket
 
 from __future__ import annotations
 
-import os
-
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
+from distributed_helpers import run_on_two_processes
 from torch_mars import MARS
 
 STEPS = 12
@@ -75,21 +72,12 @@ def train(mars_type: str, is_approx: bool, rank: int, world: int) -> tuple[list,
     return [p.detach().clone() for p in model.parameters()], aliased
 
 
-def worker(rank: int, world: int, init_file: str, out_file: str) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    results = {case: train(*case, rank, world) for case in CASES}
-    if rank == 0:
-        torch.save(results, out_file)
-    dist.destroy_process_group()
+def train_every_case(rank: int, world: int) -> dict:
+    return {case: train(*case, rank, world) for case in CASES}
 
 
 def test_two_ddp_processes_with_bucket_views_match_one_process(tmp_path):
-    out_file = tmp_path / "ddp.pt"
-    mp.spawn(worker, args=(2, str(tmp_path / "init"), str(out_file)), nprocs=2, join=True)
-    distributed = torch.load(out_file)
-    torch.set_num_threads(1)
+    distributed = run_on_two_processes(train_every_case, tmp_path)
     for case in CASES:
         single, _ = train(*case, rank=0, world=1)
         params, aliased = distributed[case]

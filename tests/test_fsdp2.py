@@ -9,11 +9,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
 
+from distributed_helpers import run_on_two_processes
 from torch_mars import MARS
 
 STEPS = 10
@@ -74,21 +73,14 @@ def clipped_momentum(world: int) -> torch.Tensor:
     return (momentum.full_tensor() if hasattr(momentum, "full_tensor") else momentum).detach()
 
 
-def worker(rank: int, world: int, init_file: str, out_file: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+def train_and_clip(rank: int, world: int) -> dict:
     results = {name: train(name, rank, world) for name in MARS_TYPES}
     results["clip"] = clipped_momentum(world)
-    if rank == 0:
-        torch.save(results, out_file)
-    dist.destroy_process_group()
+    return results
 
 
 def test_fsdp2_matches_one_process_and_clips_the_whole_tensor(tmp_path):
-    out_file = tmp_path / "fsdp2.pt"
-    mp.spawn(worker, args=(2, str(tmp_path / "init"), str(out_file)), nprocs=2, join=True)
-    sharded = torch.load(out_file)
-    torch.set_num_threads(1)
+    sharded = run_on_two_processes(train_and_clip, tmp_path)
     for name in MARS_TYPES:
         for a, b in zip(train(name, 0, 1), sharded[name], strict=True):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
