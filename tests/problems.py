@@ -59,6 +59,15 @@ def constant_schedule(step: int) -> dict[str, float]:
     return {}
 
 
+def take_step(opt: MARS, closure: Callable[[], Tensor], is_approx: bool) -> None:
+    """One optimizer step: backward then step (approximate mode), or step(closure) (exact)."""
+    if is_approx:
+        closure()
+        opt.step()
+    else:
+        opt.step(closure)
+
+
 def run_mars(
     problem: RandomProblem,
     schedule: Schedule = constant_schedule,
@@ -79,9 +88,5 @@ def run_mars(
             loss.backward()
             return loss
 
-        if kwargs.get("is_approx", True):
-            closure()
-            opt.step()
-        else:
-            opt.step(closure)
+        take_step(opt, closure, kwargs.get("is_approx", True))
     return [p.detach() for p in params], opt

@@ -11,6 +11,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from distributed_helpers import run_on_two_processes
+from problems import take_step
 from torch_mars import MARS
 
 STEPS = 12
@@ -57,11 +58,7 @@ def train(mars_type: str, is_approx: bool, rank: int, world: int) -> tuple[list,
             loss.backward()
             return loss
 
-        if is_approx:
-            closure()
-            opt.step()
-        else:
-            opt.step(closure)
+        take_step(opt, closure, is_approx)
     aliased = any(
         p.grad is not None
         and "last_grad" in opt.state[p]

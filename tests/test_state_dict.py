@@ -8,7 +8,7 @@ import io
 import pytest
 import torch
 
-from problems import MIXED_SHAPES, RandomProblem
+from problems import MIXED_SHAPES, RandomProblem, take_step
 from torch_mars import MARS, MARS_TYPES
 
 
@@ -21,11 +21,7 @@ def train(problem, params, opt, steps: range, is_approx: bool) -> None:
             loss.backward()
             return loss
 
-        if is_approx:
-            closure()
-            opt.step()
-        else:
-            opt.step(closure)
+        take_step(opt, closure, is_approx)
 
 
 @pytest.mark.parametrize("is_approx", [True, False], ids=["approx", "exact"])

@@ -45,6 +45,9 @@ def _upcast_state(tensors: StepTensors) -> tuple[StepTensors, list[tuple[Tensor,
     """Working copies, in the parameter dtype, of state stored in a narrower dtype; returns the
     (stored, working) pairs to write back after the step."""
     pairs: list[tuple[Tensor, Tensor]] = []
+    # Every state buffer of a tensor shares one dtype, so exp_avgs tell whether any work is due.
+    if all(m.dtype == p.dtype for m, p in zip(tensors.exp_avgs, tensors.params, strict=True)):
+        return tensors, pairs
 
     def working(stored: list[Tensor | None]) -> list[Tensor | None]:
         result: list[Tensor | None] = []

@@ -34,6 +34,7 @@ from torch_mars.data.images import (
 from torch_mars.models.resnet import ResNet, ResNetConfig
 from torch_mars.optim import MARS
 from torch_mars.train.metrics import MetricsLogger
+from torch_mars.train.trainer import resolve_device
 
 VISION_OPTIMIZERS: tuple[str, ...] = ("mars-adamw", "adamw", "muon", "mars-lion", "mars-shampoo")
 DEFAULT_VISION_OPTIMIZERS: tuple[str, ...] = ("mars-adamw", "adamw", "muon")
@@ -180,19 +181,13 @@ class VisionResult:
     run_dir: Path
 
 
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 class VisionTrainer:
     """Trains a CIFAR ResNet on ``config.data`` with ``config.optimizer``; :meth:`run` returns a
     :class:`VisionResult` and writes one metrics row per epoch."""
 
     def __init__(self, config: VisionConfig) -> None:
         self.config = config
-        self.device = _resolve_device(config.device)
+        self.device = resolve_device(config.device)
         train, self.test = load_vision_data(config.data)
         generator = torch.Generator().manual_seed(config.seed)
         if config.train_subset is not None and config.train_subset < len(train):
