@@ -1,8 +1,10 @@
-"""MARS on FSDP2 (``fully_shard``) parameters through plain DTensor ops, the per-tensor path: two
-gloo processes, spawned here, match one process on the same global batch for MARS-AdamW and
-MARS-Lion, with uneven shards and an empty shard on one rank; and a tensor whose corrected
-gradient has norm > 1 overall but <= 1 on each shard is clipped as a whole. (This is the correct,
-unoptimised path: one collective per tensor. The batched fast path of issue #5 is not built.)"""
+"""MARS on FSDP2 (``fully_shard``) parameters. Two gloo processes, spawned here, each on half of
+the global batch, match one process on the whole batch after 10 steps for every rule and for the
+exact mode. The model has first dimensions that do not divide by the world size, a weight and a
+bias whose shard is empty on rank 1, and a 4-D conv weight (routed by its logical ``ndim``). A
+tensor whose corrected gradient has norm > 1 overall but <= 1 on each shard is clipped as a
+whole. The sharded path pays a fixed number of collectives per step however many tensors it
+updates, where plain ``DTensor`` ops pay one per tensor."""
 
 from __future__ import annotations
 
@@ -10,49 +12,77 @@ import math
 
 import torch
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_device_mesh
+from torch.distributed.tensor.debug import CommDebugMode
 
 from distributed_helpers import run_on_two_processes
-from torch_mars import MARS
+from problems import take_step
+from torch_mars import MARS, MarsHyperparams, StepTensors, mars_step
 
 STEPS = 10
 GLOBAL_BATCH = 8
-MARS_TYPES = ("mars-adamw", "mars-lion")
+CASES = (
+    ("mars-adamw", True),
+    ("mars-lion", True),
+    ("mars-shampoo", True),
+    ("mars-adamw", False),
+)
 
 
-def make_model() -> torch.nn.Sequential:
-    """First dims 9, 9, 9, 3 and 1 shard unevenly over 2 ranks; the last one is empty on rank 1."""
+class ConvThenMLP(torch.nn.Module):
+    """A 4-D conv weight (3, 1, 2, 2); linear layers with 9, 9, 3 and 1 rows, the last one empty
+    on rank 1 (its weight and its bias); a LayerNorm of 9."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 3, kernel_size=2)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(12, 9),
+            torch.nn.Tanh(),
+            torch.nn.LayerNorm(9),
+            torch.nn.Linear(9, 3),
+            torch.nn.Tanh(),
+            torch.nn.Linear(3, 1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(torch.tanh(self.conv(x)).flatten(1))
+
+
+def make_model(world: int) -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(6, 9),
-        torch.nn.Tanh(),
-        torch.nn.LayerNorm(9),
-        torch.nn.Linear(9, 3),
-        torch.nn.Tanh(),
-        torch.nn.Linear(3, 1),
-    )
-
-
-def train(mars_type: str, rank: int, world: int) -> list[torch.Tensor]:
-    model = make_model()
+    model = ConvThenMLP()
     if world > 1:
-        for layer in model:
+        fully_shard(model.conv)
+        for layer in model.mlp:
             if any(True for _ in layer.parameters()):
                 fully_shard(layer)
         fully_shard(model)
-    opt = MARS(model.parameters(), lr=0.02, mars_type=mars_type, foreach=False)
+    return model
+
+
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach().clone()
+
+
+def train(mars_type: str, is_approx: bool, rank: int, world: int) -> list[torch.Tensor]:
+    model = make_model(world)
+    # foreach=False: the single process runs the per-tensor reference loop.
+    opt = MARS(model.parameters(), lr=0.02, mars_type=mars_type, is_approx=is_approx, foreach=False)
     generator = torch.Generator().manual_seed(1)
     share = GLOBAL_BATCH // world
     for _ in range(STEPS):
-        x = torch.randn(GLOBAL_BATCH, 6, generator=generator)[rank * share : (rank + 1) * share]
-        y = torch.randn(GLOBAL_BATCH, 1, generator=generator)[rank * share : (rank + 1) * share]
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-    return [
-        (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
-        for p in model.parameters()
-    ]
+        x = torch.randn(GLOBAL_BATCH, 1, 3, 3, generator=generator)[rank * share :][:share]
+        y = torch.randn(GLOBAL_BATCH, 1, generator=generator)[rank * share :][:share]
+
+        def closure(x=x, y=y) -> torch.Tensor:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+
+        take_step(opt, closure, is_approx)
+    return [full(p) for p in model.parameters()]
 
 
 def clipped_momentum(world: int) -> torch.Tensor:
@@ -69,22 +99,78 @@ def clipped_momentum(world: int) -> torch.Tensor:
     param.grad = grad
     opt = MARS([param], lr=0.1, betas=(0.5, 0.99), mars_type="mars-lion")
     opt.step()
-    momentum = opt.state[param]["exp_avg"]
-    return (momentum.full_tensor() if hasattr(momentum, "full_tensor") else momentum).detach()
+    return full(opt.state[param]["exp_avg"])
 
 
-def train_and_clip(rank: int, world: int) -> dict:
-    results = {name: train(name, rank, world) for name in MARS_TYPES}
+def sharded_params(count: int, world: int) -> list[torch.nn.Parameter]:
+    """``count`` row-sharded (5, 4) weights with gradients."""
+    mesh = init_device_mesh("cpu", (world,))
+    params = []
+    for index in range(count):
+        generator = torch.Generator().manual_seed(index)
+        param = torch.nn.Parameter(
+            distribute_tensor(torch.randn(5, 4, generator=generator), mesh, [Shard(0)])
+        )
+        param.grad = distribute_tensor(torch.randn(5, 4, generator=generator), mesh, [Shard(0)])
+        params.append(param)
+    return params
+
+
+def collectives_per_step(mars_type: str, count: int, world: int) -> int:
+    """Collectives in the second step of ``MARS`` on ``count`` sharded weights."""
+    params = sharded_params(count, world)
+    opt = MARS(params, lr=0.01, mars_type=mars_type)
+    opt.step()
+    with CommDebugMode() as comm:
+        opt.step()
+    return comm.get_total_counts()
+
+
+def dtensor_ops_collectives(count: int, world: int) -> int:
+    """Collectives of one MARS-AdamW step run by plain ``DTensor`` ops (the per-tensor loop)."""
+    params = sharded_params(count, world)
+    tensors = StepTensors(
+        params=[p.detach() for p in params],
+        grads=[p.grad for p in params],
+        exp_avgs=[torch.zeros_like(p) for p in params],
+        exp_avg_sqs=[torch.zeros_like(p) for p in params],
+        steps=[1] * count,
+        last_grads=[torch.zeros_like(p) for p in params],
+    )
+    hp = MarsHyperparams(lr=0.01, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.0)
+    with CommDebugMode() as comm:
+        mars_step(tensors, hp, store_last_grad=True, implementation="single_tensor")
+    return comm.get_total_counts()
+
+
+def run_everything(rank: int, world: int) -> dict:
+    results: dict = {case: train(*case, rank, world) for case in CASES}
     results["clip"] = clipped_momentum(world)
+    for mars_type in ("mars-adamw", "mars-lion", "mars-shampoo"):
+        results[mars_type, "collectives"] = [
+            collectives_per_step(mars_type, count, world) for count in (1, 2, 8)
+        ]
+    results["dtensor ops collectives"] = [dtensor_ops_collectives(n, world) for n in (1, 8)]
     return results
 
 
-def test_fsdp2_matches_one_process_and_clips_the_whole_tensor(tmp_path):
-    sharded = run_on_two_processes(train_and_clip, tmp_path)
-    for name in MARS_TYPES:
-        for a, b in zip(train(name, 0, 1), sharded[name], strict=True):
-            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+def test_fsdp2_on_two_processes(tmp_path):
+    sharded = run_on_two_processes(run_everything, tmp_path)
+
+    for case in CASES:
+        for single, two in zip(train(*case, rank=0, world=1), sharded[case], strict=True):
+            torch.testing.assert_close(two, single, rtol=1e-5, atol=1e-6, msg=lambda m, c=case: f"{c}: {m}")
+
     total_norm = 0.9 * math.sqrt(2)  # each shard's norm is 0.9, below the clip threshold
     expected = torch.full((4, 3), 0.5 * (0.9 / math.sqrt(6)) / total_norm)
     torch.testing.assert_close(clipped_momentum(1), expected)
     torch.testing.assert_close(sharded["clip"], expected)
+
+    # One all_reduce of the squared norms; MARS-Shampoo adds the gather to and the scatter from
+    # the owner ranks. The same for 1, 2 or 8 tensors.
+    assert sharded["mars-adamw", "collectives"] == [1, 1, 1]
+    assert sharded["mars-lion", "collectives"] == [1, 1, 1]
+    assert sharded["mars-shampoo", "collectives"] == [3, 3, 3]
+    # Plain DTensor ops: at least one collective per tensor.
+    one, eight = sharded["dtensor ops collectives"]
+    assert eight >= 8 and eight > one

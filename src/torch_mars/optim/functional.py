@@ -17,7 +17,7 @@ from torch import Tensor
 from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
 from torch_mars.optim.multi_tensor import adamw_step_foreach, mars_step_foreach
 from torch_mars.optim.single_tensor import adamw_step_single_tensor, mars_step_single_tensor
-from torch_mars.optim.step_tensors import StepTensors
+from torch_mars.optim.step_tensors import StepTensors, WholeTensorOps
 
 Implementation = Literal["single_tensor", "foreach", "fused", "compiled", "triton"]
 IMPLEMENTATIONS: tuple[str, ...] = ("single_tensor", "foreach", "fused", "compiled", "triton")
@@ -92,6 +92,7 @@ def mars_step(
     store_last_grad: bool,
     implementation: Implementation = "single_tensor",
     inv_grad_scale: Tensor | None = None,
+    whole: WholeTensorOps | None = None,
 ) -> None:
     r"""One MARS step on tensors that all follow the MARS rule (in place).
 
@@ -121,6 +122,9 @@ def mars_step(
             ``"compiled"`` elsewhere), or one of those two by name.
         inv_grad_scale: ``1 / scale`` of a GradScaler, divided out of ``g`` by the fused kernels
             (the other paths expect unscaled gradients).
+        whole: for local shards of sharded tensors (FSDP2), the collectives that give the
+            whole-tensor norms and Newton-Schulz directions (see
+            :class:`torch_mars.distributed.ShardedMeshOps`); only with ``"foreach"``.
 
     >>> import torch
     >>> from torch_mars.optim import MarsHyperparams, StepTensors, mars_step
@@ -134,6 +138,10 @@ def mars_step(
             [-0.1000, -0.1000]])
     """
     backend = _resolve(implementation, tensors)
+    if whole is not None and backend != "foreach":
+        raise ValueError(
+            f"whole-tensor ops on local shards need implementation='foreach', got {backend!r}"
+        )
     if backend in ("compiled", "triton"):
         if backend == "triton":
             from torch_mars.kernels.triton_step import mars_step_triton as fused_step
@@ -143,8 +151,10 @@ def mars_step(
         return
     _require_unscaled(inv_grad_scale, backend)
     upcast, pairs = _upcast_state(tensors)
-    step_impl = mars_step_foreach if backend == "foreach" else mars_step_single_tensor
-    step_impl(upcast, hp, store_last_grad)
+    if backend == "foreach":
+        mars_step_foreach(upcast, hp, store_last_grad, whole)
+    else:
+        mars_step_single_tensor(upcast, hp, store_last_grad)
     _write_back(pairs)
 
 

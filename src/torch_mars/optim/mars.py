@@ -11,6 +11,13 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from torch_mars.distributed.layout import (
+    local_shards,
+    local_tensor,
+    partition_by_sharding,
+    shard_dim,
+)
+from torch_mars.distributed.mesh_ops import ShardedMeshOps
 from torch_mars.kernels import require_triton
 from torch_mars.optim.functional import (
     Implementation,
@@ -267,12 +274,12 @@ class MARS(Optimizer):
             with_grad = [p for p in exact_params if p.grad is not None]
             current_grads = [p.grad.clone() for p in with_grad]
             current_values = [p.detach().clone() for p in moved]
-            torch._foreach_copy_(moved, [self.state[p]["prev_param"] for p in moved])
+            _copy_locally(moved, [self.state[p]["prev_param"] for p in moved])
             with torch.enable_grad():
                 closure()
             for param, group in needs_previous_gradient:
                 self._store_previous_gradient(param, group)
-            torch._foreach_copy_(moved, current_values)
+            _copy_locally(moved, current_values)
             for param, grad in zip(with_grad, current_grads, strict=True):
                 if param.grad is None:
                     param.grad = grad
@@ -317,20 +324,60 @@ class MARS(Optimizer):
             if use_mars:
                 target.last_grads.append(state["last_grad"])
         if mars_tensors.params:
-            mars_step(
-                mars_tensors,
-                mars_hyperparams(group),
-                store_last_grad=group["is_approx"],
-                implementation=_implementation(group, mars_tensors.params),
-                inv_grad_scale=inv_grad_scale,
-            )
+            self._step_parts(mars_tensors, group, inv_grad_scale, use_mars=True)
         if adamw_tensors.params:
-            adamw_step(
-                adamw_tensors,
-                adamw_1d_hyperparams(group),
-                implementation=_implementation(group, adamw_tensors.params),
-                inv_grad_scale=inv_grad_scale,
-            )
+            self._step_parts(adamw_tensors, group, inv_grad_scale, use_mars=False)
+
+    def _step_parts(
+        self,
+        tensors: StepTensors,
+        group: dict[str, Any],
+        inv_grad_scale: Tensor | None,
+        use_mars: bool,
+    ) -> None:
+        """Step plain tensors on the group's path; FSDP2 (row-sharded ``DTensor``) parameters on
+        their local shards with the multi-tensor kernels, whole-tensor norms and Shampoo owner
+        ranks from :class:`~torch_mars.distributed.ShardedMeshOps`; other ``DTensor`` layouts
+        with the per-tensor loop on ``DTensor`` ops."""
+        for part in partition_by_sharding(tensors.params):
+            selected = tensors.select(part.indices)
+            implementation = _implementation(group, selected.params)
+            whole = None
+            scale = inv_grad_scale
+            if part.mesh is not None or part.dtensor_ops:
+                # Sharded grads are unscaled here, so every sharded path can take them.
+                if scale is not None:
+                    torch._foreach_mul_(selected.grads, scale.to(selected.grads[0].dtype))
+                scale = None
+                implementation = "single_tensor"
+            if part.mesh is not None:
+                shards = local_shards(selected)
+                implementation = _implementation(group, shards.params)
+                if use_mars:
+                    implementation = "foreach"
+                    whole = ShardedMeshOps(
+                        part.mesh,
+                        shards.exp_avgs,
+                        [p.shape for p in selected.params],
+                        [shard_dim(p) for p in selected.params],
+                    )
+                selected = shards
+            if use_mars:
+                mars_step(
+                    selected,
+                    mars_hyperparams(group),
+                    store_last_grad=group["is_approx"],
+                    implementation=implementation,
+                    inv_grad_scale=scale,
+                    whole=whole,
+                )
+            else:
+                adamw_step(
+                    selected,
+                    adamw_1d_hyperparams(group),
+                    implementation=implementation,
+                    inv_grad_scale=scale,
+                )
 
     def _init_state(
         self,
@@ -352,6 +399,12 @@ class MARS(Optimizer):
             # First MARS step of this tensor: g_tilde = g, so c = g (the paper's x_1 = x_0).
             state["last_grad"] = self._effective_grad(param, group, inv_grad_scale)
         return state
+
+
+def _copy_locally(targets: list[Tensor], sources: list[Tensor]) -> None:
+    """``targets[i].copy_(sources[i])`` with one multi-tensor copy, shard by shard for
+    ``DTensor``s (which have no multi-tensor copy); the pairs share their layouts."""
+    torch._foreach_copy_([local_tensor(t) for t in targets], [local_tensor(s) for s in sources])
 
 
 def _takes_adam_rule(param: Tensor, group: dict[str, Any], use_mars: bool) -> bool:

@@ -21,6 +21,7 @@ from torch_mars.optim.newton_schulz import batched_shampoo_directions, reduction
 from torch_mars.optim.step_tensors import (
     Scalar,
     StepTensors,
+    WholeTensorOps,
     bias_corrections,
     correction_scale,
     foreach_add_scaled_,
@@ -32,7 +33,11 @@ HyperparamsT = TypeVar("HyperparamsT", AdamWHyperparams, MarsHyperparams)
 
 
 def _variance_reduced_gradients(
-    grads: list[Tensor], last_grads: list[Tensor], gamma: Scalar, beta1: Scalar
+    grads: list[Tensor],
+    last_grads: list[Tensor],
+    gamma: Scalar,
+    beta1: Scalar,
+    whole: WholeTensorOps | None = None,
 ) -> list[Tensor]:
     weight = -correction_scale(gamma, beta1)
     if isinstance(weight, Tensor):
@@ -40,6 +45,8 @@ def _variance_reduced_gradients(
     else:
         cs = torch._foreach_lerp(grads, last_grads, weight)
     norms = torch._foreach_norm(cs, 2, dtype=reduction_dtype(cs[0].dtype))
+    if whole is not None:
+        norms = whole.whole_norms(norms)
     torch._foreach_clamp_min_(norms, 1.0)
     torch._foreach_div_(cs, norms)
     return cs
@@ -102,20 +109,31 @@ def _adam_rule_foreach(
             torch._foreach_addcdiv_(params, exp_avgs, denoms, step_size)
 
 
-def apply_shampoo_directions(matrices: StepTensors, hp: MarsHyperparams) -> None:
+def apply_shampoo_directions(
+    matrices: StepTensors, hp: MarsHyperparams, whole: WholeTensorOps | None = None
+) -> None:
     """``p <- p (1 - lr wd) - lr NS(m) sqrt(max(1, rows/cols))`` for matrices whose ``m`` is up
-    to date, with Newton-Schulz batched over same-shape matrices."""
+    to date, with Newton-Schulz batched over same-shape matrices (over the whole matrices of
+    local shards when ``whole`` is given)."""
     for indices in group_by_device_and_dtype(matrices.params):
         group = matrices.select(indices)
         _decay_weights(group.params, hp)
-        directions = batched_shampoo_directions(group.exp_avgs, hp.ns_steps)
+        if whole is None:
+            directions = batched_shampoo_directions(group.exp_avgs, hp.ns_steps)
+        else:
+            directions = whole.shampoo_directions(group.exp_avgs, hp.ns_steps)
         directions = [d.to(p.dtype) for d, p in zip(directions, group.params, strict=True)]
         foreach_add_scaled_(group.params, directions, -hp.lr)
 
 
-def _mars_step_one_group(tensors: StepTensors, hp: MarsHyperparams, store_last_grad: bool) -> None:
+def _mars_step_one_group(
+    tensors: StepTensors,
+    hp: MarsHyperparams,
+    store_last_grad: bool,
+    whole: WholeTensorOps | None,
+) -> None:
     grads = torch._foreach_neg(tensors.grads) if hp.maximize else tensors.grads
-    cs = _variance_reduced_gradients(grads, tensors.last_grads, hp.gamma, hp.beta1)
+    cs = _variance_reduced_gradients(grads, tensors.last_grads, hp.gamma, hp.beta1, whole)
     if store_last_grad:
         torch._foreach_copy_(tensors.last_grads, grads)
     if hp.mars_type == "mars-lion":
@@ -130,7 +148,7 @@ def _mars_step_one_group(tensors: StepTensors, hp: MarsHyperparams, store_last_g
         if matrices:
             matrix_tensors = tensors.select(matrices)
             torch._foreach_lerp_(matrix_tensors.exp_avgs, [cs[i] for i in matrices], 1.0 - hp.beta1)
-            apply_shampoo_directions(matrix_tensors, hp)
+            apply_shampoo_directions(matrix_tensors, hp, whole)
     if adam_indices:
         _adam_rule_foreach([cs[i] for i in adam_indices], tensors.select(adam_indices), hp)
 
@@ -146,11 +164,20 @@ def _on_device(hp: HyperparamsT, device: torch.device) -> HyperparamsT:
     return dataclasses.replace(hp, **moved) if moved else hp
 
 
-def mars_step_foreach(tensors: StepTensors, hp: MarsHyperparams, store_last_grad: bool) -> None:
-    """One MARS step with multi-tensor kernels; see :func:`~.functional.mars_step`."""
+def mars_step_foreach(
+    tensors: StepTensors,
+    hp: MarsHyperparams,
+    store_last_grad: bool,
+    whole: WholeTensorOps | None = None,
+) -> None:
+    """One MARS step with multi-tensor kernels; see :func:`~.functional.mars_step`. With
+    ``whole``, the tensors are local shards and ``whole`` supplies the whole-tensor norms and
+    Newton-Schulz directions (one call of each per device and dtype)."""
     for indices in group_by_device_and_dtype(tensors.params):
         device = tensors.params[indices[0]].device
-        _mars_step_one_group(tensors.select(indices), _on_device(hp, device), store_last_grad)
+        _mars_step_one_group(
+            tensors.select(indices), _on_device(hp, device), store_last_grad, whole
+        )
 
 
 def adamw_step_foreach(tensors: StepTensors, hp: AdamWHyperparams) -> None:

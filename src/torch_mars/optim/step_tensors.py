@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -70,6 +71,24 @@ class StepTensors:
             self.steps,
             self.last_grads,
         )
+
+
+class WholeTensorOps(Protocol):
+    """The two places where a MARS step running on local shards needs the whole logical tensor.
+
+    Everything else in the step is elementwise and runs on each rank's shard as it is; a sharded
+    caller (:mod:`torch_mars.distributed`) supplies these so that the clip uses the norm of the
+    whole tensor and Newton-Schulz sees whole matrices.
+    """
+
+    def whole_norms(self, local_norms: list[Tensor]) -> list[Tensor]:
+        """The 2-norms of the whole tensors, given the 0-d norms of the local shards."""
+        ...
+
+    def shampoo_directions(self, exp_avgs: list[Tensor], ns_steps: int) -> list[Tensor]:
+        """The local shards of ``NS(M) * sqrt(max(1, rows/cols))`` of the whole matrices whose
+        local shards of ``m`` are ``exp_avgs``."""
+        ...
 
 
 def group_indices(keys: Sequence[object]) -> list[list[int]]:

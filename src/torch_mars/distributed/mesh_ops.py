@@ -1,0 +1,124 @@
+"""The collectives of a MARS step on local shards of tensors row-sharded over one 1-D mesh.
+
+Per step and per (device, dtype) group of tensors:
+
+- one ``all_reduce`` of the stacked squared local norms of ``c`` gives every tensor's whole
+  norm (instead of one collective per tensor, as plain ``DTensor`` ops pay);
+- MARS-Shampoo adds two ``all_to_all``: every rank sends its shard of each matrix's momentum to
+  the matrix's owner rank (:func:`~torch_mars.distributed.owners.assign_owners`), the owners run
+  Newton-Schulz on whole matrices, and the second ``all_to_all`` returns each rank its shard of
+  the directions.
+
+The number of collectives does not grow with the number of tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.distributed.device_mesh import DeviceMesh
+
+from torch_mars.distributed.layout import shard_sizes
+from torch_mars.distributed.owners import assign_owners, newton_schulz_cost
+from torch_mars.optim.newton_schulz import batched_shampoo_directions
+
+
+class ShardedMeshOps:
+    """Whole-tensor norms and Newton-Schulz directions for local shards over ``mesh``
+    (implements :class:`torch_mars.optim.step_tensors.WholeTensorOps`).
+
+    Args:
+        mesh: the 1-D device mesh of the shards.
+        local_tensors: the local shards this step will pass in (any of the step's lists), and
+        global_shapes, dims: each one's whole (logical) shape and shard dimension. The
+            Newton-Schulz call is given local momentum shards and finds their layout here.
+    """
+
+    def __init__(
+        self,
+        mesh: DeviceMesh,
+        local_tensors: list[Tensor],
+        global_shapes: list[torch.Size],
+        dims: list[int],
+    ) -> None:
+        self.group = mesh.get_group()
+        self.rank = dist.get_rank(self.group)
+        self.world = dist.get_world_size(self.group)
+        self._layouts = {
+            id(tensor): (shape, dim)
+            for tensor, shape, dim in zip(local_tensors, global_shapes, dims, strict=True)
+        }
+
+    def whole_norms(self, local_norms: list[Tensor]) -> list[Tensor]:
+        """The whole tensors' 2-norms from the local ones: one ``all_reduce`` of their squares."""
+        squares = torch.stack(local_norms).square_()
+        dist.all_reduce(squares, group=self.group)
+        return list(squares.sqrt_().unbind())
+
+    def shampoo_directions(self, exp_avgs: list[Tensor], ns_steps: int) -> list[Tensor]:
+        """The local shards of ``NS(M) * sqrt(max(1, rows/cols))`` for the whole momentum
+        matrices ``M`` whose local shards are ``exp_avgs`` (one dtype and device), each
+        orthogonalised on one owner rank."""
+        layouts = [self._layouts[id(m)] for m in exp_avgs]
+        owners = assign_owners([newton_schulz_cost(shape) for shape, _ in layouts], self.world)
+        # Both all_to_alls list the matrices by owner rank, then by index.
+        by_owner = [[i for i in range(len(exp_avgs)) if owners[i] == r] for r in range(self.world)]
+        mine = by_owner[self.rank]
+
+        def shards(index: int) -> list[torch.Size]:
+            shape, dim = layouts[index]
+            return [
+                torch.Size([*shape[:dim], size, *shape[dim + 1 :]])
+                for size in shard_sizes(shape[dim], self.world)
+            ]
+
+        my_sizes = [sum(exp_avgs[i].numel() for i in owned) for owned in by_owner]
+        owner_sizes = [sum(shards(i)[r].numel() for i in mine) for r in range(self.world)]
+        gathered = self._all_to_all(
+            [exp_avgs[i].reshape(-1) for owned in by_owner for i in owned],
+            my_sizes,
+            owner_sizes,
+            exp_avgs[0],
+        )
+        from_rank = [
+            chunk.split([shards(i)[r].numel() for i in mine])
+            for r, chunk in enumerate(gathered.split(owner_sizes))
+        ]
+        whole = [
+            torch.cat(
+                [from_rank[r][k].view(shards(i)[r]) for r in range(self.world)], dim=layouts[i][1]
+            )
+            for k, i in enumerate(mine)
+        ]
+        directions = batched_shampoo_directions(whole, ns_steps)
+        to_rank = [
+            direction.split([s[layouts[i][1]] for s in shards(i)], dim=layouts[i][1])[r]
+            for r in range(self.world)
+            for i, direction in zip(mine, directions, strict=True)
+        ]
+        returned = self._all_to_all(
+            [d.reshape(-1) for d in to_rank], owner_sizes, my_sizes, exp_avgs[0]
+        )
+        order = [i for owned in by_owner for i in owned]
+        local: list[Tensor] = [exp_avgs[0]] * len(exp_avgs)
+        for i, chunk in zip(
+            order, returned.split([exp_avgs[i].numel() for i in order]), strict=True
+        ):
+            local[i] = chunk.view_as(exp_avgs[i])
+        return local
+
+    def _all_to_all(
+        self,
+        chunks: list[Tensor],
+        send_sizes: list[int],
+        receive_sizes: list[int],
+        like: Tensor,
+    ) -> Tensor:
+        """One ``all_to_all_single`` of the concatenated ``chunks`` (``send_sizes[r]`` elements
+        to rank ``r``); returns the ``sum(receive_sizes)`` received elements, dtype and device
+        of ``like``."""
+        send = torch.cat(chunks) if chunks else like.new_empty(0)
+        received = send.new_empty(sum(receive_sizes))
+        dist.all_to_all_single(received, send, receive_sizes, send_sizes, group=self.group)
+        return received
