@@ -25,7 +25,8 @@ def _worker(rank: int, fn: Callable[[int, int], Any], init_file: str, out_file: 
 
 def run_on_two_processes(fn: Callable[[int, int], Any], tmp_path: Path) -> Any:
     """``fn(rank, world)`` on each of two processes; returns rank 0's result. ``fn`` must be a
-    module-level function (it is pickled into the children)."""
+    module-level function or a ``functools.partial`` of one (it is pickled into the children)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out_file = tmp_path / "rank0.pt"
     mp.spawn(_worker, args=(fn, str(tmp_path / "init"), str(out_file)), nprocs=WORLD, join=True)
     torch.set_num_threads(1)

@@ -159,7 +159,9 @@ def test_fsdp2_on_two_processes(tmp_path):
 
     for case in CASES:
         for single, two in zip(train(*case, rank=0, world=1), sharded[case], strict=True):
-            torch.testing.assert_close(two, single, rtol=1e-5, atol=1e-6, msg=lambda m, c=case: f"{c}: {m}")
+            torch.testing.assert_close(
+                two, single, rtol=1e-5, atol=1e-6, msg=lambda m, c=case: f"{c}: {m}"
+            )
 
     total_norm = 0.9 * math.sqrt(2)  # each shard's norm is 0.9, below the clip threshold
     expected = torch.full((4, 3), 0.5 * (0.9 / math.sqrt(6)) / total_norm)

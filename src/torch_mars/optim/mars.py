@@ -237,6 +237,26 @@ class MARS(Optimizer):
             self._step_group(group, inv_grad_scale)
         return loss
 
+    @torch.no_grad()
+    def init_state(self) -> None:
+        """Create the state of every parameter that has none, as before a first step: zero
+        moments and ``step = 0``, so that a checkpoint can be loaded into it in place
+        (``torch.distributed.checkpoint`` needs the state to exist and fills it; in the exact
+        mode its own initialisation, a ``step()`` without closure, cannot run). A step taken
+        without loading anything behaves as the first step."""
+        for group in self.param_groups:
+            for param in group["params"]:
+                state = self.state[param]
+                if not param.requires_grad or "step" in state:
+                    continue
+                use_mars = routes_to_mars(param, group)
+                state["step"] = 0
+                for name in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "last_grad"):
+                    if _holds_buffer(name, param, group, use_mars):
+                        state[name] = _zeros_state(param, group)
+                if not group["is_approx"]:
+                    state["prev_param"] = param.detach().clone()
+
     def _check_dense_gradients(self) -> None:
         for group in self.param_groups:
             for param in group["params"]:
@@ -263,12 +283,13 @@ class MARS(Optimizer):
         """Fill ``last_grad`` with the gradient at the previous parameters on the current batch,
         leave ``p`` and ``p.grad`` at their current values, and record ``prev_param = x_t``."""
         exact_params = [p for group in exact_groups for p in group["params"]]
-        moved = [p for p in exact_params if "prev_param" in self.state[p]]
+        # A tensor's first step (no state, or the zero state of init_state) needs no g_tilde.
+        moved = [p for p in exact_params if self.state[p].get("step", 0) > 0]
         needs_previous_gradient = [
             (p, group)
             for group in exact_groups
             for p in group["params"]
-            if p.grad is not None and "prev_param" in self.state[p] and routes_to_mars(p, group)
+            if p.grad is not None and self.state[p].get("step", 0) > 0 and routes_to_mars(p, group)
         ]
         if needs_previous_gradient:
             with_grad = [p for p in exact_params if p.grad is not None]
@@ -395,7 +416,7 @@ class MARS(Optimizer):
             state["exp_avg_sq"] = _zeros_state(param, group)
         if group["amsgrad"] and "exp_avg_sq" in state and "max_exp_avg_sq" not in state:
             state["max_exp_avg_sq"] = _zeros_state(param, group)
-        if use_mars and "last_grad" not in state:
+        if use_mars and ("last_grad" not in state or state["step"] == 0):
             # First MARS step of this tensor: g_tilde = g, so c = g (the paper's x_1 = x_0).
             state["last_grad"] = self._effective_grad(param, group, inv_grad_scale)
         return state
@@ -405,6 +426,16 @@ def _copy_locally(targets: list[Tensor], sources: list[Tensor]) -> None:
     """``targets[i].copy_(sources[i])`` with one multi-tensor copy, shard by shard for
     ``DTensor``s (which have no multi-tensor copy); the pairs share their layouts."""
     torch._foreach_copy_([local_tensor(t) for t in targets], [local_tensor(s) for s in sources])
+
+
+def _holds_buffer(name: str, param: Tensor, group: dict[str, Any], use_mars: bool) -> bool:
+    """Whether ``param``'s state has the buffer ``name`` under the rule it takes."""
+    if name == "exp_avg":
+        return True
+    if name == "last_grad":
+        return use_mars
+    has_v = _takes_adam_rule(param, group, use_mars)
+    return has_v if name == "exp_avg_sq" else has_v and group["amsgrad"]
 
 
 def _takes_adam_rule(param: Tensor, group: dict[str, Any], use_mars: bool) -> bool:
