@@ -142,6 +142,11 @@ def _add_training_flags(parser: argparse.ArgumentParser, defaults: TrainConfig) 
     group.add_argument("--compile", action="store_true", help="torch.compile the model")
     group.add_argument("--exact", action="store_true", help="MARS exact mode (2 gradients/step)")
     group.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="under torchrun, shard the model with FSDP2 instead of DDP (DCP checkpoints)",
+    )
+    group.add_argument(
         "--diagnostics",
         action="store_true",
         help="log MARS's clipped share, ||c||/||g|| and update RMS per step",
@@ -167,6 +172,7 @@ def _config_from_args(args: argparse.Namespace, base: TrainConfig) -> TrainConfi
         device=args.device,
         compile=args.compile,
         exact=args.exact,
+        fsdp=args.fsdp,
         diagnostics=args.diagnostics,
         quiet=args.quiet,
     )

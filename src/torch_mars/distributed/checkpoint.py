@@ -7,6 +7,7 @@ included). Optimizer state is keyed by parameter name, not by position.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -17,10 +18,10 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 def save_sharded_checkpoint(
     directory: str | Path,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | Iterable[torch.optim.Optimizer],
 ) -> None:
-    """Write ``model`` and ``optimizer`` to ``directory`` with DCP; every rank of the process
-    group must call it."""
+    """Write ``model`` and ``optimizer`` (one, or several over disjoint parameters) to
+    ``directory`` with DCP; every rank of the process group must call it."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
     dcp.save(state, checkpoint_id=str(directory))
@@ -29,19 +30,21 @@ def save_sharded_checkpoint(
 def load_sharded_checkpoint(
     directory: str | Path,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | Iterable[torch.optim.Optimizer],
 ) -> None:
-    """Load ``model`` and ``optimizer`` in place from a DCP checkpoint written with any number
-    of ranks; every rank must call it."""
-    init_state = getattr(optimizer, "init_state", None)
-    if init_state is not None:
-        init_state()  # MARS: DCP loads into existing state (exact mode cannot step to make it)
-    model_state, optimizer_state = get_state_dict(model, optimizer)
+    """Load ``model`` and ``optimizer`` (as saved) in place from a DCP checkpoint written with
+    any number of ranks; every rank must call it."""
+    optimizers = [optimizer] if isinstance(optimizer, torch.optim.Optimizer) else list(optimizer)
+    for each in optimizers:
+        init_state = getattr(each, "init_state", None)
+        if init_state is not None:
+            init_state()  # MARS: DCP loads into existing state (exact mode cannot step to make it)
+    model_state, optimizer_state = get_state_dict(model, optimizers)
     state = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=str(directory))
     set_state_dict(
         model,
-        optimizer,
+        optimizers,
         model_state_dict=state["model"],
         optim_state_dict=state["optimizer"],
     )

@@ -12,7 +12,7 @@ part.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -111,10 +111,14 @@ def default_hyperparams(name: str, model: str) -> dict[str, Any]:
 
 class CombinedOptimizer:
     """Several optimizers over disjoint parameters, stepped together (Muon + AdamW). Exposes the
-    union of their ``param_groups`` so a schedule can set every lr."""
+    union of their ``param_groups`` so a schedule can set every lr, and iterates over the
+    optimizers (as ``torch.distributed.checkpoint.state_dict`` takes several)."""
 
     def __init__(self, *optimizers: Optimizer) -> None:
         self.optimizers = optimizers
+
+    def __iter__(self) -> Iterator[Optimizer]:
+        return iter(self.optimizers)
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """The training loop: a GPT on a token corpus with one optimizer, deterministic batches,
 gradient accumulation, global gradient clipping, a schedule, periodic evaluation, metrics,
 atomic checkpoints and exact resume. Multi-process data parallelism comes from ``torchrun``:
-the loop wraps the model in DDP when ``WORLD_SIZE > 1`` (nccl on CUDA, gloo on CPU)."""
+when ``WORLD_SIZE > 1`` the loop wraps the model in DDP (nccl on CUDA, gloo on CPU), or shards
+it with FSDP2 (``fsdp=True``: each transformer block and the root, checkpoints through DCP)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -21,12 +23,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.fsdp import fully_shard
 from tqdm.auto import tqdm
 
 from torch_mars.data import BatchSampler, TokenCorpus, load_corpus
+from torch_mars.distributed import load_sharded_checkpoint, save_sharded_checkpoint
 from torch_mars.models import GPT, gpt_config
 from torch_mars.optim import MARS
-from torch_mars.train.checkpoint import load_checkpoint, save_checkpoint
+from torch_mars.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torch_mars.train.diagnostics import MarsDiagnostics
 from torch_mars.train.metrics import MetricsLogger
 from torch_mars.train.optimizers import (
@@ -37,6 +41,7 @@ from torch_mars.train.optimizers import (
 from torch_mars.train.schedules import SCHEDULES, Schedule
 
 CHECKPOINT_FILE = "checkpoint.pt"
+SHARDED_CHECKPOINT_PREFIX = "checkpoint-step"
 
 
 @dataclass
@@ -50,7 +55,9 @@ class TrainConfig:
     ``warmup_steps=None`` warms up over the first 10% of ``steps``.
     ``stop_after`` ends the run after that many steps (checkpointed), to be continued with
     ``resume``. A progress bar shows on a terminal unless ``quiet``; otherwise each evaluation
-    prints a log line.
+    prints a log line. ``fsdp`` shards the model with FSDP2 instead of DDP when running on
+    more than one process (its checkpoints are DCP directories, which resume on any number of
+    processes).
     """
 
     optimizer: str = "mars-adamw"
@@ -77,6 +84,7 @@ class TrainConfig:
     stop_after: int | None = None
     quiet: bool = False
     diagnostics: bool = False
+    fsdp: bool = False
 
     def __post_init__(self) -> None:
         positive = ("steps", "batch_size", "grad_accum", "eval_interval", "eval_batches")
@@ -228,6 +236,11 @@ class Trainer:
         self.block_size = model_config.block_size
         torch.manual_seed(config.seed)
         self.model = GPT(model_config).to(self.device)
+        self.sharded = config.fsdp and self.dist.enabled
+        if self.sharded:
+            for block in self.model.blocks:
+                fully_shard(block)
+            fully_shard(self.model)
         self.hyperparams = config.resolved_hyperparams()
         built = build_optimizer(config.optimizer, self.model, self.hyperparams, config.exact)
         self.optimizer, self.needs_closure = built.optimizer, built.needs_closure
@@ -241,7 +254,7 @@ class Trainer:
         self.forward_model: nn.Module = self.model
         if config.compile:
             self.forward_model = torch.compile(self.model)
-        if self.dist.enabled:
+        if self.dist.enabled and not self.sharded:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.forward_model = nn.parallel.DistributedDataParallel(
                 self.forward_model, device_ids=ids
@@ -281,19 +294,21 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         for j, rows in self._micro_rows():
             x, y = (t.to(self.device) for t in self.sampler.batch("train", step, rows))
-            last = j == self.local_accum - 1
-            sync = (
-                contextlib.nullcontext()
-                if last or not self.dist.enabled
-                else self.forward_model.no_sync()
-            )
-            with sync, self._autocast():
+            with self._gradient_sync(last=j == self.local_accum - 1), self._autocast():
                 _, loss = self.forward_model(x, y)
                 (loss / self.local_accum).backward()
             total += loss.detach() / self.local_accum
         if self.config.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         return self._mean_over_processes(total)
+
+    def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager:
+        """Reduce gradients across processes only on the last micro-batch of a step."""
+        if self.sharded:
+            self.model.set_requires_gradient_sync(last)
+        elif self.dist.enabled and not last:
+            return self.forward_model.no_sync()
+        return contextlib.nullcontext()
 
     @torch.no_grad()
     def evaluate(self) -> float:
@@ -311,26 +326,45 @@ class Trainer:
         return float(self._mean_over_processes(total))
 
     def _checkpoint(self, step: int, progress: dict[str, Any]) -> None:
+        payload: dict[str, Any] = {
+            "identity": self.config.identity(),
+            "step": step,
+            "rng": _rng_state(),
+            "data": {"seed": self.config.data_seed, "next_step": step},
+            "progress": progress,
+        }
+        run_dir = self.config.run_dir
+        if self.sharded:
+            # Every rank writes its shards; the small file names the directory once it is whole.
+            sharded_dir = f"{SHARDED_CHECKPOINT_PREFIX}{step}"
+            save_sharded_checkpoint(run_dir / sharded_dir, self.model, self.optimizer)
+            payload["sharded_dir"] = sharded_dir
+        else:
+            payload["model"] = self.model.state_dict()
+            payload["optimizer"] = self.optimizer.state_dict()
+        if self.dist.enabled:
+            dist.barrier()
         if self.dist.main:
-            save_checkpoint(
-                self.config.run_dir / CHECKPOINT_FILE,
-                {
-                    "identity": self.config.identity(),
-                    "step": step,
-                    "model": self.model.state_dict(),
-                    "optimizer": self.optimizer.state_dict(),
-                    "rng": _rng_state(),
-                    "data": {"seed": self.config.data_seed, "next_step": step},
-                    "progress": progress,
-                },
-            )
+            save_checkpoint(run_dir / CHECKPOINT_FILE, payload)
+            for old in run_dir.glob(f"{SHARDED_CHECKPOINT_PREFIX}*"):
+                if old.name != payload.get("sharded_dir"):
+                    shutil.rmtree(old)
         if self.dist.enabled:
             dist.barrier()
 
     def _resume(self) -> tuple[int, dict[str, Any]]:
         payload = load_checkpoint(self.config.run_dir / CHECKPOINT_FILE, self.config.identity())
-        self.model.load_state_dict(payload["model"])
-        self.optimizer.load_state_dict(payload["optimizer"])
+        if "sharded_dir" in payload:
+            directory = self.config.run_dir / payload["sharded_dir"]
+            load_sharded_checkpoint(directory, self.model, self.optimizer)
+        elif self.sharded:
+            raise CheckpointError(
+                f"{self.config.run_dir}: a single-file checkpoint cannot resume under --fsdp; "
+                "resume it without --fsdp"
+            )
+        else:
+            self.model.load_state_dict(payload["model"])
+            self.optimizer.load_state_dict(payload["optimizer"])
         _set_rng_state(payload["rng"])
         return payload["step"], payload["progress"]
 
