@@ -1,5 +1,6 @@
 """``torch-mars bench``: the step table and JSON (ratios to fused AdamW from the same run), the
-iteration mode, the byte model behind "effective GB/s", and the CLI's errors."""
+iteration mode, the distributed mode (two spawned gloo processes on FSDP2 shards), the byte model
+behind "effective GB/s", and the CLI's errors."""
 
 from __future__ import annotations
 
@@ -49,10 +50,30 @@ def test_iteration_mode_reports_the_step_share(tmp_path, capsys):
         assert row["step_ms"] < row["iteration_ms"]
 
 
+def test_distributed_mode_times_the_sharded_step_and_counts_collectives(tmp_path, capsys):
+    out = tmp_path / "distributed.json"
+    only = ["adamw-foreach", "mars-adamw", "mars-adamw-dtensor-ops", "mars-shampoo"]
+    args = ["bench", "--mode", "distributed", "--model", "tiny", "--repeats", "2"]
+    assert main([*args, "--warmup", "1", "--only", *only, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "FSDP2 over 2 processes" in printed
+    assert "| optimizer | step (ms) | ratio to AdamW foreach | collectives per step |" in printed
+    rows = {row["name"]: row for row in json.loads(out.read_text())["results"]}
+    assert list(rows) == only
+    assert rows["adamw-foreach"]["ratio_to_adamw_foreach"] == 1.0
+    assert all(row["median_ms"] > 0 for row in rows.values())
+    # tiny has 15 tensors: one all_reduce for all of them on the sharded path (plus
+    # Shampoo's two all_to_all), at least one collective per tensor through DTensor ops.
+    assert rows["mars-adamw"]["collectives_per_step"] == 1
+    assert rows["mars-shampoo"]["collectives_per_step"] == 3
+    assert rows["mars-adamw-dtensor-ops"]["collectives_per_step"] >= 15
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--only", "sgd"], "unknown ['sgd']"),
+        (["--mode", "distributed", "--only", "sgd"], "unknown distributed rows ['sgd']"),
         (["--repeats", "0"], "--warmup and --repeats must be >= 1"),
         (["--device", "mps"], "--device must be cpu or cuda"),
         (["--device", "gpu0"], "--device must be cpu or cuda"),

@@ -4,6 +4,7 @@ torch-mars compare                  # MARS vs AdamW and Muon on the stdlib corpu
 torch-mars train --optimizer mars-adamw --model gpt2-small --data shards:data/owt
 torch-mars plot runs/compare-*      # redraw curves.png from saved runs
 torch-mars bench                    # step time of every MARS path vs torch AdamW and Muon
+torch-mars bench --mode distributed # the step on FSDP2 shards, 2 gloo processes
 torch-mars compare --task vision --data fashion-mnist:DIR   # ResNet-18, minutes on CPU
 torch-mars train-vision --data cifar:DIR   # the paper's CIFAR schedule (200 epochs)
 torch-mars prepare notes.txt --out data/notes --tokenizer-dir gpt2/   # GPT-2 token shards
@@ -15,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -380,6 +382,8 @@ def _bench(args: argparse.Namespace) -> int:
     model_name = args.model or (
         "gpt2-small" if args.mode == "step" or device.type == "cuda" else "mini"
     )
+    if args.mode == "distributed":
+        return _bench_distributed(args, model_name)
     header = (
         f"torch-mars bench --mode {args.mode}: model {model_name}, device {device} "
         f"({describe_device(device)}), torch {torch.__version__}, "
@@ -433,6 +437,41 @@ def _bench(args: argparse.Namespace) -> int:
             "results": [r.as_dict() for r in iteration_results],
         }
     out = args.json or Path("runs") / f"bench-{args.mode}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"\nwrote {out}")
+    return 0
+
+
+def _bench_distributed(args: argparse.Namespace, model_name: str) -> int:
+    from torch_mars.bench.distributed import (
+        DEFAULT_ROWS,
+        format_distributed_table,
+        run_distributed_benchmark,
+    )
+
+    rows = args.only or list(DEFAULT_ROWS)
+    launched = int(os.environ.get("WORLD_SIZE", "0"))
+    processes = launched or args.processes
+    backend = "torchrun" if launched else "spawned gloo processes on the CPU"
+    header = (
+        f"torch-mars bench --mode distributed: model {model_name}, FSDP2 over {processes} "
+        f"processes ({backend}), torch {torch.__version__}, median of {args.repeats} after "
+        f"{args.warmup} warm-up"
+    )
+    results = run_distributed_benchmark(model_name, rows, processes, args.warmup, args.repeats)
+    if results is None:  # a torchrun rank other than 0
+        return 0
+    print(header)
+    print(format_distributed_table(results))
+    record = {
+        "header": header,
+        "mode": "distributed",
+        "model": model_name,
+        "processes": processes,
+        "results": [r.as_dict() for r in results],
+    }
+    out = args.json or Path("runs") / "bench-distributed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"\nwrote {out}")
@@ -527,7 +566,18 @@ def build_parser() -> argparse.ArgumentParser:
     plot.set_defaults(handler=_plot)
 
     bench = commands.add_parser("bench", help="time the optimizer step, or whole iterations")
-    bench.add_argument("--mode", choices=("step", "iteration"), default="step")
+    bench.add_argument(
+        "--mode",
+        choices=("step", "iteration", "distributed"),
+        default="step",
+        help="distributed: the step on FSDP2 shards (under torchrun, or --processes on CPU)",
+    )
+    bench.add_argument(
+        "--processes",
+        type=_positive_int,
+        default=2,
+        help="distributed mode without torchrun: CPU (gloo) processes to spawn",
+    )
     bench.add_argument(
         "--model",
         choices=sorted(GPT_CONFIGS),
