@@ -1,10 +1,11 @@
 """MARS on FSDP2 (``fully_shard``) parameters. Two gloo processes, spawned here, each on half of
 the global batch, match one process on the whole batch after 10 steps for every rule and for the
 exact mode. The model has first dimensions that do not divide by the world size, a weight and a
-bias whose shard is empty on rank 1, and a 4-D conv weight (routed by its logical ``ndim``). A
-tensor whose corrected gradient has norm > 1 overall but <= 1 on each shard is clipped as a
-whole. The sharded path pays a fixed number of collectives per step however many tensors it
-updates, where plain ``DTensor`` ops pay one per tensor."""
+bias whose shard is empty on rank 1, and a 4-D conv weight (routed by its logical ``ndim``).
+MARS-Shampoo also matches on weights split along dimension 1. A tensor whose corrected gradient
+has norm > 1 overall but <= 1 on each shard is clipped as a whole. The sharded path pays a fixed
+number of collectives per step however many tensors it updates, where plain ``DTensor`` ops pay
+one per tensor."""
 
 from __future__ import annotations
 
@@ -143,9 +144,33 @@ def dtensor_ops_collectives(count: int, world: int) -> int:
     return comm.get_total_counts()
 
 
+def shampoo_on_columns(world: int) -> list[torch.Tensor]:
+    """MARS-Shampoo, 3 steps, on weights split along dimension 1 (FSDP2's ``shard_placement_fn``
+    can choose it): (4, 5) splits 3 + 2 columns, (3, 1) leaves rank 1 an empty shard."""
+    mesh = init_device_mesh("cpu", (world,)) if world > 1 else None
+    params = []
+    for index, shape in enumerate([(4, 5), (3, 1), (6, 3)]):
+        generator = torch.Generator().manual_seed(index)
+        weight = torch.randn(shape, generator=generator)
+        params.append(
+            torch.nn.Parameter(
+                weight if mesh is None else distribute_tensor(weight, mesh, [Shard(1)])
+            )
+        )
+    opt = MARS(params, lr=0.05, mars_type="mars-shampoo")
+    for step in range(3):
+        for index, param in enumerate(params):
+            generator = torch.Generator().manual_seed(100 * step + index)
+            grad = torch.randn(param.shape, generator=generator)
+            param.grad = grad if mesh is None else distribute_tensor(grad, mesh, [Shard(1)])
+        opt.step()
+    return [full(p) for p in params]
+
+
 def run_everything(rank: int, world: int) -> dict:
     results: dict = {case: train(*case, rank, world) for case in CASES}
     results["clip"] = clipped_momentum(world)
+    results["columns"] = shampoo_on_columns(world)
     for mars_type in ("mars-adamw", "mars-lion", "mars-shampoo"):
         results[mars_type, "collectives"] = [
             collectives_per_step(mars_type, count, world) for count in (1, 2, 8)
@@ -162,6 +187,9 @@ def test_fsdp2_on_two_processes(tmp_path):
             torch.testing.assert_close(
                 two, single, rtol=1e-5, atol=1e-6, msg=lambda m, c=case: f"{c}: {m}"
             )
+
+    for single, two in zip(shampoo_on_columns(1), sharded["columns"], strict=True):
+        torch.testing.assert_close(two, single, rtol=1e-5, atol=1e-6)
 
     total_norm = 0.9 * math.sqrt(2)  # each shard's norm is 0.9, below the clip threshold
     expected = torch.full((4, 3), 0.5 * (0.9 / math.sqrt(6)) / total_norm)

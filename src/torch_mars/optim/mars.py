@@ -92,10 +92,16 @@ class MARS(Optimizer):
         maximize: maximise the objective instead of minimising it.
         ns_steps: Newton-Schulz iterations of ``mars-shampoo``, >= 1.
         foreach: multi-tensor kernels (True), the per-tensor loop (False), or the default for the
-            device (None: multi-tensor on CUDA-like devices, the loop on CPU).
+            device (None: multi-tensor on CUDA-like devices, the loop on CPU). FSDP2 parameters
+            (``DTensor`` shards over a 1-D mesh) always take the multi-tensor kernels on their
+            local shards, with one ``all_reduce`` per step for the norms of ``c`` and, for
+            ``mars-shampoo``, Newton-Schulz of whole matrices on owner ranks (two
+            ``all_to_all``); see ``docs/distributed.md``.
         fused: the fused kernels (True): multi-tensor Triton kernels on CUDA (needs the
             ``triton`` extra), one ``torch.compile``d kernel per tensor on CPU. They also take a
-            GradScaler's scale inside the kernel. Exclusive with ``foreach=True``.
+            GradScaler's scale inside the kernel. Exclusive with ``foreach=True``. On FSDP2
+            parameters only the 1-D AdamW tensors take them (the MARS tensors take the sharded
+            multi-tensor path).
         state_dtype: dtype of ``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq`` and ``last_grad``:
             None (the parameter's dtype), ``torch.float32`` or ``torch.bfloat16`` (half the
             state memory; the step still computes in float32).
