@@ -7,10 +7,13 @@ included). Optimizer state is keyed by parameter name, not by position.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -24,7 +27,8 @@ def save_sharded_checkpoint(
     ``directory`` with DCP; every rank of the process group must call it."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
-    dcp.save(state, checkpoint_id=str(directory))
+    with _single_process_is_intended():
+        dcp.save(state, checkpoint_id=str(directory), no_dist=_single_process())
 
 
 def load_sharded_checkpoint(
@@ -41,10 +45,24 @@ def load_sharded_checkpoint(
             init_state()  # MARS: DCP loads into existing state (exact mode cannot step to make it)
     model_state, optimizer_state = get_state_dict(model, optimizers)
     state = {"model": model_state, "optimizer": optimizer_state}
-    dcp.load(state, checkpoint_id=str(directory))
+    with _single_process_is_intended():
+        dcp.load(state, checkpoint_id=str(directory), no_dist=_single_process())
     set_state_dict(
         model,
         optimizers,
         model_state_dict=state["model"],
         optim_state_dict=state["optimizer"],
     )
+
+
+def _single_process() -> bool:
+    return not (dist.is_available() and dist.is_initialized())
+
+
+@contextlib.contextmanager
+def _single_process_is_intended() -> Iterator[None]:
+    """Silence DCP's warning that it assumes a single process when there is no process group:
+    here that is the documented behaviour, not a guess."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
