@@ -13,7 +13,13 @@ import math
 
 import torch
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_device_mesh
+from torch.distributed.tensor import (
+    DTensor,
+    Replicate,
+    Shard,
+    distribute_tensor,
+    init_device_mesh,
+)
 from torch.distributed.tensor.debug import CommDebugMode
 
 from distributed_helpers import run_on_two_processes
@@ -167,10 +173,25 @@ def shampoo_on_columns(world: int) -> list[torch.Tensor]:
     return [full(p) for p in params]
 
 
+def misplaced_gradient_error(world: int) -> str:
+    """The error of a step whose gradient is replicated while its parameter is row-sharded; the
+    step must leave no state behind."""
+    mesh = init_device_mesh("cpu", (world,))
+    param = torch.nn.Parameter(distribute_tensor(torch.zeros(4, 3), mesh, [Shard(0)]))
+    param.grad = distribute_tensor(torch.ones(4, 3), mesh, [Replicate()])
+    opt = MARS([param])
+    try:
+        opt.step()
+    except ValueError as error:
+        return str(error) if not opt.state else "state was created"
+    return "no error"
+
+
 def run_everything(rank: int, world: int) -> dict:
     results: dict = {case: train(*case, rank, world) for case in CASES}
     results["clip"] = clipped_momentum(world)
     results["columns"] = shampoo_on_columns(world)
+    results["misplaced"] = misplaced_gradient_error(world)
     for mars_type in ("mars-adamw", "mars-lion", "mars-shampoo"):
         results[mars_type, "collectives"] = [
             collectives_per_step(mars_type, count, world) for count in (1, 2, 8)
@@ -190,6 +211,8 @@ def test_fsdp2_on_two_processes(tmp_path):
 
     for single, two in zip(shampoo_on_columns(1), sharded["columns"], strict=True):
         torch.testing.assert_close(two, single, rtol=1e-5, atol=1e-6)
+
+    assert "must be sharded like it" in sharded["misplaced"]
 
     total_norm = 0.9 * math.sqrt(2)  # each shard's norm is 0.9, below the clip threshold
     expected = torch.full((4, 3), 0.5 * (0.9 / math.sqrt(6)) / total_norm)

@@ -65,3 +65,32 @@ def test_lr_at_construction_survives_a_resume_with_a_different_initial_lr():
     other.load_state_dict(opt.state_dict())
     assert other.param_groups[0]["lr_at_construction"] == 0.1
     assert other.param_groups[0]["lr"] == 0.05
+
+
+@pytest.mark.parametrize("is_approx", [True, False], ids=["approx", "exact"])
+@pytest.mark.parametrize("mars_type", MARS_TYPES)
+def test_init_state_makes_every_buffer_and_changes_no_step(mars_type, is_approx):
+    """``init_state`` (what DCP loads into) creates the buffers a step would, and a run that
+    starts from it is bitwise the run that starts from no state."""
+    problem = RandomProblem(MIXED_SHAPES, steps=6, seed=3)
+    kwargs = dict(mars_type=mars_type, is_approx=is_approx, lr=0.02, amsgrad=True, gamma=0.3)
+
+    stepped = [p.clone().float().requires_grad_() for p in problem.initial]
+    stepped_opt = MARS(stepped, **kwargs)
+    train(problem, stepped, stepped_opt, range(1), is_approx)
+
+    initialised = [p.clone().float().requires_grad_() for p in problem.initial]
+    initialised_opt = MARS(initialised, **kwargs)
+    initialised_opt.init_state()
+    for before, after in zip(stepped, initialised, strict=True):
+        made = initialised_opt.state[after]
+        assert made["step"] == 0
+        assert sorted(made) == sorted(stepped_opt.state[before])
+        for name, value in made.items():
+            if name not in ("step", "prev_param"):
+                assert not value.any(), name
+
+    train(problem, stepped, stepped_opt, range(1, 6), is_approx)
+    train(problem, initialised, initialised_opt, range(6), is_approx)
+    for a, b in zip(stepped, initialised, strict=True):
+        assert torch.equal(a, b)

@@ -83,6 +83,20 @@ def local_tensor(tensor: Tensor | None) -> Tensor | None:
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
+def check_gradient_layout(param: Tensor) -> None:
+    """Raise ``ValueError`` if ``param`` is a ``DTensor`` whose gradient is not sharded like it
+    (the local shards would not line up)."""
+    grad = param.grad
+    if not isinstance(param, DTensor) or grad is None:
+        return
+    if not isinstance(grad, DTensor) or grad.placements != param.placements:
+        placements = grad.placements if isinstance(grad, DTensor) else "a plain tensor"
+        raise ValueError(
+            f"the gradient of a sharded parameter must be sharded like it "
+            f"({param.placements}), got {placements}"
+        )
+
+
 def local_shards(tensors: StepTensors) -> StepTensors:
     """The same step with every ``DTensor`` replaced by its local shard (no copies)."""
     with torch.no_grad():

@@ -12,6 +12,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from torch_mars.distributed.layout import (
+    check_gradient_layout,
     local_shards,
     local_tensor,
     partition_by_sharding,
@@ -235,7 +236,7 @@ class MARS(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._check_dense_gradients()
+        self._check_gradients()
         if exact_groups:
             self._prepare_exact_mode(closure, exact_groups)
         inv_grad_scale = None if grad_scale is None else grad_scale.double().reciprocal()
@@ -263,9 +264,10 @@ class MARS(Optimizer):
                 if not group["is_approx"]:
                     state["prev_param"] = param.detach().clone()
 
-    def _check_dense_gradients(self) -> None:
+    def _check_gradients(self) -> None:
         for group in self.param_groups:
             for param in group["params"]:
+                check_gradient_layout(param)
                 if param.grad is not None and param.grad.is_sparse:
                     raise ValueError(
                         "gradients must be dense: MARS does not support sparse gradients "
