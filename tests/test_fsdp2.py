@@ -2,10 +2,10 @@
 the global batch, match one process on the whole batch after 10 steps for every rule and for the
 exact mode. The model has first dimensions that do not divide by the world size, a weight and a
 bias whose shard is empty on rank 1, and a 4-D conv weight (routed by its logical ``ndim``).
-MARS-Shampoo also matches on weights split along dimension 1. A tensor whose corrected gradient
-has norm > 1 overall but <= 1 on each shard is clipped as a whole. The sharded path pays a fixed
-number of collectives per step however many tensors it updates, where plain ``DTensor`` ops pay
-one per tensor."""
+MARS-Shampoo also matches on weights split along dimension 1, with float32 and bf16 state. A
+tensor whose corrected gradient has norm > 1 overall but <= 1 on each shard is clipped as a
+whole. The sharded path pays a fixed number of collectives per step however many tensors it
+updates, where plain ``DTensor`` ops pay one per tensor."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def dtensor_ops_collectives(count: int, world: int) -> int:
     return comm.get_total_counts()
 
 
-def shampoo_on_columns(world: int) -> list[torch.Tensor]:
+def shampoo_on_columns(world: int, state_dtype: torch.dtype | None = None) -> list[torch.Tensor]:
     """MARS-Shampoo, 3 steps, on weights split along dimension 1 (FSDP2's ``shard_placement_fn``
     can choose it): (4, 5) splits 3 + 2 columns, (3, 1) leaves rank 1 an empty shard."""
     mesh = init_device_mesh("cpu", (world,)) if world > 1 else None
@@ -163,7 +163,7 @@ def shampoo_on_columns(world: int) -> list[torch.Tensor]:
                 weight if mesh is None else distribute_tensor(weight, mesh, [Shard(1)])
             )
         )
-    opt = MARS(params, lr=0.05, mars_type="mars-shampoo")
+    opt = MARS(params, lr=0.05, mars_type="mars-shampoo", state_dtype=state_dtype)
     for step in range(3):
         for index, param in enumerate(params):
             generator = torch.Generator().manual_seed(100 * step + index)
@@ -191,6 +191,7 @@ def run_everything(rank: int, world: int) -> dict:
     results: dict = {case: train(*case, rank, world) for case in CASES}
     results["clip"] = clipped_momentum(world)
     results["columns"] = shampoo_on_columns(world)
+    results["columns, bf16 state"] = shampoo_on_columns(world, torch.bfloat16)
     results["misplaced"] = misplaced_gradient_error(world)
     for mars_type in ("mars-adamw", "mars-lion", "mars-shampoo"):
         results[mars_type, "collectives"] = [
@@ -210,6 +211,9 @@ def test_fsdp2_on_two_processes(tmp_path):
             )
 
     for single, two in zip(shampoo_on_columns(1), sharded["columns"], strict=True):
+        torch.testing.assert_close(two, single, rtol=1e-5, atol=1e-6)
+    single_bf16 = shampoo_on_columns(1, torch.bfloat16)
+    for single, two in zip(single_bf16, sharded["columns, bf16 state"], strict=True):
         torch.testing.assert_close(two, single, rtol=1e-5, atol=1e-6)
 
     assert "must be sharded like it" in sharded["misplaced"]

@@ -30,15 +30,15 @@ class ShardedMeshOps:
 
     Args:
         mesh: the 1-D device mesh of the shards.
-        local_tensors: the local shards this step will pass in (any of the step's lists), and
-        global_shapes, dims: each one's whole (logical) shape and shard dimension. The
-            Newton-Schulz call is given local momentum shards and finds their layout here.
+        local_params: the local parameter shards of this step, and
+        global_shapes, dims: each one's whole (logical) shape and shard dimension; the
+            Newton-Schulz call finds the layout of a matrix here from its parameter shard.
     """
 
     def __init__(
         self,
         mesh: DeviceMesh,
-        local_tensors: list[Tensor],
+        local_params: list[Tensor],
         global_shapes: list[torch.Size],
         dims: list[int],
     ) -> None:
@@ -46,8 +46,8 @@ class ShardedMeshOps:
         self.rank = dist.get_rank(self.group)
         self.world = dist.get_world_size(self.group)
         self._layouts = {
-            id(tensor): (shape, dim)
-            for tensor, shape, dim in zip(local_tensors, global_shapes, dims, strict=True)
+            id(param): (shape, dim)
+            for param, shape, dim in zip(local_params, global_shapes, dims, strict=True)
         }
 
     def whole_norms(self, local_norms: list[Tensor]) -> list[Tensor]:
@@ -56,11 +56,13 @@ class ShardedMeshOps:
         dist.all_reduce(squares, group=self.group)
         return list(squares.sqrt_().unbind())
 
-    def shampoo_directions(self, exp_avgs: list[Tensor], ns_steps: int) -> list[Tensor]:
+    def shampoo_directions(
+        self, params: list[Tensor], exp_avgs: list[Tensor], ns_steps: int
+    ) -> list[Tensor]:
         """The local shards of ``NS(M) * sqrt(max(1, rows/cols))`` for the whole momentum
         matrices ``M`` whose local shards are ``exp_avgs`` (one dtype and device), each
-        orthogonalised on one owner rank."""
-        layouts = [self._layouts[id(m)] for m in exp_avgs]
+        orthogonalised on one owner rank; ``params``: the matching local parameter shards."""
+        layouts = [self._layouts[id(p)] for p in params]
         owners = assign_owners([newton_schulz_cost(shape) for shape, _ in layouts], self.world)
         # Both all_to_alls list the matrices by owner rank, then by index.
         by_owner = [[i for i in range(len(exp_avgs)) if owners[i] == r] for r in range(self.world)]

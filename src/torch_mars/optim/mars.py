@@ -386,7 +386,7 @@ class MARS(Optimizer):
                     implementation = "foreach"
                     whole = ShardedMeshOps(
                         part.mesh,
-                        shards.exp_avgs,
+                        shards.params,
                         [p.shape for p in selected.params],
                         [shard_dim(p) for p in selected.params],
                     )

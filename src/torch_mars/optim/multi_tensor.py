@@ -121,7 +121,7 @@ def apply_shampoo_directions(
         if whole is None:
             directions = batched_shampoo_directions(group.exp_avgs, hp.ns_steps)
         else:
-            directions = whole.shampoo_directions(group.exp_avgs, hp.ns_steps)
+            directions = whole.shampoo_directions(group.params, group.exp_avgs, hp.ns_steps)
         directions = [d.to(p.dtype) for d, p in zip(directions, group.params, strict=True)]
         foreach_add_scaled_(group.params, directions, -hp.lr)
 

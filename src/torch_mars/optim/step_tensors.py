@@ -85,9 +85,12 @@ class WholeTensorOps(Protocol):
         """The 2-norms of the whole tensors, given the 0-d norms of the local shards."""
         ...
 
-    def shampoo_directions(self, exp_avgs: list[Tensor], ns_steps: int) -> list[Tensor]:
+    def shampoo_directions(
+        self, params: list[Tensor], exp_avgs: list[Tensor], ns_steps: int
+    ) -> list[Tensor]:
         """The local shards of ``NS(M) * sqrt(max(1, rows/cols))`` of the whole matrices whose
-        local shards of ``m`` are ``exp_avgs``."""
+        local shards of ``m`` are ``exp_avgs``; ``params`` are the parameters' local shards,
+        which identify the whole tensors."""
         ...
 
 
