@@ -63,52 +63,43 @@ class ShardedMeshOps:
         matrices ``M`` whose local shards are ``exp_avgs`` (one dtype and device), each
         orthogonalised on one owner rank; ``params``: the matching local parameter shards."""
         layouts = [self._layouts[id(p)] for p in params]
+        shard_shapes = [_shard_shapes(shape, dim, self.world) for shape, dim in layouts]
         owners = assign_owners([newton_schulz_cost(shape) for shape, _ in layouts], self.world)
         # Both all_to_alls list the matrices by owner rank, then by index.
         by_owner = [[i for i in range(len(exp_avgs)) if owners[i] == r] for r in range(self.world)]
+        order = [i for owned in by_owner for i in owned]
         mine = by_owner[self.rank]
-
-        def shards(index: int) -> list[torch.Size]:
-            shape, dim = layouts[index]
-            return [
-                torch.Size([*shape[:dim], size, *shape[dim + 1 :]])
-                for size in shard_sizes(shape[dim], self.world)
-            ]
-
         my_sizes = [sum(exp_avgs[i].numel() for i in owned) for owned in by_owner]
-        owner_sizes = [sum(shards(i)[r].numel() for i in mine) for r in range(self.world)]
+        owner_sizes = [sum(shard_shapes[i][r].numel() for i in mine) for r in range(self.world)]
+
+        # Gather: every rank sends its shard of each matrix to the matrix's owner.
         gathered = self._all_to_all(
-            [exp_avgs[i].reshape(-1) for owned in by_owner for i in owned],
-            my_sizes,
-            owner_sizes,
-            exp_avgs[0],
+            [exp_avgs[i].reshape(-1) for i in order], my_sizes, owner_sizes, exp_avgs[0]
         )
         from_rank = [
-            chunk.split([shards(i)[r].numel() for i in mine])
+            chunk.split([shard_shapes[i][r].numel() for i in mine])
             for r, chunk in enumerate(gathered.split(owner_sizes))
         ]
         whole = [
             torch.cat(
-                [from_rank[r][k].view(shards(i)[r]) for r in range(self.world)], dim=layouts[i][1]
+                [from_rank[r][k].view(shard_shapes[i][r]) for r in range(self.world)],
+                dim=layouts[i][1],
             )
             for k, i in enumerate(mine)
         ]
         directions = batched_shampoo_directions(whole, ns_steps)
+
+        # Scatter: every owner sends each rank that rank's shard of the directions.
         to_rank = [
-            direction.split([s[layouts[i][1]] for s in shards(i)], dim=layouts[i][1])[r]
+            _rank_shard(direction, shard_shapes[i], layouts[i][1], r).reshape(-1)
             for r in range(self.world)
             for i, direction in zip(mine, directions, strict=True)
         ]
-        returned = self._all_to_all(
-            [d.reshape(-1) for d in to_rank], owner_sizes, my_sizes, exp_avgs[0]
+        returned = self._all_to_all(to_rank, owner_sizes, my_sizes, exp_avgs[0])
+        mine_back = dict(
+            zip(order, returned.split([exp_avgs[i].numel() for i in order]), strict=True)
         )
-        order = [i for owned in by_owner for i in owned]
-        local: list[Tensor] = [exp_avgs[0]] * len(exp_avgs)
-        for i, chunk in zip(
-            order, returned.split([exp_avgs[i].numel() for i in order]), strict=True
-        ):
-            local[i] = chunk.view_as(exp_avgs[i])
-        return local
+        return [mine_back[i].view_as(m) for i, m in enumerate(exp_avgs)]
 
     def _all_to_all(
         self,
@@ -124,3 +115,16 @@ class ShardedMeshOps:
         received = send.new_empty(sum(receive_sizes))
         dist.all_to_all_single(received, send, receive_sizes, send_sizes, group=self.group)
         return received
+
+
+def _shard_shapes(shape: torch.Size, dim: int, world: int) -> list[torch.Size]:
+    """The local shape on each rank of a tensor of ``shape`` split along ``dim``."""
+    return [
+        torch.Size([*shape[:dim], size, *shape[dim + 1 :]])
+        for size in shard_sizes(shape[dim], world)
+    ]
+
+
+def _rank_shard(whole: Tensor, shard_shapes: list[torch.Size], dim: int, rank: int) -> Tensor:
+    """Rank ``rank``'s shard of ``whole``, split along ``dim`` into ``shard_shapes``."""
+    return whole.split([shape[dim] for shape in shard_shapes], dim=dim)[rank]
