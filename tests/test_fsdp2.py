@@ -187,12 +187,36 @@ def misplaced_gradient_error(world: int) -> str:
     return "no error"
 
 
+def scaled_fused_steps(world: int, scale: float) -> list[torch.Tensor]:
+    """Two fused MARS-AdamW steps on row-sharded tensors (a matrix and a 1-D tensor) whose
+    gradients carry a GradScaler's ``scale``, handed over as ``torch.amp.GradScaler`` does (the
+    optimizer's ``grad_scale`` and ``found_inf``). The unscaled gradients have norms below 1,
+    so a scale left in would change the clip and the trajectory."""
+    mesh = init_device_mesh("cpu", (world,))
+    shapes = [(5, 4), (3,)]
+    params = [
+        torch.nn.Parameter(distribute_tensor(torch.ones(shape), mesh, [Shard(0)]))
+        for shape in shapes
+    ]
+    opt = MARS(params, lr=0.05, fused=True)
+    opt.grad_scale = torch.tensor(scale)
+    opt.found_inf = torch.tensor(0.0)
+    for step, size in enumerate((0.02, 0.1)):
+        for index, param in enumerate(params):
+            generator = torch.Generator().manual_seed(10 * step + index)
+            grad = size * scale * torch.randn(shapes[index], generator=generator)
+            param.grad = distribute_tensor(grad, mesh, [Shard(0)])
+        opt.step()
+    return [full(p) for p in params]
+
+
 def run_everything(rank: int, world: int) -> dict:
     results: dict = {case: train(*case, rank, world) for case in CASES}
     results["clip"] = clipped_momentum(world)
     results["columns"] = shampoo_on_columns(world)
     results["columns, bf16 state"] = shampoo_on_columns(world, torch.bfloat16)
     results["misplaced"] = misplaced_gradient_error(world)
+    results["scaled"] = [scaled_fused_steps(world, scale) for scale in (1.0, 1024.0)]
     for mars_type in ("mars-adamw", "mars-lion", "mars-shampoo"):
         results[mars_type, "collectives"] = [
             collectives_per_step(mars_type, count, world) for count in (1, 2, 8)
@@ -217,6 +241,9 @@ def test_fsdp2_on_two_processes(tmp_path):
         torch.testing.assert_close(two, single, rtol=1e-5, atol=1e-6)
 
     assert "must be sharded like it" in sharded["misplaced"]
+    unscaled, scaled = sharded["scaled"]
+    for a, b in zip(unscaled, scaled, strict=True):
+        torch.testing.assert_close(b, a)
 
     total_norm = 0.9 * math.sqrt(2)  # each shard's norm is 0.9, below the clip threshold
     expected = torch.full((4, 3), 0.5 * (0.9 / math.sqrt(6)) / total_norm)

@@ -365,48 +365,61 @@ class MARS(Optimizer):
         use_mars: bool,
     ) -> None:
         """Step plain tensors on the group's path; FSDP2 (row-sharded ``DTensor``) parameters on
-        their local shards with the multi-tensor kernels, whole-tensor norms and Shampoo owner
-        ranks from :class:`~torch_mars.distributed.ShardedMeshOps`; other ``DTensor`` layouts
-        with the per-tensor loop on ``DTensor`` ops."""
+        their local shards, the MARS ones with the multi-tensor kernels and the whole-tensor
+        norms and Shampoo owner ranks of :class:`~torch_mars.distributed.ShardedMeshOps`; other
+        ``DTensor`` layouts with the per-tensor loop on ``DTensor`` ops."""
         for part in partition_by_sharding(tensors.params):
             selected = tensors.select(part.indices)
-            implementation = _implementation(group, selected.params)
-            whole = None
-            scale = inv_grad_scale
-            if part.mesh is not None or part.dtensor_ops:
-                # Sharded grads are unscaled here, so every sharded path can take them.
-                if scale is not None:
-                    torch._foreach_mul_(selected.grads, scale.to(selected.grads[0].dtype))
-                scale = None
-                implementation = "single_tensor"
-            if part.mesh is not None:
-                shards = local_shards(selected)
+            if part.mesh is None and not part.dtensor_ops:
+                implementation = _implementation(group, selected.params)
+                self._apply_rule(selected, group, use_mars, implementation, inv_grad_scale)
+                continue
+            if inv_grad_scale is not None:
+                # Only the fused kernels divide the scale out, and sharded MARS tensors do not
+                # take them: unscale here (shard by shard, which is right for any placement).
+                local_grads = [local_tensor(g) for g in selected.grads]
+                torch._foreach_mul_(local_grads, inv_grad_scale.to(local_grads[0].dtype))
+            if part.dtensor_ops:
+                self._apply_rule(selected, group, use_mars, "single_tensor", None)
+                continue
+            shards = local_shards(selected)
+            if not use_mars:
                 implementation = _implementation(group, shards.params)
-                if use_mars:
-                    implementation = "foreach"
-                    whole = ShardedMeshOps(
-                        part.mesh,
-                        shards.params,
-                        [p.shape for p in selected.params],
-                        [shard_dim(p) for p in selected.params],
-                    )
-                selected = shards
-            if use_mars:
-                mars_step(
-                    selected,
-                    mars_hyperparams(group),
-                    store_last_grad=group["is_approx"],
-                    implementation=implementation,
-                    inv_grad_scale=scale,
-                    whole=whole,
-                )
-            else:
-                adamw_step(
-                    selected,
-                    adamw_1d_hyperparams(group),
-                    implementation=implementation,
-                    inv_grad_scale=scale,
-                )
+                self._apply_rule(shards, group, use_mars, implementation, None)
+                continue
+            whole = ShardedMeshOps(
+                part.mesh,
+                shards.params,
+                [p.shape for p in selected.params],
+                [shard_dim(p) for p in selected.params],
+            )
+            self._apply_rule(shards, group, use_mars, "foreach", None, whole)
+
+    def _apply_rule(
+        self,
+        tensors: StepTensors,
+        group: dict[str, Any],
+        use_mars: bool,
+        implementation: Implementation,
+        inv_grad_scale: Tensor | None,
+        whole: ShardedMeshOps | None = None,
+    ) -> None:
+        if use_mars:
+            mars_step(
+                tensors,
+                mars_hyperparams(group),
+                store_last_grad=group["is_approx"],
+                implementation=implementation,
+                inv_grad_scale=inv_grad_scale,
+                whole=whole,
+            )
+        else:
+            adamw_step(
+                tensors,
+                adamw_1d_hyperparams(group),
+                implementation=implementation,
+                inv_grad_scale=inv_grad_scale,
+            )
 
     def _init_state(
         self,
