@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Everything issue #4 needs from a CUDA machine, in one call: the Triton kernels against the
-# per-tensor loop on the GPU, then `torch-mars bench` in step and iteration modes on GPT-2 small.
+# Everything issues #4 and #5 need from a CUDA machine, in one call: the Triton kernels against
+# the per-tensor loop on the GPU, then `torch-mars bench` in step and iteration modes on GPT-2
+# small, and the FSDP2 step (distributed mode) on every GPU of the machine under torchrun (NCCL;
+# on one GPU it still shows the DTensor dispatch cost the sharded path avoids).
 # Run from the repository root where torch and triton are installed (the lent H100/H200 image
 # has both, and no network: carry a folder of wheels for what it lacks, see WHEELS below).
 # Tables go to stdout, JSON to $OUT (default runs/gpu).
@@ -18,3 +20,6 @@ python -m torch_mars.cli bench --device cuda --model gpt2-small --repeats 50 --w
     --json "$out/step-gpt2-small.json"
 python -m torch_mars.cli bench --device cuda --mode iteration --model gpt2-small \
     --batch-size 16 --repeats 20 --warmup 5 --json "$out/iteration-gpt2-small.json"
+python -m torch.distributed.run --standalone --nproc_per_node "$(nvidia-smi -L | wc -l)" \
+    -m torch_mars.cli bench --mode distributed --model gpt2-small --repeats 30 --warmup 5 \
+    --json "$out/distributed-gpt2-small.json"

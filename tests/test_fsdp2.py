@@ -258,3 +258,30 @@ def test_fsdp2_on_two_processes(tmp_path):
     # Plain DTensor ops: at least one collective per tensor.
     one, eight = sharded["dtensor ops collectives"]
     assert eight >= 8 and eight > one
+
+
+def test_a_one_rank_mesh_matches_one_process_without_collectives(tmp_path):
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1
+    )
+    try:
+        for mars_type in ("mars-adamw", "mars-shampoo"):
+            assert collectives_per_step(mars_type, count=3, world=1) == 0
+            sharded = make_model(world=1)
+            for layer in [sharded.conv, *sharded.mlp]:
+                if any(True for _ in layer.parameters()):
+                    fully_shard(layer)
+            fully_shard(sharded)
+            plain = make_model(world=1)
+            opt_sharded = MARS(sharded.parameters(), lr=0.02, mars_type=mars_type)
+            opt_plain = MARS(plain.parameters(), lr=0.02, mars_type=mars_type, foreach=True)
+            x, y = torch.randn(4, 1, 3, 3), torch.randn(4, 1)
+            for model, opt in ((sharded, opt_sharded), (plain, opt_plain)):
+                for _ in range(3):
+                    opt.zero_grad()
+                    torch.nn.functional.mse_loss(model(x), y).backward()
+                    opt.step()
+            for a, b in zip(plain.parameters(), sharded.parameters(), strict=True):
+                torch.testing.assert_close(full(b), a.detach())
+    finally:
+        torch.distributed.destroy_process_group()

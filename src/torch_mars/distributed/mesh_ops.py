@@ -9,7 +9,8 @@ Per step and per (device, dtype) group of tensors:
   Newton-Schulz on whole matrices, and the second ``all_to_all`` returns each rank its shard of
   the directions.
 
-The number of collectives does not grow with the number of tensors.
+The number of collectives does not grow with the number of tensors; a mesh of one rank needs
+none.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class ShardedMeshOps:
 
     def whole_norms(self, local_norms: list[Tensor]) -> list[Tensor]:
         """The whole tensors' 2-norms from the local ones: one ``all_reduce`` of their squares."""
+        if self.world == 1:
+            return local_norms
         squares = torch.stack(local_norms).square_()
         dist.all_reduce(squares, group=self.group)
         return list(squares.sqrt_().unbind())
@@ -62,6 +65,8 @@ class ShardedMeshOps:
         """The local shards of ``NS(M) * sqrt(max(1, rows/cols))`` for the whole momentum
         matrices ``M`` whose local shards are ``exp_avgs`` (one dtype and device), each
         orthogonalised on one owner rank; ``params``: the matching local parameter shards."""
+        if self.world == 1:
+            return batched_shampoo_directions(exp_avgs, ns_steps)
         layouts = [self._layouts[id(p)] for p in params]
         shard_shapes = [_shard_shapes(shape, dim, self.world) for shape, dim in layouts]
         owners = assign_owners([newton_schulz_cost(shape) for shape, _ in layouts], self.world)
