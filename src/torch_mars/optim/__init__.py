@@ -1,6 +1,8 @@
 """The MARS maths: the optimizer, its functional step paths and the param-group helper.
 
-This package imports only torch and can be copied into a project on its own.
+Besides torch, this package imports only its siblings ``torch_mars.kernels`` (fused steps) and
+``torch_mars.distributed`` (sharded steps), which import nothing else of torch-mars: the three
+folders can be copied into a project on their own.
 """
 
 from torch_mars.optim.functional import (
