@@ -68,6 +68,20 @@ def take_step(opt: MARS, closure: Callable[[], Tensor], is_approx: bool) -> None
         opt.step(closure)
 
 
+def mse_step(
+    opt: MARS, model: torch.nn.Module, x: Tensor, y: Tensor, is_approx: bool = True
+) -> None:
+    """One step of ``opt`` on the mean squared error of ``model(x)`` against ``y``."""
+
+    def closure() -> Tensor:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    take_step(opt, closure, is_approx)
+
+
 def run_mars(
     problem: RandomProblem,
     schedule: Schedule = constant_schedule,

@@ -11,7 +11,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from distributed_helpers import run_on_two_processes
-from problems import take_step
+from problems import mse_step
 from torch_mars import MARS
 
 STEPS = 12
@@ -51,14 +51,7 @@ def train(mars_type: str, is_approx: bool, rank: int, world: int) -> tuple[list,
     share = GLOBAL_BATCH // world
     for x, y in batches():
         x, y = x[rank * share : (rank + 1) * share], y[rank * share : (rank + 1) * share]
-
-        def closure(x=x, y=y) -> torch.Tensor:
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            return loss
-
-        take_step(opt, closure, is_approx)
+        mse_step(opt, model, x, y, is_approx)
     aliased = any(
         p.grad is not None
         and "last_grad" in opt.state[p]

@@ -12,7 +12,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from distributed_helpers import run_on_two_processes
-from problems import take_step
+from problems import mse_step
 from test_fsdp2 import make_model
 from torch_mars import MARS
 from torch_mars.distributed import load_sharded_checkpoint, save_sharded_checkpoint
@@ -52,14 +52,7 @@ def run(
     share = GLOBAL_BATCH // world
     for x, y in batches()[steps]:
         x, y = x[rank * share :][:share], y[rank * share :][:share]
-
-        def closure(x=x, y=y) -> torch.Tensor:
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            return loss
-
-        take_step(opt, closure, is_approx)
+        mse_step(opt, model, x, y, is_approx)
     if save_to is not None:
         save_sharded_checkpoint(save_to, model, opt)
     return [

@@ -23,7 +23,7 @@ from torch.distributed.tensor import (
 from torch.distributed.tensor.debug import CommDebugMode
 
 from distributed_helpers import run_on_two_processes
-from problems import take_step
+from problems import mse_step
 from torch_mars import MARS, MarsHyperparams, StepTensors, mars_step
 
 STEPS = 10
@@ -81,14 +81,7 @@ def train(mars_type: str, is_approx: bool, rank: int, world: int) -> list[torch.
     for _ in range(STEPS):
         x = torch.randn(GLOBAL_BATCH, 1, 3, 3, generator=generator)[rank * share :][:share]
         y = torch.randn(GLOBAL_BATCH, 1, generator=generator)[rank * share :][:share]
-
-        def closure(x=x, y=y) -> torch.Tensor:
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            return loss
-
-        take_step(opt, closure, is_approx)
+        mse_step(opt, model, x, y, is_approx)
     return [full(p) for p in model.parameters()]
 
 

@@ -1,2 +1,3 @@
-"""Benchmarks behind ``torch-mars bench``: the optimizer step alone (:mod:`.step`) and whole
-training iterations of the GPT harness (:mod:`.iteration`)."""
+"""Benchmarks behind ``torch-mars bench``: the optimizer step alone (:mod:`.step`), whole
+training iterations of the GPT harness (:mod:`.iteration`) and the step on FSDP2 shards
+(:mod:`.distributed`)."""

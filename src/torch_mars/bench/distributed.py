@@ -28,6 +28,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 
 from torch_mars.bench.step import synchronize
+from torch_mars.bench.table import markdown_table
 from torch_mars.models.gpt import GPT, gpt_config
 from torch_mars.optim import MARS, MarsHyperparams, StepTensors, mars_step
 
@@ -204,13 +205,16 @@ def run_distributed_benchmark(
 
 def format_distributed_table(results: list[DistributedStepResult]) -> str:
     """A Markdown table of the distributed step benchmark."""
-    lines = [
-        "| optimizer | step (ms) | ratio to AdamW foreach | collectives per step |",
-        "|---|---:|---:|---:|",
-    ]
-    for r in results:
-        lines.append(
-            f"| {r.name} | {r.median_ms:.2f} | {r.ratio_to_adamw_foreach:.2f} "
-            f"| {r.collectives_per_step} |"
-        )
-    return "\n".join(lines)
+    headers = ["optimizer", "step (ms)", "ratio to AdamW foreach", "collectives per step"]
+    return markdown_table(
+        headers,
+        (
+            [
+                r.name,
+                f"{r.median_ms:.2f}",
+                f"{r.ratio_to_adamw_foreach:.2f}",
+                str(r.collectives_per_step),
+            ]
+            for r in results
+        ),
+    )

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from torch_mars.bench.step import synchronize
+from torch_mars.bench.table import markdown_table
 from torch_mars.models.gpt import GPT, gpt_config
 from torch_mars.train.optimizers import build_optimizer, default_hyperparams
 
@@ -120,13 +121,17 @@ def run_iteration_benchmark(
 
 def format_iteration_table(results: list[IterationResult]) -> str:
     """A Markdown table of the iteration benchmark."""
-    lines = [
-        "| optimizer | iteration (ms) | step (ms) | step share | tokens/s |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for r in results:
-        lines.append(
-            f"| {r.name} | {r.iteration_ms:.1f} | {r.step_ms:.1f} | {100 * r.step_share:.0f}% "
-            f"| {r.tokens_per_s:,.0f} |"
-        )
-    return "\n".join(lines)
+    headers = ["optimizer", "iteration (ms)", "step (ms)", "step share", "tokens/s"]
+    return markdown_table(
+        headers,
+        (
+            [
+                r.name,
+                f"{r.iteration_ms:.1f}",
+                f"{r.step_ms:.1f}",
+                f"{100 * r.step_share:.0f}%",
+                f"{r.tokens_per_s:,.0f}",
+            ]
+            for r in results
+        ),
+    )

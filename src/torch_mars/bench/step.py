@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from torch_mars.bench.table import markdown_table
 from torch_mars.optim import MARS, mars_param_groups
 from torch_mars.optim.newton_schulz import batched_shampoo_directions
 from torch_mars.train.optimizers import CombinedOptimizer
@@ -246,18 +247,28 @@ def newton_schulz_ms(model: nn.Module, warmup: int, repeats: int, ns_steps: int 
 
 def format_step_table(results: list[StepResult]) -> str:
     """A Markdown table of the step benchmark."""
-    lines = [
-        "| optimizer | step (ms) | ratio to fused AdamW | effective GB/s | state (MiB) "
-        "| peak step (MiB) |",
-        "|---|---:|---:|---:|---:|---:|",
+    headers = [
+        "optimizer",
+        "step (ms)",
+        "ratio to fused AdamW",
+        "effective GB/s",
+        "state (MiB)",
+        "peak step (MiB)",
     ]
-    for r in results:
-        peak = "n/a" if r.peak_step_mib is None else f"{r.peak_step_mib:.0f}"
-        lines.append(
-            f"| {r.name} | {r.median_ms:.2f} | {r.ratio_to_fused_adamw:.2f} "
-            f"| {r.effective_gb_per_s:.1f} | {r.state_mib:.0f} | {peak} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(
+        headers,
+        (
+            [
+                r.name,
+                f"{r.median_ms:.2f}",
+                f"{r.ratio_to_fused_adamw:.2f}",
+                f"{r.effective_gb_per_s:.1f}",
+                f"{r.state_mib:.0f}",
+                "n/a" if r.peak_step_mib is None else f"{r.peak_step_mib:.0f}",
+            ]
+            for r in results
+        ),
+    )
 
 
 def describe_device(device: torch.device) -> str:
