@@ -51,8 +51,8 @@ def test_two_gloo_processes_match_one_process(tmp_path, optimizer, sharding):
     one, two = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
     assert len(one) == len(two) == 6
     # The harness's muon is torch.optim.Muon, whose bf16 Newton-Schulz runs through DTensor ops
-    # on the shards and lands up to 3% of an update away from one process (3e-5 in the loss
-    # here; docs/distributed.md). MARS-Shampoo's owner ranks match to 1e-5 (test_fsdp2.py).
+    # on the shards, where bf16 rounding differs from one process: 3% of an update, 3e-5 in
+    # the loss here (docs/distributed.md). MARS-Shampoo's owner ranks match to 1e-5.
     tolerance = 1e-4 if sharding and optimizer == "muon" else 2e-5
     for a, b in zip(one, two, strict=True):
         assert b["train_loss"] == pytest.approx(a["train_loss"], abs=tolerance)
