@@ -292,12 +292,12 @@ class MARS(Optimizer):
         leave ``p`` and ``p.grad`` at their current values, and record ``prev_param = x_t``."""
         exact_params = [p for group in exact_groups for p in group["params"]]
         # A tensor's first step (no state, or the zero state of init_state) needs no g_tilde.
-        moved = [p for p in exact_params if self.state[p].get("step", 0) > 0]
+        moved = [p for p in exact_params if self._has_previous_parameters(p)]
         needs_previous_gradient = [
             (p, group)
             for group in exact_groups
             for p in group["params"]
-            if p.grad is not None and self.state[p].get("step", 0) > 0 and routes_to_mars(p, group)
+            if p.grad is not None and self._has_previous_parameters(p) and routes_to_mars(p, group)
         ]
         if needs_previous_gradient:
             with_grad = [p for p in exact_params if p.grad is not None]
@@ -320,6 +320,10 @@ class MARS(Optimizer):
                 state["prev_param"].copy_(param)
             elif param.grad is not None:
                 state["prev_param"] = param.detach().clone()
+
+    def _has_previous_parameters(self, param: Tensor) -> bool:
+        state = self.state[param]
+        return "prev_param" in state and state["step"] > 0
 
     def _store_previous_gradient(self, param: Tensor, group: dict[str, Any]) -> None:
         """Copy the gradient just computed at the previous parameters into ``last_grad``."""
