@@ -12,6 +12,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 WORLD = 2
+# (mars_type, is_approx): every rule in the approximate mode, and the exact mode once.
+RULE_CASES = (
+    ("mars-adamw", True),
+    ("mars-lion", True),
+    ("mars-shampoo", True),
+    ("mars-adamw", False),
+)
 
 
 def _worker(rank: int, fn: Callable[[int, int], Any], init_file: str, out_file: str) -> None:

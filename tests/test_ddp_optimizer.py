@@ -10,18 +10,13 @@ from __future__ import annotations
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from distributed_helpers import run_on_two_processes
+from distributed_helpers import RULE_CASES, run_on_two_processes
 from problems import mse_step
 from torch_mars import MARS
 
 STEPS = 12
 GLOBAL_BATCH = 8
-CASES = (
-    ("mars-adamw", True),
-    ("mars-lion", True),
-    ("mars-shampoo", True),
-    ("mars-adamw", False),
-)
+CASES = RULE_CASES
 
 
 def make_model() -> torch.nn.Module:

@@ -22,18 +22,13 @@ from torch.distributed.tensor import (
 )
 from torch.distributed.tensor.debug import CommDebugMode
 
-from distributed_helpers import run_on_two_processes
+from distributed_helpers import RULE_CASES, run_on_two_processes
 from problems import mse_step
 from torch_mars import MARS, MarsHyperparams, StepTensors, mars_step
 
 STEPS = 10
 GLOBAL_BATCH = 8
-CASES = (
-    ("mars-adamw", True),
-    ("mars-lion", True),
-    ("mars-shampoo", True),
-    ("mars-adamw", False),
-)
+CASES = RULE_CASES
 
 
 class ConvThenMLP(torch.nn.Module):
