@@ -312,6 +312,12 @@ def _train(args: argparse.Namespace) -> int:
         hyperparams=dict(args.opt_arg),
     )
     config = _config_from_args(args, base)
+    if config.fsdp and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        print(
+            "--fsdp: one process has nothing to shard, so this run trains without FSDP2 "
+            "(launch with torchrun --nproc_per_node N to shard)",
+            file=sys.stderr,
+        )
     result = Trainer(config).train()
     if result.steps == config.steps:
         print(
