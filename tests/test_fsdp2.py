@@ -51,10 +51,14 @@ class ConvThenMLP(torch.nn.Module):
         return self.mlp(torch.tanh(self.conv(x)).flatten(1))
 
 
-def make_model(world: int) -> torch.nn.Module:
+def make_model(world: int, shard: bool | None = None) -> torch.nn.Module:
+    """The model, ``fully_shard``-ed per layer and at the root when ``shard`` (default: on more
+    than one process)."""
     torch.manual_seed(0)
     model = ConvThenMLP()
-    if world > 1:
+    if shard is None:
+        shard = world > 1
+    if shard:
         fully_shard(model.conv)
         for layer in model.mlp:
             if any(True for _ in layer.parameters()):
@@ -255,11 +259,7 @@ def test_a_one_rank_mesh_matches_one_process_without_collectives(tmp_path):
     try:
         for mars_type in ("mars-adamw", "mars-shampoo"):
             assert collectives_per_step(mars_type, count=3, world=1) == 0
-            sharded = make_model(world=1)
-            for layer in [sharded.conv, *sharded.mlp]:
-                if any(True for _ in layer.parameters()):
-                    fully_shard(layer)
-            fully_shard(sharded)
+            sharded = make_model(world=1, shard=True)
             plain = make_model(world=1)
             opt_sharded = MARS(sharded.parameters(), lr=0.02, mars_type=mars_type)
             opt_plain = MARS(plain.parameters(), lr=0.02, mars_type=mars_type, foreach=True)

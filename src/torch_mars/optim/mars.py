@@ -372,8 +372,9 @@ class MARS(Optimizer):
         their local shards, the MARS ones with the multi-tensor kernels and the whole-tensor
         norms and Shampoo owner ranks of :class:`~torch_mars.distributed.ShardedMeshOps`; other
         ``DTensor`` layouts with the per-tensor loop on ``DTensor`` ops."""
-        for part in partition_by_sharding(tensors.params):
-            selected = tensors.select(part.indices)
+        parts = partition_by_sharding(tensors.params)
+        for part in parts:
+            selected = tensors if len(parts) == 1 else tensors.select(part.indices)
             if part.mesh is None and not part.dtensor_ops:
                 implementation = _implementation(group, selected.params)
                 self._apply_rule(selected, group, use_mars, implementation, inv_grad_scale)
