@@ -9,7 +9,7 @@ import torch
 
 from problems import run_mars
 from torch_mars import MARS, MARS_TYPES
-from torch_mars.optim.step_tensors import group_by_device_and_dtype
+from torch_mars.optim.step_types import group_by_device_and_dtype
 
 OPTIONS = [
     {},

@@ -1,38 +1,19 @@
 """Which parameters are sharded how: FSDP2 (``fully_shard``) parameters are ``DTensor``s, each
 rank holding one ``torch.chunk`` of every tensor along one dimension of a 1-D device mesh.
 
-The MARS step takes those on a fast path that works on the local shards. Other ``DTensor``
-layouts (2-D meshes, replicated or partial placements) take the per-tensor loop through
-``DTensor`` ops: correct, one collective per tensor.
+The MARS step takes those on a fast path that works on the local shards
+(:mod:`torch_mars.distributed.group_sharding`). Other ``DTensor`` layouts (2-D meshes,
+replicated or partial placements) take the per-tensor loop through ``DTensor`` ops: correct, one
+collective per tensor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
-from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard
 
-from torch_mars.optim.step_tensors import StepTensors
-
-
-@dataclass(frozen=True)
-class ShardedPart:
-    """Indices of tensors that share one layout kind.
-
-    Attributes:
-        indices: positions in the list that was partitioned.
-        mesh: the 1-D mesh the tensors are row-sharded over (fast path), or None.
-        dtensor_ops: True for ``DTensor``s with any other layout (the per-tensor loop on
-            ``DTensor`` ops); False for plain tensors and for the fast path.
-    """
-
-    indices: list[int]
-    mesh: DeviceMesh | None = None
-    dtensor_ops: bool = False
+from torch_mars.optim.step_types import StepTensors
 
 
 def shard_dim(tensor: Tensor) -> int | None:
@@ -55,26 +36,6 @@ def shard_sizes(length: int, world: int) -> list[int]:
     """
     chunk = -(-length // world)
     return [max(0, min(length, (rank + 1) * chunk) - rank * chunk) for rank in range(world)]
-
-
-def partition_by_sharding(params: Sequence[Tensor]) -> list[ShardedPart]:
-    """Split ``params`` into plain tensors, row-sharded ``DTensor``s (one part per mesh) and
-    other ``DTensor``s; parts in first-seen order, empty parts left out."""
-    plain: list[int] = []
-    other: list[int] = []
-    by_mesh: dict[DeviceMesh, list[int]] = {}
-    for index, param in enumerate(params):
-        if not isinstance(param, DTensor):
-            plain.append(index)
-        elif shard_dim(param) is None:
-            other.append(index)
-        else:
-            by_mesh.setdefault(param.device_mesh, []).append(index)
-    parts = [ShardedPart(plain)] if plain else []
-    parts += [ShardedPart(indices, mesh=mesh) for mesh, indices in by_mesh.items()]
-    if other:
-        parts.append(ShardedPart(other, dtensor_ops=True))
-    return parts
 
 
 def local_tensor(tensor: Tensor | None) -> Tensor | None:

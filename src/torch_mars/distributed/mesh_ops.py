@@ -15,6 +15,8 @@ none.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -22,34 +24,33 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from torch_mars.distributed.layout import shard_sizes
 from torch_mars.distributed.owners import assign_owners, newton_schulz_cost
-from torch_mars.optim.newton_schulz import batched_shampoo_directions
 
 
 class ShardedMeshOps:
     """Whole-tensor norms and Newton-Schulz directions for local shards over ``mesh``
-    (implements :class:`torch_mars.optim.step_tensors.WholeTensorOps`).
+    (implements :class:`torch_mars.optim.step_types.WholeTensorOps`). Made once per param
+    group; :meth:`bind` tells it, each step, which whole tensor each local shard belongs to.
 
     Args:
         mesh: the 1-D device mesh of the shards.
-        local_params: the local parameter shards of this step, and
-        global_shapes, dims: each one's whole (logical) shape and shard dimension; the
-            Newton-Schulz call finds the layout of a matrix here from its parameter shard.
     """
 
-    def __init__(
-        self,
-        mesh: DeviceMesh,
-        local_params: list[Tensor],
-        global_shapes: list[torch.Size],
-        dims: list[int],
-    ) -> None:
+    def __init__(self, mesh: DeviceMesh) -> None:
         self.group = mesh.get_group()
         self.rank = dist.get_rank(self.group)
         self.world = dist.get_world_size(self.group)
+        self._layouts: dict[int, tuple[torch.Size, int]] = {}
+
+    def bind(
+        self, local_params: list[Tensor], global_shapes: list[torch.Size], dims: list[int]
+    ) -> ShardedMeshOps:
+        """Record each local parameter shard's whole (logical) shape and shard dimension, where
+        the Newton-Schulz call finds a matrix's layout; returns ``self``."""
         self._layouts = {
             id(param): (shape, dim)
             for param, shape, dim in zip(local_params, global_shapes, dims, strict=True)
         }
+        return self
 
     def whole_norms(self, local_norms: list[Tensor]) -> list[Tensor]:
         """The whole tensors' 2-norms from the local ones: one ``all_reduce`` of their squares."""
@@ -60,13 +61,16 @@ class ShardedMeshOps:
         return list(squares.sqrt_().unbind())
 
     def shampoo_directions(
-        self, params: list[Tensor], exp_avgs: list[Tensor], ns_steps: int
+        self,
+        params: list[Tensor],
+        exp_avgs: list[Tensor],
+        orthogonalize: Callable[[list[Tensor]], list[Tensor]],
     ) -> list[Tensor]:
-        """The local shards of ``NS(M) * sqrt(max(1, rows/cols))`` for the whole momentum
-        matrices ``M`` whose local shards are ``exp_avgs`` (one dtype and device), each
-        orthogonalised on one owner rank; ``params``: the matching local parameter shards."""
+        """The local shards of ``orthogonalize(M)`` for the whole momentum matrices ``M`` whose
+        local shards are ``exp_avgs`` (one dtype and device), each orthogonalised on one owner
+        rank; ``params``: the matching local parameter shards."""
         if self.world == 1:
-            return batched_shampoo_directions(exp_avgs, ns_steps)
+            return orthogonalize(exp_avgs)
         layouts = [self._layouts[id(p)] for p in params]
         shard_shapes = [_shard_shapes(shape, dim, self.world) for shape, dim in layouts]
         owners = assign_owners([newton_schulz_cost(shape) for shape, _ in layouts], self.world)
@@ -92,7 +96,7 @@ class ShardedMeshOps:
             )
             for k, i in enumerate(mine)
         ]
-        directions = batched_shampoo_directions(whole, ns_steps)
+        directions = orthogonalize(whole)
 
         # Scatter: every owner sends each rank that rank's shard of the directions.
         to_rank = [

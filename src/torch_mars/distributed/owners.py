@@ -4,15 +4,15 @@ work."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+
+from torch_mars.optim.step_types import matrix_shape
 
 
 def newton_schulz_cost(shape: Sequence[int]) -> int:
     """Multiply-adds of one Newton-Schulz iteration on a tensor of ``shape`` viewed as
     ``(shape[0], -1)``, up to a constant: ``rows * cols * min(rows, cols)``."""
-    rows = shape[0]
-    cols = math.prod(shape[1:])
+    rows, cols = matrix_shape(shape)
     return rows * cols * min(rows, cols)
 
 

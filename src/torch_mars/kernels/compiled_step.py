@@ -1,4 +1,5 @@
-"""The fused step for CPU (and any device without Triton): one ``torch.compile``d kernel per tensor.
+"""The fused element-wise step for CPU (and any device without Triton): one ``torch.compile``d
+kernel per tensor.
 
 Each tensor's update is a single compiled graph over flat views: a reduction loop for
 ``||c||`` (reads ``g`` and ``g_tilde``), then one element-wise loop that reads ``p, g, g_tilde,
@@ -17,13 +18,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
-from torch_mars.optim.multi_tensor import apply_shampoo_directions
-from torch_mars.optim.step_tensors import StepTensors, bias_corrections, correction_scale
+from torch_mars.optim.step_types import (
+    AdamWHyperparams,
+    MarsHyperparams,
+    StepTensors,
+    bias_corrections,
+    correction_scale,
+    elementwise_rule,
+)
 
 # Layout of the coefficient vector handed to the compiled graph.
 _LR, _BETA1, _BETA2, _EPS, _WD, _SCALE, _BC1, _BC2_SQRT = range(8)
-RULES = ("adam", "lion", "momentum")
 VARIANT_LIMIT = 256
 
 
@@ -170,13 +175,6 @@ def _update_one(
     )
 
 
-def mars_rule(hp: MarsHyperparams, param: Tensor) -> str:
-    """The element-wise rule of a MARS-routed tensor, one of :data:`RULES`."""
-    if hp.mars_type == "mars-lion":
-        return "lion"
-    return "momentum" if hp.mars_type == "mars-shampoo" and param.ndim >= 2 else "adam"
-
-
 def mars_elementwise_compiled(
     tensors: StepTensors,
     hp: MarsHyperparams,
@@ -184,24 +182,17 @@ def mars_elementwise_compiled(
     inv_grad_scale: Tensor | None = None,
 ) -> None:
     """The element-wise part of a MARS step, tensor by tensor: everything but Newton-Schulz
-    (Shampoo matrices get their momentum only). Non-contiguous tensors run the same function
-    eagerly."""
+    (Shampoo matrices get their momentum only; see :func:`~torch_mars.optim.functional.mars_step`).
+    Non-contiguous tensors run the same function eagerly."""
     scale = correction_scale(hp.gamma, hp.beta1)
-    _run(tensors, hp, scale, lambda param: mars_rule(hp, param), store_last_grad, inv_grad_scale)
-
-
-def mars_step_compiled(
-    tensors: StepTensors,
-    hp: MarsHyperparams,
-    store_last_grad: bool,
-    inv_grad_scale: Tensor | None = None,
-) -> None:
-    """One MARS step with the compiled per-tensor kernel; see :func:`~.functional.mars_step`."""
-    mars_elementwise_compiled(tensors, hp, store_last_grad, inv_grad_scale)
-    if hp.mars_type == "mars-shampoo":
-        apply_shampoo_directions(
-            tensors.select([i for i, p in enumerate(tensors.params) if p.ndim >= 2]), hp
-        )
+    _run(
+        tensors,
+        hp,
+        scale,
+        lambda param: elementwise_rule(hp.mars_type, param.ndim),
+        store_last_grad,
+        inv_grad_scale,
+    )
 
 
 def adamw_step_compiled(

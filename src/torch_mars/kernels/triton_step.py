@@ -1,5 +1,6 @@
 """The fused step for CUDA: multi-tensor Triton kernels for MARS-AdamW, MARS-Lion, the element-wise
-part of MARS-Shampoo, and the plain AdamW path of 1-D tensors.
+part of MARS-Shampoo (its Newton-Schulz step follows in :mod:`torch_mars.optim.functional`), and
+the plain AdamW path of 1-D tensors.
 
 One step of a (device, dtypes) group is at most two launches over all its tensors, whatever
 their number. Work is cut into chunks of ``BLOCK`` elements; a chunk table maps each program to
@@ -23,17 +24,17 @@ from torch import Tensor
 
 from torch_mars.kernels import TRITON_AVAILABLE, require_triton
 from torch_mars.kernels.compiled_step import (
-    RULES,
     adamw_step_compiled,
     coefficient_values,
     mars_elementwise_compiled,
-    mars_rule,
 )
-from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
-from torch_mars.optim.multi_tensor import apply_shampoo_directions
-from torch_mars.optim.step_tensors import (
+from torch_mars.optim.step_types import (
+    ELEMENTWISE_RULES,
+    AdamWHyperparams,
+    MarsHyperparams,
     StepTensors,
     correction_scale,
+    elementwise_rule,
     group_indices,
 )
 
@@ -47,8 +48,8 @@ COEFFICIENT_SCALE, COEFFICIENT_BC1, COEFFICIENT_BC2_SQRT, COEFFICIENT_RULE = ran
 N_COEFFICIENTS = 9
 COLUMN_P, COLUMN_G, COLUMN_LAST_G, COLUMN_M, COLUMN_V, COLUMN_V_MAX = range(6)
 N_ADDRESSES = 6
-# Codes of the rules in the coefficient table: their index in compiled_step.RULES.
-RULE_LION, RULE_MOMENTUM = RULES.index("lion"), RULES.index("momentum")
+# Codes of the rules in the coefficient table: their index in ELEMENTWISE_RULES.
+RULE_LION, RULE_MOMENTUM = ELEMENTWISE_RULES.index("lion"), ELEMENTWISE_RULES.index("momentum")
 
 
 if TRITON_AVAILABLE:
@@ -392,25 +393,26 @@ def _launch_groups(
             )
 
 
-def mars_step_triton(
+def mars_elementwise_triton(
     tensors: StepTensors,
     hp: MarsHyperparams,
     store_last_grad: bool,
     inv_grad_scale: Tensor | None = None,
 ) -> None:
-    """One MARS step with the Triton kernels; see :func:`~.functional.mars_step`."""
+    """The element-wise part of a MARS step with the Triton kernels: everything but
+    Newton-Schulz (see :func:`torch_mars.optim.functional.mars_step`)."""
     flat = [i for i in range(len(tensors)) if _flat_addressable(tensors, i)]
     strided = [i for i in range(len(tensors)) if i not in set(flat)]
     if flat:
         kernel_tensors = tensors.select(flat)
-        rules = [RULES.index(mars_rule(hp, p)) for p in kernel_tensors.params]
+        rules = [
+            ELEMENTWISE_RULES.index(elementwise_rule(hp.mars_type, p.ndim))
+            for p in kernel_tensors.params
+        ]
         scale = correction_scale(hp.gamma, hp.beta1)
         _launch_groups(kernel_tensors, hp, scale, rules, True, store_last_grad, inv_grad_scale)
     if strided:
         mars_elementwise_compiled(tensors.select(strided), hp, store_last_grad, inv_grad_scale)
-    if hp.mars_type == "mars-shampoo":
-        matrices = [i for i, p in enumerate(tensors.params) if p.ndim >= 2]
-        apply_shampoo_directions(tensors.select(matrices), hp)
 
 
 def adamw_step_triton(
@@ -420,7 +422,7 @@ def adamw_step_triton(
     flat = [i for i in range(len(tensors)) if _flat_addressable(tensors, i)]
     strided = [i for i in range(len(tensors)) if i not in set(flat)]
     if flat:
-        rules = [RULES.index("adam")] * len(flat)
+        rules = [ELEMENTWISE_RULES.index("adam")] * len(flat)
         _launch_groups(tensors.select(flat), hp, 0.0, rules, False, False, inv_grad_scale)
     if strided:
         adamw_step_compiled(tensors.select(strided), hp, inv_grad_scale)

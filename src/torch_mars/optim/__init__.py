@@ -1,8 +1,11 @@
 """The MARS maths: the optimizer, its functional step paths and the param-group helper.
 
-Besides torch, this package imports only its siblings ``torch_mars.kernels`` (fused steps) and
-``torch_mars.distributed`` (sharded steps), which import nothing else of torch-mars: the three
-folders can be copied into a project on their own.
+Dependencies point one way. :mod:`.step_types` is the leaf: the step's vocabulary (tensor lists,
+hyperparameter dataclasses and their validation, scalar helpers, rule codes, matrix shapes),
+importing only torch. ``torch_mars.kernels`` (fused steps) and ``torch_mars.distributed``
+(sharded steps) import that leaf and nothing else of torch-mars; the optimizer imports them.
+Nothing here imports the harness, the models or the data, so ``optim/``, ``kernels/`` and
+``distributed/`` can be copied into a project on their own.
 """
 
 from torch_mars.optim.functional import (
@@ -13,11 +16,16 @@ from torch_mars.optim.functional import (
     fused_backend,
     mars_step,
 )
-from torch_mars.optim.hyperparams import MARS_TYPES, AdamWHyperparams, MarsHyperparams, MarsType
-from torch_mars.optim.mars import MARS, routes_to_mars
+from torch_mars.optim.mars import MARS, routes_to_mars, state_buffer_names
 from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize
 from torch_mars.optim.param_groups import mars_param_groups
-from torch_mars.optim.step_tensors import StepTensors
+from torch_mars.optim.step_types import (
+    MARS_TYPES,
+    AdamWHyperparams,
+    MarsHyperparams,
+    MarsType,
+    StepTensors,
+)
 
 __all__ = [
     "IMPLEMENTATIONS",
@@ -35,4 +43,5 @@ __all__ = [
     "mars_step",
     "newton_schulz_orthogonalize",
     "routes_to_mars",
+    "state_buffer_names",
 ]

@@ -1,10 +1,13 @@
 """Functional MARS and AdamW steps: one entry point per rule, the implementation chosen by one flag.
 
-``"single_tensor"`` runs the per-tensor reference loop (:mod:`~torch_mars.optim.single_tensor`),
-``"foreach"`` the multi-tensor kernels (:mod:`~torch_mars.optim.multi_tensor`), ``"fused"`` the
-fused kernels of :mod:`torch_mars.kernels`: Triton on CUDA, one ``torch.compile``d kernel per
-tensor elsewhere (``"triton"`` and ``"compiled"`` name them explicitly). All update their tensor
-arguments in place and agree to float round-off.
+``"single_tensor"`` runs the per-tensor reference loop (:mod:`~torch_mars.optim.single_tensor`,
+where the maths reads as the formulas), ``"foreach"`` the multi-tensor kernels
+(:mod:`~torch_mars.optim.multi_tensor`), ``"fused"`` the fused kernels of
+:mod:`torch_mars.kernels`: Triton on CUDA, one ``torch.compile``d kernel per tensor elsewhere
+(``"triton"`` and ``"compiled"`` name them explicitly). The multi-tensor and fused paths are
+element-wise; for ``mars-shampoo`` the Newton-Schulz step of the matrices follows them here, in
+one place (:func:`~torch_mars.optim.newton_schulz.apply_shampoo_directions`). All update their
+tensor arguments in place and agree to float round-off.
 """
 
 from __future__ import annotations
@@ -14,10 +17,16 @@ from typing import Literal
 
 from torch import Tensor
 
-from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
-from torch_mars.optim.multi_tensor import adamw_step_foreach, mars_step_foreach
+from torch_mars.optim.multi_tensor import adamw_step_foreach, mars_elementwise_foreach
+from torch_mars.optim.newton_schulz import apply_shampoo_directions
 from torch_mars.optim.single_tensor import adamw_step_single_tensor, mars_step_single_tensor
-from torch_mars.optim.step_tensors import StepTensors, WholeTensorOps
+from torch_mars.optim.step_types import (
+    AdamWHyperparams,
+    MarsHyperparams,
+    StepTensors,
+    WholeTensorOps,
+    is_shampoo_matrix,
+)
 
 Implementation = Literal["single_tensor", "foreach", "fused", "compiled", "triton"]
 IMPLEMENTATIONS: tuple[str, ...] = ("single_tensor", "foreach", "fused", "compiled", "triton")
@@ -144,17 +153,22 @@ def mars_step(
         )
     if backend in ("compiled", "triton"):
         if backend == "triton":
-            from torch_mars.kernels.triton_step import mars_step_triton as fused_step
+            from torch_mars.kernels.triton_step import mars_elementwise_triton as elementwise
         else:
-            from torch_mars.kernels.compiled_step import mars_step_compiled as fused_step
-        fused_step(tensors, hp, store_last_grad, inv_grad_scale)
-        return
-    _require_unscaled(inv_grad_scale, backend)
-    upcast, pairs = _upcast_state(tensors)
-    if backend == "foreach":
-        mars_step_foreach(upcast, hp, store_last_grad, whole)
+            from torch_mars.kernels.compiled_step import mars_elementwise_compiled as elementwise
+        elementwise(tensors, hp, store_last_grad, inv_grad_scale)
+        working, pairs = tensors, []
     else:
-        mars_step_single_tensor(upcast, hp, store_last_grad)
+        _require_unscaled(inv_grad_scale, backend)
+        working, pairs = _upcast_state(tensors)
+        if backend == "single_tensor":
+            mars_step_single_tensor(working, hp, store_last_grad)
+            _write_back(pairs)
+            return
+        mars_elementwise_foreach(working, hp, store_last_grad, whole)
+    matrices = [i for i, p in enumerate(working.params) if is_shampoo_matrix(hp.mars_type, p.ndim)]
+    if matrices:
+        apply_shampoo_directions(working.select(matrices), hp, whole)
     _write_back(pairs)
 
 

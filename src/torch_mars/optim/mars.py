@@ -1,24 +1,21 @@
-"""The :class:`MARS` optimizer: validates hyperparameters, owns per-tensor state, routes each
-tensor to the MARS rule or to plain AdamW, and runs the exact mode's second gradient evaluation.
-The maths lives in :mod:`torch_mars.optim.functional`."""
+"""The :class:`MARS` optimizer: validates hyperparameters, owns and creates per-tensor state,
+routes each tensor to the MARS rule or to plain AdamW, and runs the exact mode's second gradient
+evaluation. A step on plain tensors goes ``MARS.step -> MARS._step_group ->
+functional.mars_step -> single_tensor.mars_step_single_tensor`` (or the foreach/fused path the
+flags pick), where the maths reads as the formulas; ``docs/algorithm.md`` traces it. Groups of
+``DTensor`` parameters (FSDP2) take the sharded path of :mod:`torch_mars.distributed`, chosen
+once per group."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from torch_mars.distributed.layout import (
-    check_gradient_layout,
-    local_shards,
-    local_tensor,
-    partition_by_sharding,
-    shard_dim,
-)
-from torch_mars.distributed.mesh_ops import ShardedMeshOps
 from torch_mars.kernels import require_triton
 from torch_mars.optim.functional import (
     Implementation,
@@ -27,13 +24,17 @@ from torch_mars.optim.functional import (
     fused_backend,
     mars_step,
 )
-from torch_mars.optim.hyperparams import (
+from torch_mars.optim.step_types import (
     MarsType,
+    Scalar,
+    StepTensors,
     adamw_1d_hyperparams,
     mars_hyperparams,
     validate_group,
 )
-from torch_mars.optim.step_tensors import Scalar, StepTensors
+
+if TYPE_CHECKING:
+    from torch_mars.distributed.group_sharding import GroupSharding
 
 
 def routes_to_mars(param: Tensor, group: dict[str, Any]) -> bool:
@@ -175,6 +176,7 @@ class MARS(Optimizer):
             require_triton()
         # torch.amp.GradScaler then hands over grad_scale/found_inf instead of unscaling.
         self._step_supports_amp_scaling = any(g["fused"] for g in self.param_groups)
+        self._shardings: dict[int, tuple[tuple[int, ...], GroupSharding | None]] = {}
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate ``param_group`` (defaults filled in) and add it; nothing changes on error."""
@@ -204,6 +206,7 @@ class MARS(Optimizer):
             group.setdefault("use_mars", None)
             group.setdefault("reference_routing", False)
             group.setdefault("lr_at_construction", group["lr"])
+        self._shardings = {}
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
@@ -237,6 +240,10 @@ class MARS(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._check_gradients()
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    self._create_state(param, group)
         if exact_groups:
             self._prepare_exact_mode(closure, exact_groups)
         inv_grad_scale = None if grad_scale is None else grad_scale.double().reciprocal()
@@ -253,26 +260,46 @@ class MARS(Optimizer):
         without loading anything behaves as the first step."""
         for group in self.param_groups:
             for param in group["params"]:
-                state = self.state[param]
-                if not param.requires_grad or "step" in state:
-                    continue
-                use_mars = routes_to_mars(param, group)
-                state["step"] = 0
-                for name in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "last_grad"):
-                    if _holds_buffer(name, param, group, use_mars):
-                        state[name] = _zeros_state(param, group)
-                if not group["is_approx"]:
-                    state["prev_param"] = param.detach().clone()
+                if param.requires_grad:
+                    self._create_state(param, group)
+
+    def _create_state(self, param: Tensor, group: dict[str, Any]) -> None:
+        """Create whatever state ``param`` lacks under its group's settings now: ``step = 0``
+        and the buffers of :func:`state_buffer_names`, zeros except ``prev_param`` (a copy of
+        the parameter). The one place where state is created."""
+        state = self.state[param]
+        state.setdefault("step", 0)
+        for name in state_buffer_names(param, group):
+            if name not in state:
+                if name == "prev_param":
+                    state[name] = param.detach().clone()
+                else:
+                    state[name] = torch.zeros_like(
+                        param, dtype=_state_dtype(param, group), memory_format=torch.preserve_format
+                    )
+
+    def _sharding(self, group: dict[str, Any]) -> GroupSharding | None:
+        """The group's sharding kind (None: plain tensors), decided on its first step and kept
+        while its parameters stay the same tensors."""
+        params = tuple(id(p) for p in group["params"])
+        cached = self._shardings.get(id(group))
+        if cached is None or cached[0] != params:
+            cached = (params, _group_sharding(group["params"]))
+            self._shardings[id(group)] = cached
+        return cached[1]
 
     def _check_gradients(self) -> None:
         for group in self.param_groups:
             for param in group["params"]:
-                check_gradient_layout(param)
                 if param.grad is not None and param.grad.is_sparse:
                     raise ValueError(
                         "gradients must be dense: MARS does not support sparse gradients "
                         "(use a dense nn.Embedding, sparse=False)"
                     )
+            if self._sharding(group) is not None:
+                from torch_mars.distributed.group_sharding import check_gradients
+
+                check_gradients(group["params"])
 
     def _effective_grad(
         self, param: Tensor, group: dict[str, Any], inv_grad_scale: Tensor | None = None
@@ -291,7 +318,7 @@ class MARS(Optimizer):
         """Fill ``last_grad`` with the gradient at the previous parameters on the current batch,
         leave ``p`` and ``p.grad`` at their current values, and record ``prev_param = x_t``."""
         exact_params = [p for group in exact_groups for p in group["params"]]
-        # A tensor's first step (no state, or the zero state of init_state) needs no g_tilde.
+        # A tensor's first step (step 0, also after init_state) has no previous point.
         moved = [p for p in exact_params if self._has_previous_parameters(p)]
         needs_previous_gradient = [
             (p, group)
@@ -307,7 +334,13 @@ class MARS(Optimizer):
             with torch.enable_grad():
                 closure()
             for param, group in needs_previous_gradient:
-                self._store_previous_gradient(param, group)
+                last_grad = self.state[param]["last_grad"]
+                if param.grad is None:
+                    last_grad.zero_()
+                    continue
+                last_grad.copy_(param.grad)
+                if group["maximize"]:
+                    last_grad.neg_()
             _copy_locally(moved, current_values)
             for param, grad in zip(with_grad, current_grads, strict=True):
                 if param.grad is None:
@@ -315,36 +348,52 @@ class MARS(Optimizer):
                 else:
                     param.grad.copy_(grad)
         for param in exact_params:
-            state = self.state[param]
-            if "prev_param" in state:
-                state["prev_param"].copy_(param)
-            elif param.grad is not None:
-                state["prev_param"] = param.detach().clone()
+            if "prev_param" in self.state[param]:
+                self.state[param]["prev_param"].copy_(param)
 
     def _has_previous_parameters(self, param: Tensor) -> bool:
         state = self.state[param]
         return "prev_param" in state and state["step"] > 0
 
-    def _store_previous_gradient(self, param: Tensor, group: dict[str, Any]) -> None:
-        """Copy the gradient just computed at the previous parameters into ``last_grad``."""
-        state = self.state[param]
-        if "last_grad" not in state:
-            state["last_grad"] = _zeros_state(param, group)
-        if param.grad is None:
-            state["last_grad"].zero_()
-            return
-        state["last_grad"].copy_(param.grad)
-        if group["maximize"]:
-            state["last_grad"].neg_()
-
     def _step_group(self, group: dict[str, Any], inv_grad_scale: Tensor | None) -> None:
+        mars_tensors, adamw_tensors = self._step_tensors(group, inv_grad_scale)
+        sharding = self._sharding(group)
+        if sharding is not None:
+            self._step_sharded_group(group, sharding, mars_tensors, adamw_tensors, inv_grad_scale)
+            return
+        implementation = _implementation(group, [p for p in group["params"] if p.grad is not None])
+        if mars_tensors.params:
+            mars_step(
+                mars_tensors,
+                mars_hyperparams(group),
+                store_last_grad=group["is_approx"],
+                implementation=implementation,
+                inv_grad_scale=inv_grad_scale,
+            )
+        if adamw_tensors.params:
+            adamw_step(
+                adamw_tensors,
+                adamw_1d_hyperparams(group),
+                implementation=implementation,
+                inv_grad_scale=inv_grad_scale,
+            )
+
+    def _step_tensors(
+        self, group: dict[str, Any], inv_grad_scale: Tensor | None
+    ) -> tuple[StepTensors, StepTensors]:
+        """The MARS-routed and the AdamW-routed tensors of the group that have a gradient, with
+        their state and incremented step counts. On a tensor's first step (``step == 0``) its
+        ``last_grad`` takes the gradient itself: ``g_tilde = g``, so ``c = g`` (the paper's
+        ``x_1 = x_0``)."""
         mars_tensors = StepTensors([], [], [], [])
         adamw_tensors = StepTensors([], [], [], [])
         for param in group["params"]:
             if param.grad is None:
                 continue
             use_mars = routes_to_mars(param, group)
-            state = self._init_state(param, group, use_mars, inv_grad_scale)
+            state = self.state[param]
+            if use_mars and state["step"] == 0:
+                state["last_grad"].copy_(self._effective_grad(param, group, inv_grad_scale))
             state["step"] += 1
             target = mars_tensors if use_mars else adamw_tensors
             target.params.append(param)
@@ -356,130 +405,85 @@ class MARS(Optimizer):
             target.steps.append(state["step"])
             if use_mars:
                 target.last_grads.append(state["last_grad"])
+        return mars_tensors, adamw_tensors
+
+    def _step_sharded_group(
+        self,
+        group: dict[str, Any],
+        sharding: GroupSharding,
+        mars_tensors: StepTensors,
+        adamw_tensors: StepTensors,
+        inv_grad_scale: Tensor | None,
+    ) -> None:
+        """A group of ``DTensor``s: the MARS tensors on the sharding's path (local shards with
+        whole-tensor collectives, or ``DTensor`` ops); the AdamW tensors on the group's path over
+        the same local tensors (gradients unscaled by the sharding, not by a kernel)."""
         if mars_tensors.params:
-            self._step_parts(mars_tensors, group, inv_grad_scale, use_mars=True)
-        if adamw_tensors.params:
-            self._step_parts(adamw_tensors, group, inv_grad_scale, use_mars=False)
-
-    def _step_parts(
-        self,
-        tensors: StepTensors,
-        group: dict[str, Any],
-        inv_grad_scale: Tensor | None,
-        use_mars: bool,
-    ) -> None:
-        """Step plain tensors on the group's path; FSDP2 (row-sharded ``DTensor``) parameters on
-        their local shards, the MARS ones with the multi-tensor kernels and the whole-tensor
-        norms and Shampoo owner ranks of :class:`~torch_mars.distributed.ShardedMeshOps`; other
-        ``DTensor`` layouts with the per-tensor loop on ``DTensor`` ops."""
-        parts = partition_by_sharding(tensors.params)
-        for part in parts:
-            selected = tensors if len(parts) == 1 else tensors.select(part.indices)
-            if part.mesh is None and not part.dtensor_ops:
-                implementation = _implementation(group, selected.params)
-                self._apply_rule(selected, group, use_mars, implementation, inv_grad_scale)
-                continue
-            if inv_grad_scale is not None:
-                # Only the fused kernels divide the scale out, and sharded MARS tensors do not
-                # take them: unscale here (shard by shard, which is right for any placement).
-                local_grads = [local_tensor(g) for g in selected.grads]
-                torch._foreach_mul_(local_grads, inv_grad_scale.to(local_grads[0].dtype))
-            if part.dtensor_ops:
-                self._apply_rule(selected, group, use_mars, "single_tensor", None)
-                continue
-            shards = local_shards(selected)
-            if not use_mars:
-                implementation = _implementation(group, shards.params)
-                self._apply_rule(shards, group, use_mars, implementation, None)
-                continue
-            whole = ShardedMeshOps(
-                part.mesh,
-                shards.params,
-                [p.shape for p in selected.params],
-                [shard_dim(p) for p in selected.params],
-            )
-            self._apply_rule(shards, group, use_mars, "foreach", None, whole)
-
-    def _apply_rule(
-        self,
-        tensors: StepTensors,
-        group: dict[str, Any],
-        use_mars: bool,
-        implementation: Implementation,
-        inv_grad_scale: Tensor | None,
-        whole: ShardedMeshOps | None = None,
-    ) -> None:
-        if use_mars:
+            local, whole = sharding.local(mars_tensors, inv_grad_scale)
             mars_step(
-                tensors,
+                local,
                 mars_hyperparams(group),
                 store_last_grad=group["is_approx"],
-                implementation=implementation,
-                inv_grad_scale=inv_grad_scale,
+                implementation=sharding.mars_implementation,
                 whole=whole,
             )
-        else:
-            adamw_step(
-                tensors,
-                adamw_1d_hyperparams(group),
-                implementation=implementation,
-                inv_grad_scale=inv_grad_scale,
+        if adamw_tensors.params:
+            local, _ = sharding.local(adamw_tensors, inv_grad_scale)
+            implementation = (
+                _implementation(group, local.params)
+                if sharding.mars_implementation == "foreach"
+                else "single_tensor"
             )
-
-    def _init_state(
-        self,
-        param: Tensor,
-        group: dict[str, Any],
-        use_mars: bool,
-        inv_grad_scale: Tensor | None,
-    ) -> dict[str, Any]:
-        """Create whatever state ``param`` lacks for the rule it takes now."""
-        state = self.state[param]
-        if "step" not in state:
-            state["step"] = 0
-            state["exp_avg"] = _zeros_state(param, group)
-        if _takes_adam_rule(param, group, use_mars) and "exp_avg_sq" not in state:
-            state["exp_avg_sq"] = _zeros_state(param, group)
-        if group["amsgrad"] and "exp_avg_sq" in state and "max_exp_avg_sq" not in state:
-            state["max_exp_avg_sq"] = _zeros_state(param, group)
-        if use_mars and ("last_grad" not in state or state["step"] == 0):
-            # First MARS step of this tensor: g_tilde = g, so c = g (the paper's x_1 = x_0).
-            state["last_grad"] = self._effective_grad(param, group, inv_grad_scale)
-        return state
+            adamw_step(local, adamw_1d_hyperparams(group), implementation=implementation)
 
 
 def _copy_locally(targets: list[Tensor], sources: list[Tensor]) -> None:
-    """``targets[i].copy_(sources[i])`` with one multi-tensor copy, shard by shard for
-    ``DTensor``s (which have no multi-tensor copy); the pairs share their layouts."""
-    torch._foreach_copy_([local_tensor(t) for t in targets], [local_tensor(s) for s in sources])
+    """``targets[i].copy_(sources[i])`` with one multi-tensor copy, or one by one for
+    ``DTensor``s, which have no multi-tensor copy (the pairs share their placements, so no
+    collective runs)."""
+    if _group_sharding(targets) is None:
+        torch._foreach_copy_(targets, sources)
+        return
+    for target, source in zip(targets, sources, strict=True):
+        target.copy_(source)
 
 
-def _holds_buffer(name: str, param: Tensor, group: dict[str, Any], use_mars: bool) -> bool:
-    """Whether ``param``'s state has the buffer ``name`` under the rule it takes."""
-    if name == "exp_avg":
-        return True
-    if name == "last_grad":
-        return use_mars
-    has_v = _takes_adam_rule(param, group, use_mars)
-    return has_v if name == "exp_avg_sq" else has_v and group["amsgrad"]
+def state_buffer_names(param: Tensor, group: dict[str, Any]) -> tuple[str, ...]:
+    """The state buffers of ``param`` under ``group``'s settings: ``exp_avg``; ``exp_avg_sq``
+    (and ``max_exp_avg_sq`` under AMSGrad) when its update divides by a second moment, which
+    the Lion tensors and the Shampoo matrices do not; ``last_grad`` when it takes the MARS rule;
+    ``prev_param`` in the exact mode."""
+    use_mars = routes_to_mars(param, group)
+    names = ["exp_avg"]
+    takes_adam_rule = (
+        not use_mars
+        or group["mars_type"] == "mars-adamw"
+        or (group["mars_type"] == "mars-shampoo" and param.ndim < 2)
+    )
+    if takes_adam_rule:
+        names.append("exp_avg_sq")
+        if group["amsgrad"]:
+            names.append("max_exp_avg_sq")
+    if use_mars:
+        names.append("last_grad")
+    if not group["is_approx"]:
+        names.append("prev_param")
+    return tuple(names)
 
 
-def _takes_adam_rule(param: Tensor, group: dict[str, Any], use_mars: bool) -> bool:
-    """Whether ``param``'s update divides by a second moment ``v`` (Lion and the Shampoo
-    matrices keep none)."""
-    if not use_mars or group["mars_type"] == "mars-adamw":
-        return True
-    return group["mars_type"] == "mars-shampoo" and param.ndim < 2
+def _group_sharding(params: list[Tensor]) -> GroupSharding | None:
+    """None for plain tensors, without importing the distributed code: a ``DTensor`` can only
+    exist once ``torch.distributed.tensor`` has been imported."""
+    dtensor_module = sys.modules.get("torch.distributed.tensor")
+    if dtensor_module is None or not any(isinstance(p, dtensor_module.DTensor) for p in params):
+        return None
+    from torch_mars.distributed.group_sharding import group_sharding
+
+    return group_sharding(params)
 
 
 def _state_dtype(param: Tensor, group: dict[str, Any]) -> torch.dtype:
     return group["state_dtype"] or param.dtype
-
-
-def _zeros_state(param: Tensor, group: dict[str, Any]) -> Tensor:
-    return torch.zeros_like(
-        param, dtype=_state_dtype(param, group), memory_format=torch.preserve_format
-    )
 
 
 def _implementation(group: dict[str, Any], params: list[Tensor]) -> Implementation:

@@ -10,15 +10,12 @@ one-element tensor hyperparameters stay on their device.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TypeVar
-
 import torch
 from torch import Tensor
 
-from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
-from torch_mars.optim.newton_schulz import batched_shampoo_directions, reduction_dtype
-from torch_mars.optim.step_tensors import (
+from torch_mars.optim.step_types import (
+    AdamWHyperparams,
+    MarsHyperparams,
     Scalar,
     StepTensors,
     WholeTensorOps,
@@ -27,9 +24,10 @@ from torch_mars.optim.step_tensors import (
     foreach_add_scaled_,
     group_by_device_and_dtype,
     group_indices,
+    hyperparams_on_device,
+    is_shampoo_matrix,
+    reduction_dtype,
 )
-
-HyperparamsT = TypeVar("HyperparamsT", AdamWHyperparams, MarsHyperparams)
 
 
 def _variance_reduced_gradients(
@@ -109,24 +107,7 @@ def _adam_rule_foreach(
             torch._foreach_addcdiv_(params, exp_avgs, denoms, step_size)
 
 
-def apply_shampoo_directions(
-    matrices: StepTensors, hp: MarsHyperparams, whole: WholeTensorOps | None = None
-) -> None:
-    """``p <- p (1 - lr wd) - lr NS(m) sqrt(max(1, rows/cols))`` for matrices whose ``m`` is up
-    to date, with Newton-Schulz batched over same-shape matrices (over the whole matrices of
-    local shards when ``whole`` is given)."""
-    for indices in group_by_device_and_dtype(matrices.params):
-        group = matrices.select(indices)
-        _decay_weights(group.params, hp)
-        if whole is None:
-            directions = batched_shampoo_directions(group.exp_avgs, hp.ns_steps)
-        else:
-            directions = whole.shampoo_directions(group.params, group.exp_avgs, hp.ns_steps)
-        directions = [d.to(p.dtype) for d, p in zip(directions, group.params, strict=True)]
-        foreach_add_scaled_(group.params, directions, -hp.lr)
-
-
-def _mars_step_one_group(
+def _mars_elementwise_one_group(
     tensors: StepTensors,
     hp: MarsHyperparams,
     store_last_grad: bool,
@@ -141,42 +122,30 @@ def _mars_step_one_group(
         _decay_weights(tensors.params, hp)
         foreach_add_scaled_(tensors.params, torch._foreach_sign(tensors.exp_avgs), -hp.lr)
         return
-    adam_indices = list(range(len(tensors)))
-    if hp.mars_type == "mars-shampoo":
-        matrices = [i for i, p in enumerate(tensors.params) if p.ndim >= 2]
-        adam_indices = [i for i, p in enumerate(tensors.params) if p.ndim < 2]
-        if matrices:
-            matrix_tensors = tensors.select(matrices)
-            torch._foreach_lerp_(matrix_tensors.exp_avgs, [cs[i] for i in matrices], 1.0 - hp.beta1)
-            apply_shampoo_directions(matrix_tensors, hp, whole)
+    shampoo = [is_shampoo_matrix(hp.mars_type, p.ndim) for p in tensors.params]
+    matrices = [i for i, is_matrix in enumerate(shampoo) if is_matrix]
+    adam_indices = [i for i, is_matrix in enumerate(shampoo) if not is_matrix]
+    if matrices:
+        momenta = [tensors.exp_avgs[i] for i in matrices]
+        torch._foreach_lerp_(momenta, [cs[i] for i in matrices], 1.0 - hp.beta1)
     if adam_indices:
         _adam_rule_foreach([cs[i] for i in adam_indices], tensors.select(adam_indices), hp)
 
 
-def _on_device(hp: HyperparamsT, device: torch.device) -> HyperparamsT:
-    """``hp`` with its tensor-valued fields on ``device`` (multi-tensor kernels take scalar
-    tensors from their own device only); a non-blocking copy, never a host read."""
-    moved = {
-        field.name: value.to(device, non_blocking=True)
-        for field in dataclasses.fields(hp)
-        if isinstance(value := getattr(hp, field.name), Tensor) and value.device != device
-    }
-    return dataclasses.replace(hp, **moved) if moved else hp
-
-
-def mars_step_foreach(
+def mars_elementwise_foreach(
     tensors: StepTensors,
     hp: MarsHyperparams,
     store_last_grad: bool,
     whole: WholeTensorOps | None = None,
 ) -> None:
-    """One MARS step with multi-tensor kernels; see :func:`~.functional.mars_step`. With
-    ``whole``, the tensors are local shards and ``whole`` supplies the whole-tensor norms and
-    Newton-Schulz directions (one call of each per device and dtype)."""
+    """The element-wise part of a MARS step with multi-tensor kernels: everything but
+    Newton-Schulz (the Shampoo matrices get their momentum only; see
+    :func:`~.functional.mars_step`). With ``whole``, the tensors are local shards and ``whole``
+    supplies the whole-tensor norms (one call per device and dtype)."""
     for indices in group_by_device_and_dtype(tensors.params):
         device = tensors.params[indices[0]].device
-        _mars_step_one_group(
-            tensors.select(indices), _on_device(hp, device), store_last_grad, whole
+        _mars_elementwise_one_group(
+            tensors.select(indices), hyperparams_on_device(hp, device), store_last_grad, whole
         )
 
 
@@ -185,4 +154,4 @@ def adamw_step_foreach(tensors: StepTensors, hp: AdamWHyperparams) -> None:
     for indices in group_by_device_and_dtype(tensors.params):
         group = tensors.select(indices)
         grads = torch._foreach_neg(group.grads) if hp.maximize else group.grads
-        _adam_rule_foreach(grads, group, _on_device(hp, group.params[0].device))
+        _adam_rule_foreach(grads, group, hyperparams_on_device(hp, group.params[0].device))

@@ -1,21 +1,28 @@
-"""Newton-Schulz orthogonalisation, the preconditioner of ``mars-shampoo`` (as in Muon)."""
+"""Newton-Schulz orthogonalisation, the preconditioner of ``mars-shampoo`` (as in Muon), and the
+step of the Shampoo matrices that every multi-tensor and fused path takes after its element-wise
+part."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
+
+from torch_mars.optim.step_types import (
+    MarsHyperparams,
+    StepTensors,
+    WholeTensorOps,
+    foreach_add_scaled_,
+    group_by_device_and_dtype,
+    hyperparams_on_device,
+    matrix_shape,
+    reduction_dtype,
+    shampoo_scale,
+)
 
 # Quintic iteration X <- a X + b (X X^T) X + c (X X^T)^2 X; these coefficients push every
 # singular value of a spectrally normalised matrix towards 1 in few steps (Jordan et al., Muon).
 NS_COEFFICIENTS: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)
 NS_NORM_EPS = 1e-7
-
-
-def reduction_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype in which norms of ``dtype`` tensors are accumulated (float32 for half types)."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def newton_schulz_orthogonalize(matrix: Tensor, steps: int) -> Tensor:
@@ -65,14 +72,37 @@ def batched_shampoo_directions(exp_avgs: list[Tensor], steps: int) -> list[Tenso
     for index, m in enumerate(exp_avgs):
         groups.setdefault((m.shape, m.dtype, m.device), []).append(index)
     for (shape, _, _), indices in groups.items():
-        if math.prod(shape) == 0:
+        rows, cols = matrix_shape(shape)
+        if rows * cols == 0:
             for index in indices:
                 directions[index] = torch.zeros_like(exp_avgs[index])
             continue
-        rows, cols = shape[0], math.prod(shape[1:])
         stacked = torch.stack([exp_avgs[i].reshape(rows, cols) for i in indices])
         orthogonal = newton_schulz_orthogonalize(stacked, steps)
-        orthogonal.mul_(math.sqrt(max(1.0, rows / cols)))
+        orthogonal.mul_(shampoo_scale(shape))
         for index, matrix in zip(indices, orthogonal.unbind(0), strict=True):
             directions[index] = matrix.view(shape)
     return directions  # type: ignore[return-value]
+
+
+def apply_shampoo_directions(
+    matrices: StepTensors, hp: MarsHyperparams, whole: WholeTensorOps | None = None
+) -> None:
+    """``p <- p (1 - lr wd) - lr NS(m) sqrt(max(1, rows/cols))`` for matrices whose ``m`` is up
+    to date, with Newton-Schulz batched over same-shape matrices (over the whole matrices of
+    local shards when ``whole`` is given)."""
+
+    def directions_of(momenta: list[Tensor]) -> list[Tensor]:
+        return batched_shampoo_directions(momenta, hp.ns_steps)
+
+    for indices in group_by_device_and_dtype(matrices.params):
+        group = matrices.select(indices)
+        hp = hyperparams_on_device(hp, group.params[0].device)
+        if hp.weight_decay != 0.0:
+            torch._foreach_mul_(group.params, 1.0 - hp.lr * hp.weight_decay)
+        if whole is None:
+            directions = directions_of(group.exp_avgs)
+        else:
+            directions = whole.shampoo_directions(group.params, group.exp_avgs, directions_of)
+        directions = [d.to(p.dtype) for d, p in zip(directions, group.params, strict=True)]
+        foreach_add_scaled_(group.params, directions, -hp.lr)

@@ -7,14 +7,13 @@ All functions update their tensor arguments in place and never read a tensor val
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
-from torch_mars.optim.hyperparams import AdamWHyperparams, MarsHyperparams
-from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize, reduction_dtype
-from torch_mars.optim.step_tensors import (
+from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize
+from torch_mars.optim.step_types import (
+    AdamWHyperparams,
+    MarsHyperparams,
     Scalar,
     StepTensors,
     add_scaled_,
@@ -22,6 +21,10 @@ from torch_mars.optim.step_tensors import (
     addcmul_scaled_,
     bias_corrections,
     correction_scale,
+    is_shampoo_matrix,
+    matrix_shape,
+    reduction_dtype,
+    shampoo_scale,
 )
 
 
@@ -79,13 +82,6 @@ def lion_rule_(param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams) -
     add_scaled_(param, exp_avg.sign(), -hp.lr)
 
 
-def shampoo_scale(shape: torch.Size) -> float:
-    """``sqrt(max(1, rows/cols))`` for a tensor of ``shape`` viewed as ``(shape[0], -1)``."""
-    rows = shape[0]
-    cols = math.prod(shape[1:])
-    return math.sqrt(max(1.0, rows / cols)) if cols else 1.0
-
-
 def shampoo_direction(exp_avg: Tensor, ns_steps: int) -> Tensor:
     """``NS(M) * sqrt(max(1, rows/cols))`` for ``M = m`` viewed as ``(shape[0], -1)``.
 
@@ -93,7 +89,7 @@ def shampoo_direction(exp_avg: Tensor, ns_steps: int) -> Tensor:
     """
     if exp_avg.numel() == 0:
         return torch.zeros_like(exp_avg)
-    matrix = exp_avg.reshape(exp_avg.size(0), -1)
+    matrix = exp_avg.reshape(matrix_shape(exp_avg.shape))
     orthogonal = newton_schulz_orthogonalize(matrix, ns_steps)
     return orthogonal.mul_(shampoo_scale(exp_avg.shape)).view_as(exp_avg)
 
@@ -119,7 +115,7 @@ def mars_step_single_tensor(
         exp_avg = tensors.exp_avgs[index]
         if hp.mars_type == "mars-lion":
             lion_rule_(param, c, exp_avg, hp)
-        elif hp.mars_type == "mars-shampoo" and param.ndim >= 2:
+        elif is_shampoo_matrix(hp.mars_type, param.ndim):
             shampoo_rule_(param, c, exp_avg, hp)
         else:
             max_exp_avg_sq = tensors.max_exp_avg_sqs[index] if hp.amsgrad else None

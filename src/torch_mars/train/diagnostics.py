@@ -9,7 +9,7 @@ from torch import Tensor
 
 from torch_mars.optim import MARS
 from torch_mars.optim.mars import routes_to_mars
-from torch_mars.optim.step_tensors import correction_scale
+from torch_mars.optim.step_types import correction_scale
 
 
 class MarsDiagnostics:

@@ -1,0 +1,374 @@
+"""The vocabulary of one optimizer step, shared by every layer that runs one: the index-aligned
+tensor lists, the hyperparameter dataclasses and their validation, the scalar helpers, the
+encoding of the element-wise rules and the matrix view of a tensor.
+
+This module imports only torch. ``torch_mars.kernels`` (fused steps) and
+``torch_mars.distributed`` (sharded steps) import it and nothing else of ``torch_mars.optim``,
+so the dependencies point one way: ``optim.mars -> functional paths, kernels, distributed ->
+this module``.
+
+Hyperparameters reach the step paths as Python floats or as one-element tensors (a scheduler
+that writes into a tensor ``lr`` changes it without a recompile under ``torch.compile``). The
+helpers here keep both kinds on the device: nothing reads a tensor value on the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
+
+import torch
+from torch import Tensor
+
+Scalar = float | Tensor
+
+MarsType = Literal["mars-adamw", "mars-lion", "mars-shampoo"]
+MARS_TYPES: tuple[str, ...] = ("mars-adamw", "mars-lion", "mars-shampoo")
+STATE_DTYPES: tuple[torch.dtype | None, ...] = (None, torch.float32, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class AdamWHyperparams:
+    """Hyperparameters of a decoupled-weight-decay Adam step.
+
+    Attributes:
+        lr: learning rate (parameter units per unit of normalised update); a float or a
+            one-element tensor.
+        beta1: decay of the first moment ``m`` (float or one-element tensor).
+        beta2: decay of the second moment ``v`` (float or one-element tensor).
+        eps: added to ``sqrt(v_hat)`` in the denominator.
+        weight_decay: decoupled weight decay; the step subtracts ``lr * weight_decay * p``.
+        amsgrad: use the running maximum of ``v`` in the denominator.
+        maximize: ascend instead of descend (the gradient is negated).
+    """
+
+    lr: Scalar
+    beta1: Scalar
+    beta2: Scalar
+    eps: float
+    weight_decay: float
+    amsgrad: bool = False
+    maximize: bool = False
+
+
+@dataclass(frozen=True)
+class MarsHyperparams(AdamWHyperparams):
+    """Hyperparameters of a MARS step: the AdamW ones plus the variance-reduction settings.
+
+    Attributes:
+        gamma: strength of the variance-reduction correction (0 turns MARS into its base rule);
+            a float or a one-element tensor.
+        mars_type: which preconditioned rule consumes the corrected gradient.
+        ns_steps: Newton-Schulz iterations of ``mars-shampoo``.
+    """
+
+    gamma: Scalar = 0.025
+    mars_type: MarsType = "mars-adamw"
+    ns_steps: int = 5
+
+
+HyperparamsT = TypeVar("HyperparamsT", AdamWHyperparams, MarsHyperparams)
+
+
+def hyperparams_on_device(hp: HyperparamsT, device: torch.device) -> HyperparamsT:
+    """``hp`` with its tensor-valued fields on ``device`` (multi-tensor kernels take scalar
+    tensors from their own device only); a non-blocking copy, never a host read."""
+    moved = {
+        f.name: value.to(device, non_blocking=True)
+        for f in dataclasses.fields(hp)
+        if isinstance(value := getattr(hp, f.name), Tensor) and value.device != device
+    }
+    return dataclasses.replace(hp, **moved) if moved else hp
+
+
+def _check_tensor_scalar(name: str, value: Tensor, allowed: str) -> float | None:
+    """Check a tensor hyperparameter's shape and dtype; return its value only if it is on the CPU
+    (reading a device tensor would synchronise the host with the device)."""
+    if value.numel() != 1 or not value.is_floating_point() or value.requires_grad:
+        raise ValueError(
+            f"{name} must be a float or a one-element floating tensor without grad ({allowed}), "
+            f"got a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+        )
+    return float(value) if value.device.type == "cpu" else None
+
+
+def _check_nonnegative_finite(name: str, value: Any, tensor_ok: bool = False) -> None:
+    if tensor_ok and isinstance(value, Tensor):
+        value = _check_tensor_scalar(name, value, "finite, >= 0")
+        if value is None:
+            return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if not (math.isfinite(value) and value >= 0.0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def _check_betas(name: str, value: Any) -> None:
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise ValueError(f"{name} must be a pair (beta1, beta2) with each in [0, 1), got {value!r}")
+    for index, beta in enumerate(value):
+        if isinstance(beta, Tensor):
+            beta = _check_tensor_scalar(f"{name}[{index}]", beta, "in [0, 1)")
+            if beta is None:
+                continue
+        if isinstance(beta, bool) or not isinstance(beta, int | float) or not (0.0 <= beta < 1.0):
+            raise ValueError(f"{name}[{index}] must be in [0, 1), got {beta!r}")
+
+
+def _check_flag(name: str, value: Any, allow_none: bool = False) -> None:
+    if isinstance(value, bool) or (allow_none and value is None):
+        return
+    allowed = "True, False or None" if allow_none else "True or False"
+    raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def validate_group(group: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the first hyperparameter of ``group`` outside its range.
+
+    ``group`` is a complete param-group dict (defaults filled in). Nothing is modified.
+    """
+    for name in ("lr", "gamma"):
+        _check_nonnegative_finite(name, group[name], tensor_ok=True)
+    for name in ("eps", "weight_decay", "lr_1d", "weight_decay_1d"):
+        _check_nonnegative_finite(name, group[name])
+    _check_betas("betas", group["betas"])
+    _check_betas("betas_1d", group["betas_1d"])
+    if group["mars_type"] not in MARS_TYPES:
+        raise ValueError(f"mars_type must be one of {MARS_TYPES}, got {group['mars_type']!r}")
+    ns_steps = group["ns_steps"]
+    if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
+        raise ValueError(f"ns_steps must be an integer >= 1, got {ns_steps!r}")
+    for name in ("amsgrad", "is_approx", "optimize_1d", "reference_routing", "maximize"):
+        _check_flag(name, group[name])
+    for name in ("use_mars", "foreach", "fused"):
+        _check_flag(name, group.get(name), allow_none=True)
+    if group.get("foreach") and group.get("fused"):
+        raise ValueError("foreach and fused cannot both be True: pick one implementation")
+    state_dtype = group.get("state_dtype")
+    if state_dtype not in STATE_DTYPES:
+        raise ValueError(
+            f"state_dtype must be None (the parameter's dtype), torch.float32 or torch.bfloat16, "
+            f"got {state_dtype!r}"
+        )
+
+
+def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
+    """The MARS-rule hyperparameters of a validated param group."""
+    beta1, beta2 = group["betas"]
+    return MarsHyperparams(
+        lr=group["lr"],
+        beta1=beta1,
+        beta2=beta2,
+        eps=group["eps"],
+        weight_decay=group["weight_decay"],
+        amsgrad=group["amsgrad"],
+        maximize=group["maximize"],
+        gamma=group["gamma"],
+        mars_type=group["mars_type"],
+        ns_steps=group["ns_steps"],
+    )
+
+
+def adamw_1d_hyperparams(group: Mapping[str, Any]) -> AdamWHyperparams:
+    """The hyperparameters of the plain-AdamW path for tensors not routed to MARS.
+
+    Its learning rate is ``lr * lr_1d / lr_at_construction``, so a schedule applied to ``lr``
+    moves it in proportion.
+    """
+    beta1, beta2 = group["betas_1d"]
+    return AdamWHyperparams(
+        lr=group["lr"] * group["lr_1d"] / group["lr_at_construction"],
+        beta1=beta1,
+        beta2=beta2,
+        eps=group["eps"],
+        weight_decay=group["weight_decay_1d"],
+        amsgrad=group["amsgrad"],
+        maximize=group["maximize"],
+    )
+
+
+@dataclass
+class StepTensors:
+    """Per-parameter tensors of one step; entry ``i`` of every list belongs to parameter ``i``.
+
+    Attributes:
+        params: the parameters, updated in place.
+        grads: their gradients ``g`` (read only).
+        exp_avgs: first moments ``m``, shape of the parameter.
+        exp_avg_sqs: second moments ``v``; None for tensors without one (``mars-lion`` and the
+            Shampoo matrices).
+        max_exp_avg_sqs: AMSGrad maxima of ``v``; empty unless AMSGrad is on.
+        steps: the per-tensor step count ``t``, already incremented (1 on the first step).
+        last_grads: ``g_tilde`` of the MARS rule; empty for the plain AdamW path.
+    """
+
+    params: list[Tensor]
+    grads: list[Tensor]
+    exp_avgs: list[Tensor]
+    exp_avg_sqs: list[Tensor | None]
+    max_exp_avg_sqs: list[Tensor | None] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    last_grads: list[Tensor] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.params)
+
+    def select(self, indices: Sequence[int]) -> StepTensors:
+        """The entries at ``indices``; lists that are empty stay empty."""
+
+        def pick(values: list) -> list:
+            return [values[i] for i in indices] if values else []
+
+        return StepTensors(
+            params=pick(self.params),
+            grads=pick(self.grads),
+            exp_avgs=pick(self.exp_avgs),
+            exp_avg_sqs=pick(self.exp_avg_sqs),
+            max_exp_avg_sqs=pick(self.max_exp_avg_sqs),
+            steps=pick(self.steps),
+            last_grads=pick(self.last_grads),
+        )
+
+    def with_grads(self, grads: list[Tensor]) -> StepTensors:
+        """The same tensors with ``grads`` replaced (a negated copy when maximising)."""
+        return StepTensors(
+            self.params,
+            grads,
+            self.exp_avgs,
+            self.exp_avg_sqs,
+            self.max_exp_avg_sqs,
+            self.steps,
+            self.last_grads,
+        )
+
+
+class WholeTensorOps(Protocol):
+    """The two places where a MARS step running on local shards needs the whole logical tensor.
+
+    Everything else in the step is elementwise and runs on each rank's shard as it is; a sharded
+    caller (:mod:`torch_mars.distributed`) supplies these so that the clip uses the norm of the
+    whole tensor and Newton-Schulz sees whole matrices. It moves data only: the maths is handed
+    in (``orthogonalize``), so the sharded code never imports the step paths.
+    """
+
+    def whole_norms(self, local_norms: list[Tensor]) -> list[Tensor]:
+        """The 2-norms of the whole tensors, given the 0-d norms of the local shards."""
+        ...
+
+    def shampoo_directions(
+        self,
+        params: list[Tensor],
+        exp_avgs: list[Tensor],
+        orthogonalize: Callable[[list[Tensor]], list[Tensor]],
+    ) -> list[Tensor]:
+        """The local shards of ``orthogonalize(M)`` for the whole matrices ``M`` whose local
+        shards of ``m`` are ``exp_avgs``; ``params`` are the parameters' local shards, which
+        identify the whole tensors. ``orthogonalize`` maps whole momenta to whole directions."""
+        ...
+
+
+def group_indices(keys: Sequence[object]) -> list[list[int]]:
+    """Indices of equal ``keys`` grouped together, groups in first-seen order.
+
+    >>> group_indices(["a", "b", "a"])
+    [[0, 2], [1]]
+    """
+    groups: dict[object, list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+    return list(groups.values())
+
+
+def group_by_device_and_dtype(tensors: Sequence[Tensor]) -> list[list[int]]:
+    """Indices of ``tensors`` split by (device, dtype), groups in first-seen order."""
+    return group_indices([(t.device, t.dtype) for t in tensors])
+
+
+def correction_scale(gamma: Scalar, beta1: Scalar) -> Scalar:
+    """The factor ``gamma * beta1 / (1 - beta1)`` that multiplies ``g - g_tilde`` in MARS."""
+    return gamma * beta1 / (1.0 - beta1)
+
+
+def scalar_sqrt(value: Scalar) -> Scalar:
+    """``sqrt`` of a float (as ``math.sqrt``) or of a one-element tensor (on its device)."""
+    return value.sqrt() if isinstance(value, Tensor) else math.sqrt(value)
+
+
+def bias_corrections(beta1: Scalar, beta2: Scalar, step: int) -> tuple[Scalar, Scalar]:
+    """``(1 - beta1^t, sqrt(1 - beta2^t))``, the Adam bias corrections at step ``t``."""
+    return 1.0 - beta1**step, scalar_sqrt(1.0 - beta2**step)
+
+
+def add_scaled_(target: Tensor, tensor: Tensor, scale: Scalar) -> Tensor:
+    """``target += scale * tensor`` in place, without a host read when ``scale`` is a tensor."""
+    if isinstance(scale, Tensor):
+        return target.add_(tensor * scale)
+    return target.add_(tensor, alpha=scale)
+
+
+def foreach_add_scaled_(targets: list[Tensor], tensors: list[Tensor], scale: Scalar) -> None:
+    """``targets[i] += scale * tensors[i]`` for all ``i``, in place."""
+    if isinstance(scale, Tensor):
+        torch._foreach_add_(targets, torch._foreach_mul(tensors, scale))
+    else:
+        torch._foreach_add_(targets, tensors, alpha=scale)
+
+
+def addcmul_scaled_(target: Tensor, tensor1: Tensor, tensor2: Tensor, scale: Scalar) -> Tensor:
+    """``target += scale * tensor1 * tensor2`` in place (``addcmul_`` for a float ``scale``)."""
+    if isinstance(scale, Tensor):
+        return target.add_(tensor1 * tensor2 * scale)
+    return target.addcmul_(tensor1, tensor2, value=scale)
+
+
+def addcdiv_scaled_(target: Tensor, tensor1: Tensor, tensor2: Tensor, scale: Scalar) -> Tensor:
+    """``target += scale * tensor1 / tensor2`` in place (``addcdiv_`` for a float ``scale``)."""
+    if isinstance(scale, Tensor):
+        return target.add_(tensor1 / tensor2 * scale)
+    return target.addcdiv_(tensor1, tensor2, value=scale)
+
+
+# The element-wise rules of the fused kernels, by code (the index in this tuple): Adam on ``c``
+# (or on ``g`` for the plain AdamW path), Lion's sign step, and the momentum update alone (the
+# Shampoo matrices, whose Newton-Schulz step follows the element-wise pass).
+ELEMENTWISE_RULES: tuple[str, ...] = ("adam", "lion", "momentum")
+
+
+def elementwise_rule(mars_type: str, ndim: int) -> str:
+    """The element-wise rule of a MARS-routed tensor of ``ndim`` dimensions, one of
+    :data:`ELEMENTWISE_RULES`.
+
+    >>> elementwise_rule("mars-shampoo", 2), elementwise_rule("mars-shampoo", 1)
+    ('momentum', 'adam')
+    """
+    if mars_type == "mars-lion":
+        return "lion"
+    return "momentum" if is_shampoo_matrix(mars_type, ndim) else "adam"
+
+
+def is_shampoo_matrix(mars_type: str, ndim: int) -> bool:
+    """Whether a MARS-routed tensor takes the Newton-Schulz step (``mars-shampoo``, ndim >= 2)."""
+    return mars_type == "mars-shampoo" and ndim >= 2
+
+
+def matrix_shape(shape: Sequence[int]) -> tuple[int, int]:
+    """``(rows, cols)`` of a tensor of ``shape`` viewed as ``(shape[0], -1)``.
+
+    >>> matrix_shape((8, 3, 2, 2))
+    (8, 12)
+    """
+    return shape[0], math.prod(shape[1:])
+
+
+def shampoo_scale(shape: Sequence[int]) -> float:
+    """``sqrt(max(1, rows/cols))`` for a tensor of ``shape`` viewed as ``(shape[0], -1)``."""
+    rows, cols = matrix_shape(shape)
+    return math.sqrt(max(1.0, rows / cols)) if cols else 1.0
+
+
+def reduction_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype in which norms of ``dtype`` tensors are accumulated (float32 for half types)."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
