@@ -22,7 +22,8 @@ from torch_mars.cli import main
 def test_step_mode_prints_the_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "step.json"
     only = ["adamw-fused", "mars-adamw-loop", "mars-adamw-foreach", "mars-lion-loop"]
-    args = ["bench", "--model", "tiny", "--repeats", "2", "--warmup", "1", "--json", str(out)]
+    args = ["bench", "step", "--model", "tiny", "--repeats", "2", "--warmup", "1"]
+    args += ["--json", str(out)]
     assert main([*args, "--only", *only]) == 0
     printed = capsys.readouterr().out
     assert "| optimizer | step (ms) | ratio to fused AdamW |" in printed
@@ -39,7 +40,7 @@ def test_step_mode_prints_the_table_and_writes_json(tmp_path, capsys):
 
 def test_iteration_mode_reports_the_step_share(tmp_path, capsys):
     out = tmp_path / "iteration.json"
-    args = ["bench", "--mode", "iteration", "--model", "tiny", "--batch-size", "2"]
+    args = ["bench", "iteration", "--model", "tiny", "--batch-size", "2"]
     args += ["--repeats", "2", "--warmup", "1", "--only", "adamw", "mars-adamw", "--json", str(out)]
     assert main(args) == 0
     assert "| optimizer | iteration (ms) | step (ms) | step share |" in capsys.readouterr().out
@@ -53,7 +54,7 @@ def test_iteration_mode_reports_the_step_share(tmp_path, capsys):
 def test_distributed_mode_times_the_sharded_step_and_counts_collectives(tmp_path, capsys):
     out = tmp_path / "distributed.json"
     only = ["adamw-foreach", "mars-adamw", "mars-adamw-dtensor-ops", "mars-shampoo"]
-    args = ["bench", "--mode", "distributed", "--model", "tiny", "--repeats", "2"]
+    args = ["bench", "distributed", "--model", "tiny", "--repeats", "2"]
     assert main([*args, "--warmup", "1", "--only", *only, "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "FSDP2 over 2 processes" in printed
@@ -72,15 +73,15 @@ def test_distributed_mode_times_the_sharded_step_and_counts_collectives(tmp_path
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--only", "sgd"], "unknown ['sgd']"),
-        (["--mode", "distributed", "--only", "sgd"], "unknown distributed rows ['sgd']"),
-        (["--repeats", "0"], "--warmup and --repeats must be >= 1"),
-        (["--device", "mps"], "--device must be cpu or cuda"),
-        (["--device", "gpu0"], "--device must be cpu or cuda"),
+        (["step", "--only", "sgd"], "unknown ['sgd']"),
+        (["distributed", "--only", "sgd"], "unknown distributed rows ['sgd']"),
+        (["step", "--repeats", "0"], "--warmup and --repeats must be >= 1"),
+        (["step", "--device", "mps"], "--device must be cpu or cuda"),
+        (["iteration", "--device", "gpu0"], "--device must be cpu or cuda"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(capsys, args, message):
-    assert main(["bench", "--model", "tiny", *args]) == 2
+    assert main(["bench", *args, "--model", "tiny"]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -104,7 +105,7 @@ def test_bytes_per_step_counts_every_state_buffer_read_and_written(make, bytes_p
 
 
 def test_iteration_rows_take_the_fused_suffix_only_for_mars(capsys):
-    args = ["bench", "--mode", "iteration", "--model", "tiny", "--only", "adamw-fused"]
+    args = ["bench", "iteration", "--model", "tiny", "--only", "adamw-fused"]
     assert main(args) == 2
     assert "only MARS rows take the '-fused' suffix" in capsys.readouterr().err
 

@@ -42,7 +42,8 @@ def test_compare_writes_table_figure_and_per_run_metrics(tmp_path, text_file, ca
     )
     assert code == 0
     out = capsys.readouterr().out
-    assert "| optimizer | final val loss | best val loss | tokens | time (s) | tokens/s |" in out
+    header = "| optimizer | seeds | final val loss | best val loss | tokens | time (s) | tokens/s |"
+    assert header in out
     assert "| mars-adamw | " in out and "| adamw | " in out and " ± " in out
     run = tmp_path / "c"
     assert (run / "curves.png").stat().st_size > 10_000
@@ -50,7 +51,7 @@ def test_compare_writes_table_figure_and_per_run_metrics(tmp_path, text_file, ca
         for seed in (0, 1):
             assert (run / f"{name}-seed{seed}" / "metrics.csv").is_file()
     summary = {s["optimizer"]: s for s in json.loads((run / "summary.json").read_text())}
-    assert summary["adamw"]["seeds"] == [0, 1] and summary["adamw"]["tokens"] == 6 * 4 * 16
+    assert summary["adamw"]["seeds"] == [0, 1] and summary["adamw"]["budget"] == 6 * 4 * 16
     config = json.loads((run / "adamw-seed1" / "config.json").read_text())
     assert config["hyperparams"]["lr"] == 2e-3 and config["seed"] == 1
     mars_config = json.loads((run / "mars-adamw-seed0" / "config.json").read_text())
@@ -77,6 +78,8 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, text_file, capsys):
     )
     assert "no checkpoint to resume from" in capsys.readouterr().err
     assert main(["plot", str(tmp_path)]) == 2
+    with pytest.raises(SystemExit):  # vision flags are not text flags
+        main(["compare", *TINY, "--data", str(text_file), "--epochs", "2"])
 
 
 def test_train_stops_and_resumes_from_the_command_line(tmp_path, text_file, capsys):
@@ -85,6 +88,7 @@ def test_train_stops_and_resumes_from_the_command_line(tmp_path, text_file, caps
     assert "stopped after step 2" in capsys.readouterr().out
     assert main([*args, "--resume"]) == 0
     assert "final val loss" in capsys.readouterr().out
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["steps"] == 6
 
 
 def test_token_budget_sets_the_step_count(tmp_path, text_file):

@@ -38,7 +38,7 @@ def test_interrupted_run_resumes_bitwise(tmp_path, optimizer, exact):
     first = train(dataclasses.replace(part, stop_after=3))
     assert first.steps == 3
     resumed = train(dataclasses.replace(part, resume=True))
-    assert resumed.final_val_loss == whole.final_val_loss
+    assert resumed.final == whole.final
     assert resumed.final_train_loss == whole.final_train_loss
     whole_rows, resumed_rows = read_metrics(tmp_path / "whole"), read_metrics(tmp_path / "parts")
     assert [r["step"] for r in resumed_rows] == list(range(1, 9))
@@ -86,14 +86,14 @@ def test_checkpoints_are_written_atomically(tmp_path):
 def test_gradient_accumulation_matches_one_large_batch(tmp_path):
     large = train(tiny_config(tmp_path / "a", batch_size=8, grad_accum=1, optimizer="adamw"))
     accumulated = train(tiny_config(tmp_path / "b", batch_size=4, grad_accum=2, optimizer="adamw"))
-    assert accumulated.tokens == large.tokens
-    assert accumulated.final_val_loss == pytest.approx(large.final_val_loss, abs=1e-5)
+    assert accumulated.budget == large.budget
+    assert accumulated.final == pytest.approx(large.final, abs=1e-5)
 
 
 def test_metrics_files_hold_every_step_and_the_evaluations(tmp_path):
     result = train(tiny_config(tmp_path, diagnostics=True))
     rows = read_metrics(tmp_path)
-    assert len(rows) == 8 and rows[-1]["tokens"] == result.tokens == 8 * 4 * 16
+    assert len(rows) == 8 and rows[-1]["tokens"] == result.budget == 8 * 4 * 16
     assert [r["step"] for r in rows if "val_loss" in r] == [4, 8]
     assert all(0.0 <= r["clipped_fraction"] <= 1.0 and r["update_rms"] > 0 for r in rows)
     assert rows[0]["correction_ratio"] == pytest.approx(1.0)
@@ -106,7 +106,7 @@ def test_metrics_files_hold_every_step_and_the_evaluations(tmp_path):
 
 def test_training_reduces_the_validation_loss(tmp_path):
     result = train(tiny_config(tmp_path, steps=40, eval_interval=40))
-    assert result.final_val_loss < 4.0
+    assert result.final < 4.0
 
 
 @pytest.mark.parametrize(

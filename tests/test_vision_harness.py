@@ -1,6 +1,7 @@
-"""The vision harness: `train-vision` and `compare --task vision` end to end on tiny generated
-image sets (metrics per epoch, summary, table, figure), learning on an easy task, the multistep
-schedule, MARS's conv routing (default and reference), and the CLI's one-line errors."""
+"""The vision harness: `train-vision` and `compare-vision` end to end on tiny generated image sets
+(metrics per epoch, run record, table, figure, and `plot` redrawing it), learning on an easy
+task, the multistep schedule, MARS's conv routing (default and reference), and the CLI's
+one-line errors."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from PIL import Image
 from torch_mars.cli import main
 from torch_mars.models.resnet import resnet18
 from torch_mars.optim import MARS, routes_to_mars
-from torch_mars.train.vision import VisionConfig, VisionTrainer, build_vision_optimizer
+from torch_mars.train.optimizers import build_optimizer
+from torch_mars.train.vision import VisionConfig, VisionTrainer, vision_hyperparams
+
+
+def build_vision_optimizer(name, model, overrides):
+    return build_optimizer(name, model, vision_hyperparams(name, overrides)).optimizer
+
 
 TINY = ["--width", "2", "--epochs", "2", "--batch-size", "8", "--device", "cpu"]
 
@@ -59,33 +66,36 @@ def test_train_vision_learns_an_easy_task_and_logs_every_epoch(tmp_path, capsys)
         rows = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in rows] == [1, 2, 3, 4]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["final_test_accuracy"] >= 0.9
-    assert summary["config"]["optimizer"] == "mars-adamw"
+    assert summary["final"] >= 0.9 and summary["metric"] == "test_accuracy"
+    assert json.loads((run_dir / "config.json").read_text())["optimizer"] == "mars-adamw"
 
 
 def test_compare_vision_writes_table_figure_and_summary(tmp_path, capsys):
     write_tiny_idx(tmp_path)
     out = tmp_path / "runs"
-    args = ["compare", "--task", "vision", "--data", f"fashion-mnist:{tmp_path}", *TINY]
+    args = ["compare-vision", "--data", f"fashion-mnist:{tmp_path}", *TINY]
     args += ["--out-dir", str(out), "--name", "cmp", "--quiet", "--lr", "adamw=0.003"]
     assert main(args) == 0
     printed = capsys.readouterr().out
-    assert "| optimizer | seeds | final test acc |" in printed
-    for name in ("mars-adamw", "adamw", "muon"):
+    assert "| optimizer | seeds | final test accuracy | best test accuracy | images |" in printed
+    for name in ("mars-adamw", "adamw", "muon-nd"):
         assert f"| {name} |" in printed
         assert (out / "cmp" / f"{name}-seed0" / "metrics.jsonl").is_file()
     assert (out / "cmp" / "curves.png").stat().st_size > 0
     rows = json.loads((out / "cmp" / "summary.json").read_text())
-    assert {row["optimizer"] for row in rows} == {"mars-adamw", "adamw", "muon"}
-    config = json.loads((out / "cmp" / "adamw-seed0" / "summary.json").read_text())["config"]
-    assert config["hyperparams"] == {"lr": 0.003}
+    assert {row["optimizer"] for row in rows} == {"mars-adamw", "adamw", "muon-nd"}
+    config = json.loads((out / "cmp" / "adamw-seed0" / "config.json").read_text())
+    assert config["task"] == "vision" and config["hyperparams"]["lr"] == 0.003
+
+    (out / "cmp" / "curves.png").unlink()
+    assert main(["plot", str(out / "cmp")]) == 0
+    assert (out / "cmp" / "curves.png").stat().st_size > 10_000
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["compare", "--task", "vision"], "vision needs --data fashion-mnist:DIR"),
-        (["compare", "--task", "vision", "--data", "x:y", "--optimizers", "sgd"], "unknown"),
+        (["compare-vision", "--data", "x:y", "--optimizers", "sgd"], "unknown"),
         (["train-vision", "--data", "pets:/nowhere"], "data must be KIND:PATH"),
         (["train-vision", "--data", "folder:/nowhere"], "no such folder"),
     ],
@@ -112,11 +122,13 @@ def test_mars_routes_conv_kernels_by_default_and_not_under_reference_routing():
     assert routes_to_mars(model.head.weight, reference.param_groups[0])
 
 
-def test_vision_muon_is_newton_schulz_momentum_on_every_kernel():
-    optimizer = build_vision_optimizer("muon", resnet18(width=2), {})
+def test_muon_nd_is_newton_schulz_momentum_on_every_kernel():
+    model = resnet18(width=2)
+    optimizer = build_vision_optimizer("muon-nd", model, {})
     assert isinstance(optimizer, MARS)
-    group = optimizer.param_groups[0]
+    group = next(g for g in optimizer.param_groups if routes_to_mars(model.stem.weight, g))
     assert group["mars_type"] == "mars-shampoo" and group["gamma"] == 0.0
+    assert any(p is model.stem.weight for p in group["params"])
 
 
 def test_multistep_schedule_divides_the_lr_at_the_milestones(tmp_path):
@@ -132,6 +144,6 @@ def test_multistep_schedule_divides_the_lr_at_the_milestones(tmp_path):
         quiet=True,
         device="cpu",
     )
-    VisionTrainer(config).run()
+    VisionTrainer(config).train()
     lrs = [json.loads(line)["lr"] for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert lrs == pytest.approx([0.01, 0.01, 0.001, 0.0001])

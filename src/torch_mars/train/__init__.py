@@ -1,22 +1,47 @@
-"""The training harness: trainer loop, schedules, checkpoints, metrics, plots and the
-optimizer factory by name. Depends on optim, models and data; nothing depends on it but the
-CLI."""
+"""The training harness, one for every task. A task (text: a GPT on a token corpus,
+:mod:`.trainer`; vision: a ResNet on images, :mod:`.vision`) supplies its model, batches and
+metric; the tasks share the optimizer factory by name, the schedules, the run record
+(``config.json``, metrics rows, ``summary.json``), the comparison runner, the summaries, the
+table and the figure.
 
-from torch_mars.train.compare import run_comparison, summarise
+It depends on ``torch_mars.optim``, ``models`` and ``data``; the CLI and the benchmarks use it,
+and so can any script: ``run_comparison(DEFAULT_COMPARE, ["mars-adamw", "adamw"], [0, 1],
+Path("runs/mine"))``.
+"""
+
+from torch_mars.train.compare import (
+    DEFAULT_COMPARE,
+    DEFAULT_OPTIMIZERS,
+    OptimizerSummary,
+    format_table,
+    run_comparison,
+    summarise,
+    train_run,
+)
 from torch_mars.train.optimizers import OPTIMIZER_NAMES, build_optimizer, default_hyperparams
 from torch_mars.train.plots import plot_runs
+from torch_mars.train.run_record import RunResult
 from torch_mars.train.schedules import Schedule
-from torch_mars.train.trainer import TrainConfig, Trainer, TrainResult
+from torch_mars.train.trainer import TrainConfig, Trainer
+from torch_mars.train.vision import VisionConfig, VisionTrainer, vision_hyperparams
 
 __all__ = [
+    "DEFAULT_COMPARE",
+    "DEFAULT_OPTIMIZERS",
     "OPTIMIZER_NAMES",
+    "OptimizerSummary",
+    "RunResult",
     "Schedule",
     "TrainConfig",
-    "TrainResult",
     "Trainer",
+    "VisionConfig",
+    "VisionTrainer",
     "build_optimizer",
     "default_hyperparams",
+    "format_table",
     "plot_runs",
     "run_comparison",
     "summarise",
+    "train_run",
+    "vision_hyperparams",
 ]

@@ -1,5 +1,5 @@
-"""``torch-mars compare``: train the same GPT with several optimizers from the same seed on the
-same batches, at an equal token budget, and summarise val loss, tokens and speed."""
+"""Comparisons, the same for every task: train one base configuration once per optimizer and
+seed (same batches, same budget), then summarise the runs over seeds and tabulate them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torch_mars.data import TokenCorpus, load_corpus
-from torch_mars.train.trainer import TrainConfig, Trainer, TrainResult
+from torch_mars.data import TokenCorpus
+from torch_mars.train.run_record import TASK_METRICS, RunResult
+from torch_mars.train.trainer import TrainConfig, Trainer
+from torch_mars.train.vision import VisionConfig, VisionTrainer
 
 # MARS-AdamW against its base AdamW, MARS-Shampoo against its base Muon.
 DEFAULT_OPTIMIZERS: tuple[str, ...] = ("mars-adamw", "adamw", "mars-shampoo", "muon")
@@ -24,79 +26,105 @@ DEFAULT_COMPARE = TrainConfig(
 
 @dataclass
 class OptimizerSummary:
-    """One optimizer's results over its seeds (``*_std`` is 0 for a single seed)."""
+    """One optimizer's runs over its seeds: mean and sample std (0 for one seed) of the task's
+    headline ``metric``, final and best, and the mean time and throughput."""
 
     optimizer: str
+    task: str
+    metric: str
     seeds: list[int]
-    final_val_loss: float
-    final_val_loss_std: float
-    best_val_loss: float
-    best_val_loss_std: float
-    tokens: int
+    final: float
+    final_std: float
+    best: float
+    best_std: float
+    budget: int
+    budget_unit: str
     train_time_s: float
-    tokens_per_s: float
+    throughput: float
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def summarise(results: Sequence[TrainResult]) -> list[OptimizerSummary]:
+def summarise(results: Sequence[RunResult]) -> list[OptimizerSummary]:
     """Group run results by optimizer, in first-seen order, with mean and std over seeds."""
-    names = list(dict.fromkeys(r.optimizer for r in results))
     summaries = []
-    for name in names:
+    for name in dict.fromkeys(r.optimizer for r in results):
         runs = [r for r in results if r.optimizer == name]
-        final, final_std = _mean_std([r.final_val_loss for r in runs])
-        best, best_std = _mean_std([r.best_val_loss for r in runs])
+        final, final_std = mean_std([r.final for r in runs])
+        best, best_std = mean_std([r.best for r in runs])
         summaries.append(
             OptimizerSummary(
                 optimizer=name,
+                task=runs[0].task,
+                metric=runs[0].metric,
                 seeds=[r.seed for r in runs],
-                final_val_loss=final,
-                final_val_loss_std=final_std,
-                best_val_loss=best,
-                best_val_loss_std=best_std,
-                tokens=runs[0].tokens,
+                final=final,
+                final_std=final_std,
+                best=best,
+                best_std=best_std,
+                budget=runs[0].budget,
+                budget_unit=runs[0].budget_unit,
                 train_time_s=statistics.fmean(r.train_time_s for r in runs),
-                tokens_per_s=statistics.fmean(r.tokens_per_s for r in runs),
+                throughput=statistics.fmean(r.throughput for r in runs),
             )
         )
     return summaries
 
 
 def format_table(summaries: Sequence[OptimizerSummary]) -> str:
-    """A Markdown table of the summaries, best final val loss first."""
+    """A Markdown table of the summaries, best final metric first."""
+    if not summaries:
+        return ""
+    spec = TASK_METRICS[summaries[0].task]
+    unit = summaries[0].budget_unit
 
-    def loss(mean: float, std: float, seeds: int) -> str:
-        return f"{mean:.4f} ± {std:.4f}" if seeds > 1 else f"{mean:.4f}"
+    def value(mean: float, std: float, seeds: int) -> str:
+        shown = spec.format(mean)
+        if seeds < 2:
+            return shown
+        spread = spec.format(std).rstrip("%")
+        return f"{shown.rstrip('%')} ± {spread}{'%' if spec.percent else ''}"
+
+    def rank(s: OptimizerSummary) -> tuple[bool, float]:
+        return math.isnan(s.final), s.final if spec.lower_is_better else -s.final
 
     lines = [
-        "| optimizer | final val loss | best val loss | tokens | time (s) | tokens/s |",
-        "|---|---|---|---|---|---|",
+        f"| optimizer | seeds | final {spec.label} | best {spec.label} | {unit} | time (s) "
+        f"| {unit}/s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for s in sorted(summaries, key=lambda s: (math.isnan(s.final_val_loss), s.final_val_loss)):
+    for s in sorted(summaries, key=rank):
         n = len(s.seeds)
         lines.append(
-            f"| {s.optimizer} | {loss(s.final_val_loss, s.final_val_loss_std, n)} | "
-            f"{loss(s.best_val_loss, s.best_val_loss_std, n)} | {s.tokens:,} | "
-            f"{s.train_time_s:.1f} | {s.tokens_per_s:,.0f} |"
+            f"| {s.optimizer} | {n} | {value(s.final, s.final_std, n)} | "
+            f"{value(s.best, s.best_std, n)} | {s.budget:,} | {s.train_time_s:.1f} | "
+            f"{s.throughput:,.0f} |"
         )
     return "\n".join(lines)
 
 
+def train_run(config: TrainConfig | VisionConfig, corpus: TokenCorpus | None = None) -> RunResult:
+    """Run one configuration of either task (``corpus``: a loaded text corpus to share)."""
+    if isinstance(config, VisionConfig):
+        return VisionTrainer(config).train()
+    return Trainer(config, corpus).train()
+
+
 def run_comparison(
-    base: TrainConfig,
+    base: TrainConfig | VisionConfig,
     optimizers: Sequence[str],
     seeds: Sequence[int],
     out_dir: Path,
     hyperparams: dict[str, dict[str, Any]] | None = None,
     corpus: TokenCorpus | None = None,
-) -> list[TrainResult]:
-    """Train ``base`` once per optimizer and seed into ``out_dir/<optimizer>-seed<k>``.
-    ``hyperparams[name]`` overrides optimizer ``name``'s defaults. The data order is fixed by
-    ``base.data_seed`` for every run; ``seed`` sets the model's initialisation."""
-    corpus = corpus if corpus is not None else load_corpus(base.data)
+) -> list[RunResult]:
+    """Train ``base`` once per seed and optimizer (seeds outer) into
+    ``out_dir/<optimizer>-seed<k>``. ``hyperparams[name]`` overrides optimizer ``name``'s
+    defaults; ``seed`` sets the model's initialisation, while the data order is the base's for
+    every run."""
     results = []
     for seed in seeds:
         for name in optimizers:
@@ -107,5 +135,5 @@ def run_comparison(
                 run_dir=out_dir / f"{name}-seed{seed}",
                 hyperparams=dict((hyperparams or {}).get(name, {})),
             )
-            results.append(Trainer(config, corpus).train())
+            results.append(train_run(config, corpus))
     return results

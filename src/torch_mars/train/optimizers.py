@@ -1,10 +1,21 @@
-"""Optimizers by name, with the paper's hyperparameters per GPT-2 size as defaults.
+"""Optimizers by name, one meaning per name in every task, and the text task's defaults (the
+paper's hyperparameters per GPT-2 size; the vision task's are in :mod:`.vision`).
 
-Names: ``mars-adamw``, ``mars-lion``, ``mars-shampoo`` (:class:`torch_mars.MARS`), ``adamw``
-(:class:`torch.optim.AdamW`, fused where the device has it), ``muon`` (:class:`torch.optim.Muon`
-on the hidden matrices, AdamW on embeddings and norms, as the paper's baseline) and ``lion``.
+Names:
 
-Every default can be overridden. Keys besides the constructor's: ``min_lr``, the floor of the
+- ``mars-adamw``, ``mars-lion``, ``mars-shampoo``: :class:`torch_mars.MARS` over
+  :func:`~torch_mars.mars_param_groups` (matrices and conv kernels on the MARS rule; norms and
+  biases, and for ``mars-shampoo`` the embeddings, on its AdamW path), or over
+  ``model.parameters()`` with ``reference_routing=True`` (the authors' routing).
+- ``adamw``: :class:`torch.optim.AdamW` (fused where the device has it); ``lion``: Lion.
+- ``muon``: :class:`torch.optim.Muon` on the hidden 2-D matrices, AdamW on everything else
+  (embeddings, norms, biases, and conv kernels, which ``torch.optim.Muon`` does not take), as
+  the paper's baseline.
+- ``muon-nd``: Newton-Schulz momentum on every MARS-routed tensor, conv kernels included
+  (viewed as ``(shape[0], -1)``): ``mars-shampoo`` with ``gamma = 0``. The Muon of models with
+  conv kernels, and MARS-Shampoo's base without the variance reduction.
+
+Every default can be overridden. Keys besides the constructors': ``min_lr``, the floor of the
 schedule in the units of ``lr`` (a tenth of ``lr`` when not given, as for the CPU-sized
 models), and for ``muon`` ``adamw_lr``, ``adamw_betas`` and ``adamw_weight_decay`` for its AdamW
 part.
@@ -29,8 +40,16 @@ OPTIMIZER_NAMES: tuple[str, ...] = (
     "mars-shampoo",
     "adamw",
     "muon",
+    "muon-nd",
     "lion",
 )
+# The names built on torch_mars.MARS, and the MARS rule each takes.
+MARS_RULE_OF: dict[str, str] = {
+    "mars-adamw": "mars-adamw",
+    "mars-lion": "mars-lion",
+    "mars-shampoo": "mars-shampoo",
+    "muon-nd": "mars-shampoo",
+}
 
 
 # The paper's GPT-2 settings (AGI-Arena/MARS configs). It gives none for MARS-Shampoo, MARS-Lion
@@ -59,6 +78,7 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "mars-adamw": {"lr": 1e-2, "lr_1d": 3e-3},
     "muon": {"lr": 3e-2, "adamw_lr": 3e-3},
     "mars-shampoo": {"lr": 3e-2, "lr_1d": 3e-3},
+    "muon-nd": {"lr": 3e-2, "lr_1d": 3e-3},
     "lion": {"lr": 3e-4},
     "mars-lion": {"lr": 3e-4, "lr_1d": 3e-3},
 }
@@ -90,6 +110,12 @@ def default_hyperparams(name: str, model: str) -> dict[str, Any]:
         "mars-lion": {**mars_common, "lr": lrs.adamw / 10, "lr_1d": lrs.lr_1d},
         "mars-shampoo": {
             **mars_common,
+            "lr": lrs.muon,
+            "weight_decay": 0.0,
+            "lr_1d": lrs.muon_adamw,
+        },
+        "muon-nd": {
+            **{k: v for k, v in mars_common.items() if k != "gamma"},
             "lr": lrs.muon,
             "weight_decay": 0.0,
             "lr_1d": lrs.muon_adamw,
@@ -157,54 +183,63 @@ class BuiltOptimizer:
 
 
 def _split_matrices(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """Hidden matrices (not embeddings or norms) and everything else, as Muon needs them."""
+    """Hidden 2-D matrices (not embeddings, norms or conv kernels) and everything else, as
+    ``torch.optim.Muon`` needs them."""
     groups = mars_param_groups(model, embeddings="adamw")
-    matrices = [p for g in groups if g["use_mars"] for p in g["params"]]
-    rest = [p for g in groups if not g["use_mars"] for p in g["params"]]
-    return matrices, rest
+    matrices = [p for g in groups if g["use_mars"] for p in g["params"] if p.ndim == 2]
+    chosen = {id(p) for p in matrices}
+    return matrices, [p for p in model.parameters() if id(p) not in chosen]
 
 
 def build_optimizer(
     name: str, model: nn.Module, hyperparams: dict[str, Any], exact: bool = False
 ) -> BuiltOptimizer:
-    """Optimizer ``name`` over ``model``'s parameters with ``hyperparams`` (defaults merged in by
-    the caller, see :func:`default_hyperparams`). ``exact`` selects MARS's exact mode."""
+    """Optimizer ``name`` over ``model``'s parameters with ``hyperparams`` (a task's defaults
+    merged in by the caller, e.g. :func:`default_hyperparams`). ``exact`` selects MARS's exact
+    mode. An unknown hyperparameter is a ``ValueError`` naming the optimizer."""
     if name not in OPTIMIZER_NAMES:
         raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {name!r}")
-    if exact and not name.startswith("mars-"):
+    if exact and name not in MARS_RULE_OF:
         raise ValueError(f"exact mode is a MARS option; {name!r} has none")
     settings = dict(hyperparams)
     min_lr = settings.pop("min_lr", settings["lr"] * DEFAULT_MIN_LR_RATIO)
     if not 0.0 <= min_lr <= settings["lr"]:
         raise ValueError(f"min_lr must be in [0, lr={settings['lr']}], got {min_lr}")
     min_ratio = min_lr / settings["lr"] if settings["lr"] > 0 else 0.0
-    device_type = next(model.parameters()).device.type
-    optimizer: Optimizer | CombinedOptimizer
-    if name.startswith("mars-"):
-        embeddings = "adamw" if name == "mars-shampoo" else "mars"
-        optimizer = MARS(
-            mars_param_groups(model, embeddings=embeddings),
-            mars_type=name,
-            is_approx=not exact,
-            **settings,
-        )
-    elif name == "adamw":
-        optimizer = torch.optim.AdamW(
-            model.parameters(), fused=device_type == "cuda" or None, **settings
-        )
-    elif name == "lion":
-        optimizer = Lion(model.parameters(), **settings)
-    else:
-        if not hasattr(torch.optim, "Muon"):
-            raise ValueError(
-                f"muon needs torch.optim.Muon (torch >= 2.9), not in {torch.__version__}"
-            )
-        matrices, rest = _split_matrices(model)
-        adamw = torch.optim.AdamW(
-            rest,
-            lr=settings.pop("adamw_lr"),
-            betas=settings.pop("adamw_betas", (0.9, 0.95)),
-            weight_decay=settings.pop("adamw_weight_decay", 0.1),
-        )
-        optimizer = CombinedOptimizer(torch.optim.Muon(matrices, **settings), adamw)
+    try:
+        optimizer = _construct(name, model, settings, exact)
+    except TypeError as error:  # an unknown keyword in hyperparams
+        raise ValueError(f"{name}: {error}") from error
     return BuiltOptimizer(optimizer, min_ratio, needs_closure=exact)
+
+
+def _construct(
+    name: str, model: nn.Module, settings: dict[str, Any], exact: bool
+) -> Optimizer | CombinedOptimizer:
+    if name in MARS_RULE_OF:
+        rule = MARS_RULE_OF[name]
+        if name == "muon-nd":
+            settings["gamma"] = settings.get("gamma", 0.0)
+            if settings["gamma"] != 0.0:
+                raise TypeError("muon-nd is mars-shampoo with gamma=0; use mars-shampoo for gamma")
+        params: Any = (
+            model.parameters()
+            if settings.get("reference_routing")
+            else mars_param_groups(model, embeddings="adamw" if rule == "mars-shampoo" else "mars")
+        )
+        return MARS(params, mars_type=rule, is_approx=not exact, **settings)
+    if name == "adamw":
+        fused = next(model.parameters()).device.type == "cuda" or None
+        return torch.optim.AdamW(model.parameters(), fused=fused, **settings)
+    if name == "lion":
+        return Lion(model.parameters(), **settings)
+    if not hasattr(torch.optim, "Muon"):
+        raise ValueError(f"muon needs torch.optim.Muon (torch >= 2.9), not in {torch.__version__}")
+    matrices, rest = _split_matrices(model)
+    adamw = torch.optim.AdamW(
+        rest,
+        lr=settings.pop("adamw_lr"),
+        betas=settings.pop("adamw_betas", (0.9, 0.95)),
+        weight_decay=settings.pop("adamw_weight_decay", 0.1),
+    )
+    return CombinedOptimizer(torch.optim.Muon(matrices, **settings), adamw)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import random
@@ -35,10 +34,18 @@ from torch_mars.train.diagnostics import MarsDiagnostics
 from torch_mars.train.metrics import MetricsLogger
 from torch_mars.train.optimizers import (
     MARS_IMPLEMENTATION_FLAGS,
+    MARS_RULE_OF,
     build_optimizer,
     default_hyperparams,
 )
-from torch_mars.train.schedules import SCHEDULES, Schedule
+from torch_mars.train.run_record import (
+    TASK_METRICS,
+    RunResult,
+    check_finite,
+    write_config,
+    write_summary,
+)
+from torch_mars.train.schedules import TEXT_SCHEDULES, Schedule, scale_learning_rates
 
 CHECKPOINT_FILE = "checkpoint.pt"
 SHARDED_CHECKPOINT_PREFIX = "checkpoint-step"
@@ -91,8 +98,8 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.schedule not in TEXT_SCHEDULES:
+            raise ValueError(f"schedule must be one of {TEXT_SCHEDULES}, got {self.schedule!r}")
         if self.grad_clip < 0:
             raise ValueError(f"grad_clip must be >= 0 (0 disables it), got {self.grad_clip}")
         if self.checkpoint_interval < 0:
@@ -101,7 +108,7 @@ class TrainConfig:
             raise ValueError(
                 f"stop_after must be in [1, steps={self.steps}], got {self.stop_after}"
             )
-        if self.diagnostics and (self.exact or not self.optimizer.startswith("mars-")):
+        if self.diagnostics and (self.exact or self.optimizer not in MARS_RULE_OF):
             raise ValueError("diagnostics need a MARS optimizer in the approximate mode")
         self.run_dir = Path(self.run_dir)
 
@@ -109,7 +116,7 @@ class TrainConfig:
         """The optimizer's defaults for this model, with ``hyperparams`` applied."""
         settings = default_hyperparams(self.optimizer, self.model)
         allowed = set(settings) | {"min_lr"}
-        if self.optimizer.startswith("mars-"):
+        if self.optimizer in MARS_RULE_OF:
             allowed |= set(MARS_IMPLEMENTATION_FLAGS)
         unknown = set(self.hyperparams) - allowed
         if unknown:
@@ -141,22 +148,6 @@ class TrainConfig:
             for k, v in self.resolved_hyperparams().items()
         }
         return {**{k: getattr(self, k) for k in keep}, "hyperparams": hyperparams}
-
-
-@dataclass
-class TrainResult:
-    """Summary of a finished run; per-step rows are in ``run_dir/metrics.jsonl``."""
-
-    optimizer: str
-    seed: int
-    final_val_loss: float
-    best_val_loss: float
-    final_train_loss: float
-    tokens: int
-    train_time_s: float
-    tokens_per_s: float
-    steps: int
-    run_dir: Path
 
 
 @dataclass
@@ -244,8 +235,7 @@ class Trainer:
         self.hyperparams = config.resolved_hyperparams()
         built = build_optimizer(config.optimizer, self.model, self.hyperparams, config.exact)
         self.optimizer, self.needs_closure = built.optimizer, built.needs_closure
-        for group in self.optimizer.param_groups:
-            group.setdefault("peak_lr", group["lr"])
+        scale_learning_rates(self.optimizer, 1.0)  # records each group's peak lr
         warmup = config.warmup_steps if config.warmup_steps is not None else config.steps // 10
         self.schedule = Schedule(config.schedule, config.steps, warmup, built.min_ratio)
         self.sampler = BatchSampler(
@@ -368,8 +358,98 @@ class Trainer:
         _set_rng_state(payload["rng"])
         return payload["step"], payload["progress"]
 
-    def train(self) -> TrainResult:
-        """Run (or resume) to ``steps`` or ``stop_after`` and return the summary."""
+    def train(self) -> RunResult:
+        """Run (or resume) to ``steps`` or ``stop_after`` and return the result; the loop reads
+        top to bottom: schedule, forward/backward/step, evaluation, log, checkpoint."""
+        config = self.config
+        # Start: the run folder, the point to start from, the metrics files and config.json.
+        start, progress = self._start()
+        logger = (
+            MetricsLogger(config.run_dir, start if config.resume else None)
+            if self.dist.main
+            else None
+        )
+        end = config.stop_after if config.stop_after is not None else config.steps
+        show_bar = not config.quiet and self.dist.main and sys.stderr.isatty()
+        bar = tqdm(
+            total=config.steps,
+            initial=start,
+            disable=not show_bar,
+            desc=config.optimizer,
+            unit="step",
+            dynamic_ncols=True,
+            leave=False,
+        )
+        for step in range(start, end):
+            # Schedule.
+            scale_learning_rates(self.optimizer, self.schedule(step))
+            # Forward, backward and optimizer step.
+            began = time.perf_counter()
+            train_loss = self._train_step(step)
+            elapsed = time.perf_counter() - began
+            progress["train_time_s"] += elapsed
+            row: dict[str, Any] = {
+                "step": step + 1,
+                "tokens": (step + 1) * self.tokens_per_step,
+                "time_s": progress["train_time_s"],
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "train_loss": train_loss,
+                "tokens_per_s": self.tokens_per_step / elapsed,
+            }
+            if self.diagnostics:
+                row.update(self.diagnostics.after_step())
+            check_finite(config.optimizer, train_loss, f"step {step + 1}")
+            progress["last_train_loss"] = train_loss
+            # Evaluation.
+            if (step + 1) % config.eval_interval == 0 or step + 1 == config.steps:
+                row["val_loss"] = self.evaluate()
+                progress["last_val_loss"] = row["val_loss"]
+                progress["best_val_loss"] = min(progress["best_val_loss"], row["val_loss"])
+                if not show_bar and self.dist.main:
+                    print(
+                        f"{config.optimizer} step {step + 1}/{config.steps}: train "
+                        f"{train_loss:.4f} val {row['val_loss']:.4f} "
+                        f"({progress['train_time_s']:.0f} s)",
+                        flush=True,
+                    )
+            # Log.
+            if logger is not None:
+                logger.log(row)
+            bar.update(1)
+            bar.set_postfix(
+                loss=f"{train_loss:.3f}", lr=f"{row['lr']:.2e}", tok_s=f"{row['tokens_per_s']:.0f}"
+            )
+            # Checkpoint.
+            at_interval = (
+                config.checkpoint_interval and (step + 1) % config.checkpoint_interval == 0
+            )
+            if at_interval or step + 1 == end:
+                self._checkpoint(step + 1, progress)
+        # Finish: the result, and summary.json.
+        bar.close()
+        if logger is not None:
+            logger.close()
+        result = RunResult(
+            task="text",
+            optimizer=config.optimizer,
+            seed=config.seed,
+            metric=TASK_METRICS["text"].key,
+            final=progress["last_val_loss"],
+            best=progress["best_val_loss"],
+            final_train_loss=progress["last_train_loss"],
+            budget=end * self.tokens_per_step,
+            budget_unit="tokens",
+            train_time_s=progress["train_time_s"],
+            steps=end,
+            run_dir=config.run_dir,
+        )
+        if self.dist.main:
+            write_summary(result)
+        return result
+
+    def _start(self) -> tuple[int, dict[str, Any]]:
+        """Create the run folder, resume from its checkpoint if asked, and write config.json;
+        returns the step to start from and the progress so far."""
         config = self.config
         if self.dist.main:
             config.run_dir.mkdir(parents=True, exist_ok=True)
@@ -386,104 +466,28 @@ class Trainer:
         )
         if config.resume:
             start, progress = self._resume()
-        logger = (
-            MetricsLogger(config.run_dir, start if config.resume else None)
-            if self.dist.main
-            else None
-        )
         if self.dist.main:
-            (config.run_dir / "config.json").write_text(
-                json.dumps(
-                    {
-                        **config.identity(),
-                        "tokens_per_step": self.tokens_per_step,
-                        "parameters": self.model.num_parameters(),
-                        "corpus": repr(self.corpus),
-                        "device": str(self.device),
-                        "processes": self.dist.world,
-                    },
-                    indent=2,
-                )
-                + "\n"
+            write_config(
+                config.run_dir,
+                "text",
+                {
+                    **config.identity(),
+                    "tokens_per_step": self.tokens_per_step,
+                    "parameters": self.model.num_parameters(),
+                    "corpus": repr(self.corpus),
+                    "device": str(self.device),
+                    "processes": self.dist.world,
+                },
             )
-        end = config.stop_after if config.stop_after is not None else config.steps
-        show_bar = not config.quiet and self.dist.main and sys.stderr.isatty()
-        bar = tqdm(
-            total=config.steps,
-            initial=start,
-            disable=not show_bar,
-            desc=config.optimizer,
-            unit="step",
-            dynamic_ncols=True,
-            leave=False,
-        )
-        train_time = progress["train_time_s"]
-        for step in range(start, end):
-            factor = self.schedule(step)
-            for group in self.optimizer.param_groups:
-                group["lr"] = group["peak_lr"] * factor
-            began = time.perf_counter()
-            if self.needs_closure:
-                loss = self.optimizer.step(lambda s=step: self._forward_backward(s))
-            else:
-                loss = self._forward_backward(step)
-                if self.diagnostics:
-                    self.diagnostics.before_step()
-                self.optimizer.step()
-            train_loss = float(loss)
-            elapsed = time.perf_counter() - began
-            train_time += elapsed
-            row: dict[str, Any] = {
-                "step": step + 1,
-                "tokens": (step + 1) * self.tokens_per_step,
-                "time_s": train_time,
-                "lr": self.optimizer.param_groups[0]["lr"],
-                "train_loss": train_loss,
-                "tokens_per_s": self.tokens_per_step / elapsed,
-            }
+        return start, progress
+
+    def _train_step(self, step: int) -> float:
+        """Gradients of ``step``'s batch and one optimizer step; returns the training loss."""
+        if self.needs_closure:
+            loss = self.optimizer.step(lambda s=step: self._forward_backward(s))
+        else:
+            loss = self._forward_backward(step)
             if self.diagnostics:
-                row.update(self.diagnostics.after_step())
-            if not math.isfinite(train_loss):
-                raise FloatingPointError(
-                    f"{config.optimizer}: training loss is {train_loss} at "
-                    f"step {step + 1}; lower the learning rate"
-                )
-            if (step + 1) % config.eval_interval == 0 or step + 1 == config.steps:
-                row["val_loss"] = self.evaluate()
-                progress["last_val_loss"] = row["val_loss"]
-                progress["best_val_loss"] = min(progress["best_val_loss"], row["val_loss"])
-                if not show_bar and self.dist.main:
-                    print(
-                        f"{config.optimizer} step {step + 1}/{config.steps}: train "
-                        f"{train_loss:.4f} val {row['val_loss']:.4f} "
-                        f"({train_time:.0f} s)",
-                        flush=True,
-                    )
-            progress.update(train_time_s=train_time, last_train_loss=train_loss)
-            if logger is not None:
-                logger.log(row)
-            bar.update(1)
-            bar.set_postfix(
-                loss=f"{train_loss:.3f}", lr=f"{row['lr']:.2e}", tok_s=f"{row['tokens_per_s']:.0f}"
-            )
-            at_interval = (
-                config.checkpoint_interval and (step + 1) % config.checkpoint_interval == 0
-            )
-            if at_interval or step + 1 == end:
-                self._checkpoint(step + 1, progress)
-        bar.close()
-        if logger is not None:
-            logger.close()
-        tokens = end * self.tokens_per_step
-        return TrainResult(
-            optimizer=config.optimizer,
-            seed=config.seed,
-            final_val_loss=progress["last_val_loss"],
-            best_val_loss=progress["best_val_loss"],
-            final_train_loss=progress["last_train_loss"],
-            tokens=tokens,
-            train_time_s=train_time,
-            tokens_per_s=tokens / train_time if train_time > 0 else math.nan,
-            steps=end,
-            run_dir=config.run_dir,
-        )
+                self.diagnostics.before_step()
+            self.optimizer.step()
+        return float(loss)

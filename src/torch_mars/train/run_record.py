@@ -1,0 +1,132 @@
+"""The record of one run, the same for every task: ``config.json`` when it starts, a metrics row
+per step or epoch (:mod:`.metrics`), and ``summary.json`` (a :class:`RunResult`) when it ends.
+``torch-mars plot`` and the comparison table read runs through this module only."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE = "config.json"
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """How a task's headline metric reads.
+
+    Attributes:
+        key: its column in the metrics rows.
+        label: its name in tables and figures.
+        lower_is_better: True for losses, False for accuracies.
+        percent: shown as a percentage (values are fractions in [0, 1]).
+    """
+
+    key: str
+    label: str
+    lower_is_better: bool
+    percent: bool = False
+
+    def best(self, values: list[float]) -> float:
+        """The best of ``values`` (NaN when there are none)."""
+        finite = [v for v in values if not math.isnan(v)]
+        if not finite:
+            return math.nan
+        return min(finite) if self.lower_is_better else max(finite)
+
+    def format(self, value: float) -> str:
+        return f"{100 * value:.2f}%" if self.percent else f"{value:.4f}"
+
+
+# The headline metric of each task, and the x-axes its figure draws it against.
+TASK_METRICS: dict[str, MetricSpec] = {
+    "text": MetricSpec("val_loss", "val loss", lower_is_better=True),
+    "vision": MetricSpec("test_accuracy", "test accuracy", lower_is_better=False, percent=True),
+}
+
+
+@dataclass
+class RunResult:
+    """What a finished (or stopped) run ends with.
+
+    Attributes:
+        task: ``"text"`` or ``"vision"``.
+        optimizer, seed: what was trained, from which initialisation.
+        metric: the task's headline metric (:data:`TASK_METRICS`), e.g. ``"val_loss"``.
+        final, best: its last and its best evaluated value (NaN before any evaluation).
+        final_train_loss: the training loss of the last step or epoch (nats).
+        budget, budget_unit: what the run trained on, e.g. ``819200`` ``"tokens"`` or
+            ``40000`` ``"images"``.
+        train_time_s: wall time of the training steps, evaluation excluded.
+        steps: optimizer steps taken.
+        run_dir: the run folder.
+    """
+
+    task: str
+    optimizer: str
+    seed: int
+    metric: str
+    final: float
+    best: float
+    final_train_loss: float
+    budget: int
+    budget_unit: str
+    train_time_s: float
+    steps: int
+    run_dir: Path
+
+    @property
+    def throughput(self) -> float:
+        """``budget_unit`` per second of training."""
+        return self.budget / self.train_time_s if self.train_time_s > 0 else math.nan
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "run_dir": str(self.run_dir)}
+
+
+def check_finite(optimizer: str, loss: float, where: str) -> None:
+    """Raise ``FloatingPointError`` if the training ``loss`` at ``where`` is not finite."""
+    if not math.isfinite(loss):
+        raise FloatingPointError(
+            f"{optimizer}: training loss is {loss} at {where}; lower the learning rate"
+        )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_config(run_dir: Path, task: str, config: dict[str, Any]) -> None:
+    """Write ``run_dir/config.json``: the run's task and settings (tuples as lists)."""
+    record = {"task": task, **_jsonable(config)}
+    (run_dir / CONFIG_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def write_summary(result: RunResult) -> None:
+    """Write ``summary.json`` into the result's run folder."""
+    (result.run_dir / SUMMARY_FILE).write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+
+
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """The ``config.json`` of a run folder (runs written before the ``task`` key are text)."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; is {run_dir} a torch-mars run folder?")
+    config = json.loads(path.read_text())
+    config.setdefault("task", "text")
+    return config
+
+
+def is_run_dir(folder: Path) -> bool:
+    """Whether ``folder`` holds a run (a ``config.json``)."""
+    return (Path(folder) / CONFIG_FILE).is_file()
