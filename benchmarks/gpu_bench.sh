@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything issues #4 and #5 need from a CUDA machine, in one call: the Triton kernels against
-# the per-tensor loop on the GPU, then `torch-mars bench` in step and iteration modes on GPT-2
+# the per-tensor loop on the GPU, then `torch-mars bench step` and `bench iteration` on GPT-2
 # small, and the FSDP2 step (distributed mode) on every GPU of the machine under torchrun (NCCL;
 # on one GPU it still shows the DTensor dispatch cost the sharded path avoids).
 # Run from the repository root where torch and triton are installed (the lent H100/H200 image
@@ -16,10 +16,10 @@ export PYTHONPATH=src:tests
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
 python -m pytest -q -p no:cacheprovider tests/test_fused_parity.py tests/test_compiled_step.py \
     tests/test_foreach_parity.py 2>&1 | tail -5 | tee "$out/tests.txt"
-python -m torch_mars.cli bench --device cuda --model gpt2-small --repeats 50 --warmup 5 \
+python -m torch_mars.cli bench step --device cuda --model gpt2-small --repeats 50 --warmup 5 \
     --json "$out/step-gpt2-small.json"
-python -m torch_mars.cli bench --device cuda --mode iteration --model gpt2-small \
+python -m torch_mars.cli bench iteration --device cuda --model gpt2-small \
     --batch-size 16 --repeats 20 --warmup 5 --json "$out/iteration-gpt2-small.json"
 python -m torch.distributed.run --standalone --nproc_per_node "$(nvidia-smi -L | wc -l)" \
-    -m torch_mars.cli bench --mode distributed --model gpt2-small --repeats 30 --warmup 5 \
+    -m torch_mars.cli bench distributed --model gpt2-small --repeats 30 --warmup 5 \
     --json "$out/distributed-gpt2-small.json"

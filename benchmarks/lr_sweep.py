@@ -90,7 +90,7 @@ def main() -> None:
                 },
             )
             try:
-                loss = Trainer(config, corpus).train().final_val_loss
+                loss = Trainer(config, corpus).train().final
             except FloatingPointError:
                 loss = float("nan")
         records.append({"optimizer": name, "hyperparams": hyperparams, "final_val_loss": loss})

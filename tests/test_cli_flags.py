@@ -1,0 +1,131 @@
+"""Every flag of every ``torch-mars`` command acts: set to another value, it changes the
+configuration that the command runs (what ``Command.configure`` makes of the parsed flags),
+and no command has a flag missing from the table below, so a new flag that does nothing fails
+here. Configurations are built without running anything."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from torch_mars.cli import COMMANDS, Command, build_parser
+
+# What each command needs to parse at all.
+REQUIRED: dict[tuple[str, ...], list[str]] = {
+    ("compare-vision",): ["--data", "fashion-mnist:/images"],
+    ("train-vision",): ["--data", "fashion-mnist:/images"],
+    ("plot",): ["runs/a"],
+    ("prepare",): ["notes.txt", "--out", "shards"],
+}
+
+# A value other than the default for every flag ((command, flag) first, then the flag alone).
+OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
+    (("compare",), "--opt-arg"): ["mars-adamw:gamma=0.05"],
+    (("compare-vision",), "--opt-arg"): ["mars-adamw:gamma=0.05"],
+    (("compare-vision",), "--data"): ["cifar:/images"],
+    (("train-vision",), "--data"): ["cifar:/images"],
+    (("plot",), "--out"): ["figure.png"],
+    (("prepare",), "--out"): ["other-shards"],
+    "--opt-arg": ["gamma=0.05"],
+    "--optimizers": ["adamw"],
+    "--seeds": ["0", "1"],
+    "--lr": ["mars-adamw=1e-3"],
+    "--name": ["mine"],
+    "--out-dir": ["elsewhere"],
+    "--model": ["tiny"],
+    "--data": ["shards:tokens"],
+    "--steps": ["7"],
+    "--tokens": ["300"],
+    "--batch-size": ["3"],
+    "--grad-accum": ["2"],
+    "--block-size": ["8"],
+    "--schedule": ["wsd"],
+    "--warmup-steps": ["2"],
+    "--grad-clip": ["0.5"],
+    "--eval-interval": ["3"],
+    "--eval-batches": ["3"],
+    "--data-seed": ["5"],
+    "--device": ["cpu"],
+    "--compile": [],
+    "--exact": [],
+    "--diagnostics": [],
+    "--quiet": [],
+    "--optimizer": ["adamw"],
+    "--seed": ["4"],
+    "--run-dir": ["runs/other"],
+    "--resume": [],
+    "--stop-after": ["2"],
+    "--checkpoint-interval": ["5"],
+    "--fsdp": [],
+    "--width": ["4"],
+    "--epochs": ["3"],
+    "--train-subset": ["100"],
+    "--milestones": ["0.3"],
+    "--no-augment": [],
+    "--warmup": ["2"],
+    "--repeats": ["3"],
+    "--only": ["adamw-fused"],
+    "--json": ["results.json"],
+    "--processes": ["3"],
+    "--tokenizer-dir": ["gpt2"],
+    "--val-fraction": ["0.1"],
+}
+
+
+def command_parser(command: Command) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=" ".join(command.words), exit_on_error=False)
+    command.add_flags(parser)
+    return parser
+
+
+def flags(command: Command) -> list[str]:
+    """The long option strings of the command (help aside)."""
+    parser = command_parser(command)
+    return [
+        action.option_strings[-1]
+        for action in parser._actions
+        if action.option_strings and not isinstance(action, argparse._HelpAction)
+    ]
+
+
+def other_value(command: Command, flag: str) -> list[str]:
+    return OTHER_VALUE.get((command.words, flag), OTHER_VALUE.get(flag))  # type: ignore[return-value]
+
+
+CASES = [(command, flag) for command in COMMANDS for flag in flags(command)]
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"), CASES, ids=[f"{' '.join(c.words)} {f}" for c, f in CASES]
+)
+def test_every_flag_changes_the_configuration(command, flag):
+    values = other_value(command, flag)
+    assert values is not None, f"{flag} of {command.words}: add its other value to OTHER_VALUE"
+    required = REQUIRED.get(command.words, [])
+    parser = command_parser(command)
+    baseline = command.configure(parser.parse_args(required))
+    changed = command.configure(parser.parse_args([*required, flag, *values]))
+    assert changed != baseline, f"{' '.join(command.words)} {flag} {values} changed nothing"
+
+
+def test_the_commands_are_the_parsers_commands():
+    """The table above walks the same commands and flags as ``torch-mars`` itself."""
+    parser = build_parser()
+    for command in COMMANDS:
+        args = parser.parse_args([*command.words, *REQUIRED.get(command.words, [])])
+        assert args.command_entry is command
+
+
+def test_the_walk_catches_a_flag_that_does_nothing():
+    ignored = Command(
+        ("demo",),
+        "a command with a flag it never reads",
+        lambda p: (p.add_argument("--steps", type=int, default=1), p.add_argument("--unused")),
+        lambda args: {"steps": args.steps},
+        lambda config: 0,
+    )
+    parser = command_parser(ignored)
+    baseline = ignored.configure(parser.parse_args([]))
+    assert ignored.configure(parser.parse_args(["--steps", "2"])) != baseline
+    assert ignored.configure(parser.parse_args(["--unused", "x"])) == baseline
