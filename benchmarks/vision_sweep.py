@@ -1,7 +1,8 @@
-"""The CPU-budget vision comparison of issue #6: MARS-AdamW, AdamW and Muon (muon-nd: Newton-Schulz momentum on every kernel) on Fashion-MNIST with a
-narrow ResNet-18, each lr tuned on a small grid with seed 0, then the best lr of each re-run with
-more seeds, and MARS-AdamW with the authors' routing (conv kernels on AdamW) at its best lr.
-Same images, epochs and batch for every run. Writes
+"""The CPU-budget vision comparison of issue #6: MARS-AdamW, AdamW and muon-nd (Newton-Schulz
+momentum on every kernel) on Fashion-MNIST with a narrow ResNet-18, each lr tuned on a small
+grid with seed 0, then the best lr of each re-run with more seeds, and MARS-AdamW with the
+authors' routing (conv kernels on AdamW) at its best lr. Same images, epochs and batch for every
+run. Writes
 benchmarks/results/vision_sweep.json as it goes (settings already there are skipped).
 
     python benchmarks/vision_sweep.py [--data fashion-mnist:DIR] [--table]
