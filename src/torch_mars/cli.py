@@ -4,6 +4,7 @@ torch-mars compare                  # MARS vs AdamW and Muon on the stdlib corpu
 torch-mars compare-vision --data fashion-mnist:DIR   # ResNet-18, minutes on CPU
 torch-mars train --optimizer mars-adamw --model gpt2-small --data shards:data/owt
 torch-mars train-vision --data cifar:DIR   # the paper's CIFAR schedule (200 epochs)
+torch-mars sweep --grid mars-adamw:lr=3e-3,6e-3 --grid adamw:lr=2e-3,3e-3 --jobs 2
 torch-mars plot runs/compare-*      # redraw curves.png from saved runs of either task
 torch-mars bench step               # step time of every MARS path vs torch AdamW and Muon
 torch-mars bench distributed        # the step on FSDP2 shards, 2 gloo processes
@@ -45,10 +46,18 @@ from torch_mars.train.compare import (
     run_comparison,
     summarise,
 )
+from torch_mars.train.grid import parse_grid, parse_value
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
 from torch_mars.train.plots import plot_runs
 from torch_mars.train.run_record import RunResult, is_run_dir
 from torch_mars.train.schedules import TEXT_SCHEDULES
+from torch_mars.train.sweep import (
+    SweepPlan,
+    format_sweep_table,
+    run_sweep,
+    validate_plan,
+    write_report,
+)
 from torch_mars.train.trainer import TrainConfig, Trainer
 from torch_mars.train.vision import (
     DEFAULT_VISION_OPTIMIZERS,
@@ -56,20 +65,6 @@ from torch_mars.train.vision import (
     VisionConfig,
     VisionTrainer,
 )
-
-
-def parse_value(text: str) -> Any:
-    """``"3e-3"`` -> 0.003, ``"4"`` -> 4, ``"true"`` -> True, ``"0.9,0.95"`` -> (0.9, 0.95)."""
-    if "," in text:
-        return tuple(parse_value(part) for part in text.split(","))
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 def _key_value(text: str) -> tuple[str, Any]:
@@ -89,7 +84,9 @@ def _positive_int(text: str) -> int:
 # Flags shared by several commands.
 
 
-def _add_text_flags(parser: argparse.ArgumentParser, defaults: TrainConfig) -> None:
+def _add_text_flags(
+    parser: argparse.ArgumentParser, defaults: TrainConfig, quiet_flag: bool = True
+) -> None:
     group = parser.add_argument_group("model, data and budget")
     group.add_argument("--model", choices=sorted(GPT_CONFIGS), default=defaults.model)
     group.add_argument(
@@ -126,7 +123,10 @@ def _add_text_flags(parser: argparse.ArgumentParser, defaults: TrainConfig) -> N
         action="store_true",
         help="log MARS's clipped fraction, ||c||/||g|| and update RMS per step",
     )
-    group.add_argument("--quiet", action="store_true", help="log lines instead of a progress bar")
+    if quiet_flag:
+        group.add_argument(
+            "--quiet", action="store_true", help="log lines instead of a progress bar"
+        )
 
 
 def _text_config(args: argparse.Namespace, base: TrainConfig) -> TrainConfig:
@@ -152,12 +152,16 @@ def _text_config(args: argparse.Namespace, base: TrainConfig) -> TrainConfig:
         compile=args.compile,
         exact=args.exact,
         diagnostics=args.diagnostics,
-        quiet=args.quiet,
+        quiet=getattr(args, "quiet", True),
     )
 
 
 def _add_vision_flags(
-    parser: argparse.ArgumentParser, width: int, epochs: int, train_subset: int | None
+    parser: argparse.ArgumentParser,
+    width: int,
+    epochs: int,
+    train_subset: int | None,
+    quiet_flag: bool = True,
 ) -> None:
     group = parser.add_argument_group("model, data and budget")
     group.add_argument("--data", required=True, help="fashion-mnist:DIR, cifar:DIR or folder:DIR")
@@ -179,7 +183,8 @@ def _add_vision_flags(
     )
     group.add_argument("--no-augment", action="store_true", help="no random crop and flip")
     group.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    group.add_argument("--quiet", action="store_true", help="log lines, no progress bar")
+    if quiet_flag:
+        group.add_argument("--quiet", action="store_true", help="log lines, no progress bar")
 
 
 def _vision_config(args: argparse.Namespace, **fields: Any) -> VisionConfig:
@@ -192,7 +197,7 @@ def _vision_config(args: argparse.Namespace, **fields: Any) -> VisionConfig:
         milestones=tuple(args.milestones),
         augment=not args.no_augment,
         device=args.device,
-        quiet=args.quiet,
+        quiet=getattr(args, "quiet", True),
         **fields,
     )
 
@@ -274,6 +279,58 @@ def _comparison_plan(args: argparse.Namespace, base: TrainConfig | VisionConfig)
     )
 
 
+def _add_sweep_flags(parser: argparse.ArgumentParser, optimizers: Sequence[str]) -> None:
+    group = parser.add_argument_group("sweep")
+    group.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=V1,V2,...",
+        help="one axis of an optimizer's grid (repeatable), e.g. mars-adamw:lr=3e-3,6e-3 or "
+        "'mars-adamw:betas=(0.9,0.95),(0.95,0.99)'",
+    )
+    group.add_argument(
+        "--optimizers",
+        nargs="+",
+        metavar="NAME",
+        help=f"optimizers to compare (default: those with a --grid, else {' '.join(optimizers)})",
+    )
+    group.add_argument(
+        "--search-seeds", nargs="+", type=int, default=[0], help="seeds of the search stage"
+    )
+    group.add_argument(
+        "--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of each winner"
+    )
+    group.add_argument(
+        "--jobs", type=_positive_int, default=1, help="worker processes (cores are divided)"
+    )
+    group.add_argument("--name", help="sweep folder name (default: sweep-<time>)")
+    group.add_argument("--out-dir", type=Path, default=Path("runs"))
+
+
+def _sweep_plan(
+    args: argparse.Namespace, base: TrainConfig | VisionConfig, defaults: Sequence[str]
+) -> SweepPlan:
+    grid = parse_grid(args.grid, OPTIMIZER_NAMES)
+    names = args.optimizers or list(grid) or list(defaults)
+    unknown = set(names) - set(OPTIMIZER_NAMES)
+    if unknown:
+        raise ValueError(f"--optimizers: unknown {sorted(unknown)}; known: {OPTIMIZER_NAMES}")
+    missing = set(grid) - set(names)
+    if missing:
+        raise ValueError(f"--grid names {sorted(missing)}, which --optimizers leaves out")
+    kind = "sweep-vision" if isinstance(base, VisionConfig) else "sweep"
+    folder = args.out_dir / (args.name or time.strftime(f"{kind}-%Y%m%d-%H%M%S"))
+    return SweepPlan(
+        base=base,
+        grid={name: grid.get(name, {}) for name in names},
+        search_seeds=tuple(args.search_seeds),
+        seeds=tuple(args.seeds),
+        sweep_dir=folder,
+        jobs=args.jobs,
+    )
+
+
 # The commands: flags, configuration, run.
 
 
@@ -317,6 +374,43 @@ def _run_comparison(plan: ComparisonPlan) -> int:
     )
     print(table)
     print(f"figure: {figure}\nper-run metrics: {out_dir}/<optimizer>-seed<k>/metrics.csv")
+    return 0
+
+
+def _sweep_text_flags(parser: argparse.ArgumentParser) -> None:
+    _add_sweep_flags(parser, DEFAULT_OPTIMIZERS)
+    _add_text_flags(parser, DEFAULT_COMPARE, quiet_flag=False)  # each run logs to its log.txt
+
+
+def _sweep_vision_flags(parser: argparse.ArgumentParser) -> None:
+    _add_sweep_flags(parser, DEFAULT_VISION_OPTIMIZERS)
+    _add_vision_flags(parser, **VISION_COMPARE_BUDGET, quiet_flag=False)
+
+
+def _run_sweep_command(plan: SweepPlan) -> int:
+    from tqdm import tqdm
+
+    count = validate_plan(plan)
+    print(
+        f"sweep of {', '.join(plan.grid)}: {count} points on search seeds "
+        f"{list(plan.search_seeds)}, winners on seeds {list(plan.seeds)}, {plan.jobs} jobs "
+        f"-> {plan.sweep_dir}",
+        flush=True,
+    )
+    bar = tqdm(total=0, unit="run", desc="sweep", disable=not sys.stderr.isatty())
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+        if bar.disable:
+            print(f"sweep: {done}/{total} runs done", flush=True)
+
+    report = run_sweep(plan, progress)
+    bar.close()
+    written = write_report(plan, report)
+    print(format_sweep_table(report))
+    print("wrote " + ", ".join(str(path) for path in written))
     return 0
 
 
@@ -538,6 +632,20 @@ COMMANDS: tuple[Command, ...] = (
         _compare_vision_flags,
         lambda args: _comparison_plan(args, _vision_config(args)),
         _run_comparison,
+    ),
+    Command(
+        ("sweep",),
+        "tune optimizers on grids on text, then compare the winners over seeds",
+        _sweep_text_flags,
+        lambda args: _sweep_plan(args, _text_config(args, DEFAULT_COMPARE), DEFAULT_OPTIMIZERS),
+        _run_sweep_command,
+    ),
+    Command(
+        ("sweep-vision",),
+        "tune optimizers on grids on images, then compare the winners over seeds",
+        _sweep_vision_flags,
+        lambda args: _sweep_plan(args, _vision_config(args), DEFAULT_VISION_OPTIMIZERS),
+        _run_sweep_command,
     ),
     Command(
         ("train",),

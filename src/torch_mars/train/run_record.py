@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,8 +114,19 @@ def write_config(run_dir: Path, task: str, config: dict[str, Any]) -> None:
 
 
 def write_summary(result: RunResult) -> None:
-    """Write ``summary.json`` into the result's run folder."""
-    (result.run_dir / SUMMARY_FILE).write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    """Write ``summary.json`` into the result's run folder, atomically (a temporary file, then a
+    rename): a run has a summary only once it is whole, which is how a sweep knows it is done."""
+    path = result.run_dir / SUMMARY_FILE
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    os.replace(partial, path)
+
+
+def read_summary(run_dir: Path) -> RunResult:
+    """The :class:`RunResult` in ``run_dir/summary.json`` (NaN where it holds null)."""
+    record = json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
+    record = {k: math.nan if v is None else v for k, v in record.items()}
+    return RunResult(**{**record, "run_dir": Path(record["run_dir"])})
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
