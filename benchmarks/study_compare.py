@@ -1,0 +1,113 @@
+"""The tuned comparison at the `torch-mars compare` budget (issue #13), with its protocol fixed
+here before any result was seen. Resumable: run it again and it skips every finished run.
+
+Stage A, learning rate: every optimizer on an lr grid spaced 1.5x, around the previous sweep's
+optimum (docs/results.md), at its default betas/gamma, search seed 0. An optimizer whose best lr
+is at an edge of its grid gets one more 1.5x point on that side, up to three times.
+Stage B, betas and gamma at each optimizer's stage-A lr: MARS rules over betas
+{(0.95, 0.99), (0.9, 0.95)} x gamma {0, 0.025, 0.05, 0.1}; AdamW over the same two betas; Muon
+over momentum {0.9, 0.95}; Lion over betas {(0.9, 0.99), (0.95, 0.98)}. Search seed 0; each
+optimizer's winner then runs seeds 0, 1 and 2, reported as mean and std.
+
+    python benchmarks/study_compare.py [--jobs 2] [--stage a|b|all]
+
+Writes benchmarks/results/study-compare/{lr,betas}/ (run folders, sweep.json, summary.md,
+lr.png, winners.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from torch_mars.train.compare import DEFAULT_COMPARE
+from torch_mars.train.sweep import SweepPlan, format_sweep_table, run_sweep, write_report
+
+FOLDER = Path(__file__).resolve().parent / "results" / "study-compare"
+STEP = 1.5
+LR_GRIDS = {
+    "adamw": (1.3e-3, 2e-3, 3e-3, 4.5e-3, 6.7e-3),
+    "mars-adamw": (3e-3, 4.5e-3, 6.7e-3, 1e-2, 1.5e-2, 2.2e-2),
+    "muon": (1.3e-2, 2e-2, 3e-2, 4.5e-2, 6.7e-2, 1e-1),
+    "mars-shampoo": (1.3e-2, 2e-2, 3e-2, 4.5e-2, 6.7e-2, 1e-1),
+    "lion": (1e-4, 1.5e-4, 2.2e-4, 3.3e-4, 5e-4, 7.5e-4, 1.1e-3),
+    "mars-lion": (1e-4, 1.5e-4, 2.2e-4, 3.3e-4, 5e-4, 7.5e-4, 1.1e-3),
+}
+MARS_RULES = ("mars-adamw", "mars-shampoo", "mars-lion")
+MARS_BETAS = ((0.95, 0.99), (0.9, 0.95))
+EXTENSIONS = 3
+GAMMAS = (0.0, 0.025, 0.05, 0.1)
+OTHER_AXES = {
+    "adamw": {"betas": MARS_BETAS},
+    "muon": {"momentum": (0.9, 0.95)},
+    "lion": {"betas": ((0.9, 0.99), (0.95, 0.98))},
+    **{
+        name: {"betas": MARS_BETAS, "gamma": GAMMAS}
+        for name in ("mars-adamw", "mars-shampoo", "mars-lion")
+    },
+}
+
+
+def progress(done: int, total: int) -> None:
+    print(f"{done}/{total} runs", flush=True)
+
+
+def stage_a(jobs: int) -> dict[str, float]:
+    grids = {name: list(grid) for name, grid in LR_GRIDS.items()}
+    for _ in range(EXTENSIONS + 1):
+        plan = SweepPlan(
+            base=DEFAULT_COMPARE,
+            grid={name: {"lr": tuple(grid)} for name, grid in grids.items()},
+            search_seeds=(0,),
+            seeds=(0,),
+            sweep_dir=FOLDER / "lr",
+            jobs=jobs,
+        )
+        report = run_sweep(plan, progress)
+        write_report(plan, report)
+        lrs = {name: winner.hyperparams["lr"] for name, winner in report.winners.items()}
+        extended = False
+        for name, lr in lrs.items():
+            if lr == grids[name][0]:
+                grids[name].insert(0, float(f"{lr / STEP:.2g}"))
+                extended = True
+            elif lr == grids[name][-1]:
+                grids[name].append(float(f"{lr * STEP:.2g}"))
+                extended = True
+        if not extended:
+            break
+    print(format_sweep_table(report))
+    return lrs
+
+
+def stage_b(jobs: int, lrs: dict[str, float]) -> None:
+    plan = SweepPlan(
+        base=DEFAULT_COMPARE,
+        grid={name: {"lr": (lr,), **OTHER_AXES[name]} for name, lr in lrs.items()},
+        search_seeds=(0,),
+        seeds=(0, 1, 2),
+        sweep_dir=FOLDER / "betas",
+        jobs=jobs,
+    )
+    report = run_sweep(plan, progress)
+    write_report(plan, report)
+    print(format_sweep_table(report))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--stage", choices=("a", "b", "all"), default="all")
+    args = parser.parse_args()
+    if args.stage in ("a", "all"):
+        lrs = stage_a(args.jobs)
+    else:
+        lrs = json.loads((FOLDER / "lr" / "sweep.json").read_text())["winners"]
+        lrs = {name: point["lr"] for name, point in lrs.items()}
+    if args.stage in ("b", "all"):
+        stage_b(args.jobs, lrs)
+
+
+if __name__ == "__main__":
+    main()
