@@ -136,3 +136,15 @@ def test_mars_takes_implementation_flags_as_hyperparameters_and_others_do_not():
         TrainConfig(
             optimizer="adamw", model="tiny", hyperparams={"fused": True}
         ).resolved_hyperparams()
+
+
+def test_every_name_builds_for_both_tasks_and_nadamw_decays_decoupled():
+    from torch_mars.models import resnet18
+    from torch_mars.train.vision import vision_hyperparams
+
+    for name in OPTIMIZER_NAMES:
+        build_optimizer(name, tiny_gpt(), default_hyperparams(name, "tiny"))
+        build_optimizer(name, resnet18(width=2), vision_hyperparams(name, {}))
+    nadamw = build_optimizer("nadamw", tiny_gpt(), default_hyperparams("nadamw", "mini"))
+    assert isinstance(nadamw.optimizer, torch.optim.NAdam)
+    assert all(g["decoupled_weight_decay"] for g in nadamw.optimizer.param_groups)

@@ -8,6 +8,11 @@ Names:
   biases, and for ``mars-shampoo`` the embeddings, on its AdamW path), or over
   ``model.parameters()`` with ``reference_routing=True`` (the authors' routing).
 - ``adamw``: :class:`torch.optim.AdamW` (fused where the device has it); ``lion``: Lion.
+- ``nadamw``: :class:`torch.optim.NAdam` with decoupled weight decay: Adam with a Nesterov first
+  moment. Unclipped approximate MARS's first moment unrolls to
+  ``(1 - b1 + gamma b1) g_t + b1 (1 - gamma) u_{t-1}`` (``u``: the plain EMA of gradients), a
+  Nesterov-like momentum, so NAdamW is the control that separates MARS's variance reduction
+  from the shape of its momentum.
 - ``muon``: :class:`torch.optim.Muon` on the hidden 2-D matrices, AdamW on everything else
   (embeddings, norms, biases, and conv kernels, which ``torch.optim.Muon`` does not take), as
   the paper's baseline.
@@ -42,6 +47,7 @@ OPTIMIZER_NAMES: tuple[str, ...] = (
     "muon",
     "muon-nd",
     "lion",
+    "nadamw",
 )
 # The names built on torch_mars.MARS, and the MARS rule each takes.
 MARS_RULE_OF: dict[str, str] = {
@@ -80,6 +86,7 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "mars-shampoo": {"lr": 3e-2, "lr_1d": 3e-3},
     "muon-nd": {"lr": 3e-2, "lr_1d": 3e-3},
     "lion": {"lr": 3e-4},
+    "nadamw": {"lr": 3e-3},
     "mars-lion": {"lr": 3e-4, "lr_1d": 3e-3},
 }
 
@@ -129,6 +136,12 @@ def default_hyperparams(name: str, model: str) -> dict[str, Any]:
             "adamw_weight_decay": 0.1,
         },
         "lion": {"lr": lrs.adamw / 10, "betas": (0.9, 0.99), "weight_decay": 1.0},
+        "nadamw": {
+            "lr": lrs.adamw,
+            "betas": (0.9, 0.95),
+            "weight_decay": 0.1,
+            "momentum_decay": 4e-3,
+        },
     }
     if model not in _PAPER_LRS:
         return {**paper[name], **_CPU_SETTINGS[name]}
@@ -233,6 +246,8 @@ def _construct(
         return torch.optim.AdamW(model.parameters(), fused=fused, **settings)
     if name == "lion":
         return Lion(model.parameters(), **settings)
+    if name == "nadamw":
+        return torch.optim.NAdam(model.parameters(), decoupled_weight_decay=True, **settings)
     if not hasattr(torch.optim, "Muon"):
         raise ValueError(f"muon needs torch.optim.Muon (torch >= 2.9), not in {torch.__version__}")
     matrices, rest = _split_matrices(model)

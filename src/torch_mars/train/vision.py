@@ -80,6 +80,7 @@ VISION_DEFAULTS: dict[str, dict[str, Any]] = {
         "adamw_weight_decay": 5e-4,
     },
     "lion": {"lr": 1e-4, "betas": (0.9, 0.99), "weight_decay": 5e-4},
+    "nadamw": {"lr": 1e-3, "betas": (0.9, 0.999), "weight_decay": 5e-4, "momentum_decay": 4e-3},
 }
 
 
