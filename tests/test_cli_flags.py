@@ -15,6 +15,7 @@ from torch_mars.cli import COMMANDS, Command, build_parser
 REQUIRED: dict[tuple[str, ...], list[str]] = {
     ("compare-vision",): ["--data", "fashion-mnist:/images"],
     ("train-vision",): ["--data", "fashion-mnist:/images"],
+    ("sweep-vision",): ["--data", "fashion-mnist:/images"],
     ("plot",): ["runs/a"],
     ("prepare",): ["notes.txt", "--out", "shards"],
 }
@@ -25,6 +26,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     (("compare-vision",), "--opt-arg"): ["mars-adamw:gamma=0.05"],
     (("compare-vision",), "--data"): ["cifar:/images"],
     (("train-vision",), "--data"): ["cifar:/images"],
+    (("sweep-vision",), "--data"): ["cifar:/images"],
     (("plot",), "--out"): ["figure.png"],
     (("prepare",), "--out"): ["other-shards"],
     "--opt-arg": ["gamma=0.05"],
@@ -70,6 +72,9 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--processes": ["3"],
     "--tokenizer-dir": ["gpt2"],
     "--val-fraction": ["0.1"],
+    "--grid": ["adamw:lr=1e-3,2e-3"],
+    "--search-seeds": ["1"],
+    "--jobs": ["2"],
 }
 
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from torch_mars.bench.commands import (
     DistributedBenchOptions,
@@ -68,16 +68,61 @@ from torch_mars.train.vision import (
 
 
 def _key_value(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with a number, a tuple of numbers or true/false as the value."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, parse_value(value)
+    parsed = parse_value(value)
+    for item in parsed if isinstance(parsed, tuple) else (parsed,):
+        if isinstance(item, str) or (isinstance(item, float) and not math.isfinite(item)):
+            raise argparse.ArgumentTypeError(
+                f"{key}: {value!r} is not a finite number, a tuple of them or true/false"
+            )
+    return key, parsed
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line naming the flag (exit code 2), without the
+    usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _whole_number(text: str, minimum: int) -> int:
+    """A whole number >= ``minimum``: ``12``, also ``1e3``; not ``1.5``, ``inf`` or ``nan``."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value != int(value) or value < minimum:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+    return int(value)
 
 
 def _positive_int(text: str) -> int:
-    value = int(float(text))
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return _whole_number(text, 1)
+
+
+def _nonnegative_int(text: str) -> int:
+    return _whole_number(text, 0)
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    """A number in (0, 1]."""
+    value = _nonnegative_float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
     return value
 
 
@@ -92,9 +137,11 @@ def _add_text_flags(
     group.add_argument(
         "--data", default=defaults.data, help="'stdlib' (default), shards:FOLDER, or a text path"
     )
-    group.add_argument("--steps", type=_positive_int, default=defaults.steps)
     group.add_argument(
-        "--tokens", type=_positive_int, help="token budget per run; sets --steps to cover it"
+        "--steps", type=_positive_int, help=f"optimizer steps (default {defaults.steps})"
+    )
+    group.add_argument(
+        "--tokens", type=_positive_int, help="token budget per run, instead of --steps"
     )
     group.add_argument(
         "--batch-size",
@@ -110,11 +157,16 @@ def _add_text_flags(
     )
     group.add_argument("--block-size", type=_positive_int, help="sequence length")
     group.add_argument("--schedule", choices=TEXT_SCHEDULES, default=defaults.schedule)
-    group.add_argument("--warmup-steps", type=int, help="default: 10%% of --steps")
-    group.add_argument("--grad-clip", type=float, default=defaults.grad_clip)
+    group.add_argument("--warmup-steps", type=_nonnegative_int, help="default: 10%% of --steps")
+    group.add_argument(
+        "--grad-clip",
+        type=_nonnegative_float,
+        default=defaults.grad_clip,
+        help="global gradient-norm clip (0: none)",
+    )
     group.add_argument("--eval-interval", type=_positive_int, default=defaults.eval_interval)
     group.add_argument("--eval-batches", type=_positive_int, default=defaults.eval_batches)
-    group.add_argument("--data-seed", type=int, default=defaults.data_seed)
+    group.add_argument("--data-seed", type=_nonnegative_int, default=defaults.data_seed)
     group.add_argument("--device", default=defaults.device, help="auto, cpu, cuda, cuda:1, ...")
     group.add_argument("--compile", action="store_true", help="torch.compile the model")
     group.add_argument("--exact", action="store_true", help="MARS exact mode (2 gradients/step)")
@@ -130,8 +182,10 @@ def _add_text_flags(
 
 
 def _text_config(args: argparse.Namespace, base: TrainConfig) -> TrainConfig:
-    steps = args.steps
+    steps = args.steps if args.steps is not None else base.steps
     if args.tokens is not None:
+        if args.steps is not None:
+            raise ValueError("--tokens and --steps both set the length of a run: give one")
         block = args.block_size or GPT_CONFIGS[args.model].block_size
         steps = math.ceil(args.tokens / (args.batch_size * args.grad_accum * block))
     return dataclasses.replace(
@@ -177,7 +231,7 @@ def _add_vision_flags(
     group.add_argument(
         "--milestones",
         nargs="+",
-        type=float,
+        type=_fraction,
         default=list(VisionConfig.milestones),
         help="fractions of --epochs where the lr is divided by 10 (default 0.5 0.75)",
     )
@@ -211,7 +265,7 @@ def _add_comparison_flags(parser: argparse.ArgumentParser, optimizers: Sequence[
         metavar="NAME",
         help=f"from {', '.join(OPTIMIZER_NAMES)}",
     )
-    group.add_argument("--seeds", nargs="+", type=int, default=[0])
+    group.add_argument("--seeds", nargs="+", type=_nonnegative_int, default=[0])
     group.add_argument(
         "--lr",
         action="append",
@@ -272,7 +326,10 @@ def _comparison_plan(args: argparse.Namespace, base: TrainConfig | VisionConfig)
                 f"--opt-arg {spec!r}: expected OPTIMIZER:KEY=VALUE with OPTIMIZER "
                 "among --optimizers"
             )
-        key, value = _key_value(rest)
+        try:
+            key, value = _key_value(rest)
+        except argparse.ArgumentTypeError as error:
+            raise ValueError(f"--opt-arg {spec!r}: {error}") from error
         hyperparams[name][key] = value
     return ComparisonPlan(
         base, tuple(args.optimizers), tuple(args.seeds), hyperparams, args.out_dir, args.name
@@ -296,10 +353,18 @@ def _add_sweep_flags(parser: argparse.ArgumentParser, optimizers: Sequence[str])
         help=f"optimizers to compare (default: those with a --grid, else {' '.join(optimizers)})",
     )
     group.add_argument(
-        "--search-seeds", nargs="+", type=int, default=[0], help="seeds of the search stage"
+        "--search-seeds",
+        nargs="+",
+        type=_nonnegative_int,
+        default=[0],
+        help="seeds of the search stage",
     )
     group.add_argument(
-        "--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of each winner"
+        "--seeds",
+        nargs="+",
+        type=_nonnegative_int,
+        default=[0, 1, 2],
+        help="seeds of each winner",
     )
     group.add_argument(
         "--jobs", type=_positive_int, default=1, help="worker processes (cores are divided)"
@@ -417,13 +482,15 @@ def _run_sweep_command(plan: SweepPlan) -> int:
 def _train_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", choices=OPTIMIZER_NAMES, default="mars-adamw")
     _add_opt_arg(parser)
-    parser.add_argument("--seed", type=int, default=0, help="model initialisation seed")
+    parser.add_argument(
+        "--seed", type=_nonnegative_int, default=0, help="model initialisation seed"
+    )
     parser.add_argument("--run-dir", type=Path, default=Path("runs/train"))
     parser.add_argument("--resume", action="store_true", help="continue from run-dir's checkpoint")
     parser.add_argument("--stop-after", type=_positive_int, help="stop (checkpointed) at this step")
     parser.add_argument(
         "--checkpoint-interval",
-        type=int,
+        type=_nonnegative_int,
         default=0,
         help="steps between checkpoints (0: only at the end)",
     )
@@ -477,7 +544,7 @@ def _run_train(config: TrainConfig) -> int:
 def _train_vision_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", choices=OPTIMIZER_NAMES, default="mars-adamw")
     _add_opt_arg(parser)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=_nonnegative_int, default=0)
     parser.add_argument("--run-dir", type=Path, default=Path("runs/vision"))
     _add_vision_flags(parser, VisionConfig.width, VisionConfig.epochs, None)
 
@@ -528,8 +595,8 @@ def _run_plot(plan: PlotPlan) -> int:
 
 def _bench_common_flags(parser: argparse.ArgumentParser, model_help: str) -> None:
     parser.add_argument("--model", choices=sorted(GPT_CONFIGS), help=model_help)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--warmup", type=_positive_int, default=3)
+    parser.add_argument("--repeats", type=_positive_int, default=10)
     parser.add_argument("--only", nargs="+", metavar="NAME", help="rows to run (default: all)")
     parser.add_argument("--json", type=Path, help="results file (default: runs/bench-MODE.json)")
 
@@ -586,7 +653,7 @@ def _prepare_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokenizer-dir", type=Path, help="folder with GPT-2's encoder.json and vocab.bpe"
     )
-    parser.add_argument("--val-fraction", type=float, default=0.05)
+    parser.add_argument("--val-fraction", type=_fraction, default=0.05)
 
 
 def _run_prepare(plan: PreparePlan) -> int:
@@ -705,10 +772,12 @@ COMMANDS: tuple[Command, ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``torch-mars`` argument parser: one sub-parser per :data:`COMMANDS` entry."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="torch-mars", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    subparsers = {(): parser.add_subparsers(dest="command", required=True)}
+    subparsers = {
+        (): parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    }
     for command in COMMANDS:
         parent = command.words[:-1]
         if parent not in subparsers:
@@ -721,8 +790,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``torch-mars`` command."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``torch-mars`` command; returns the exit code (2: a bad flag or
+    value, reported in one line on stderr)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help (0) or a bad flag (2)
+        return int(exit_.code or 0)
     command: Command = args.command_entry
     try:
         return command.run(command.configure(args))

@@ -28,6 +28,7 @@ part.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -215,6 +216,14 @@ def build_optimizer(
     if exact and name not in MARS_RULE_OF:
         raise ValueError(f"exact mode is a MARS option; {name!r} has none")
     settings = dict(hyperparams)
+    for key in ("lr", "min_lr"):
+        value = settings.get(key, 0.0)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"{name}: {key} must be a finite number, got {value!r}")
     min_lr = settings.pop("min_lr", settings["lr"] * DEFAULT_MIN_LR_RATIO)
     if not 0.0 <= min_lr <= settings["lr"]:
         raise ValueError(f"min_lr must be in [0, lr={settings['lr']}], got {min_lr}")

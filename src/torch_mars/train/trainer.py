@@ -179,9 +179,17 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
     ``LOCAL_RANK``."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        resolved = None
+    if resolved is None or resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be auto, cpu or cuda[:N], got {device!r}")
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: this torch build or machine has no CUDA device")
     if device == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        device = f"cuda:{local_rank}"
-    return torch.device(device)
+        resolved = torch.device(f"cuda:{local_rank}")
+    return resolved
 
 
 def _rng_state() -> dict[str, Any]:

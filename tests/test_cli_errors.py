@@ -1,0 +1,59 @@
+"""Bad command-line values end with exit code 2 and one line on stderr that names the flag,
+before anything trains: the red-team inputs of issue #14 and their neighbours."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness_helpers import TINY_CLI
+from torch_mars.cli import main
+
+TINY = [flag for flag in TINY_CLI if flag != "--quiet"]
+TINY = [*TINY[:2], *TINY[4:]]  # without --steps: some cases set the length themselves
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--steps", "inf"], "--steps"),
+        (["--steps", "1.5"], "--steps"),
+        (["--steps", "nan"], "--steps"),
+        (["--steps", "0"], "--steps"),
+        (["--tokens", "-3"], "--tokens"),
+        (["--opt-arg", "lr=abc"], "--opt-arg"),
+        (["--opt-arg", "lr=nan"], "--opt-arg"),
+        (["--opt-arg", "lr"], "--opt-arg"),
+        (["--device", "cuda"], "--device"),
+        (["--device", "tpu"], "--device"),
+        (["--grad-clip", "nan"], "--grad-clip"),
+        (["--grad-clip", "-1"], "--grad-clip"),
+        (["--warmup-steps", "-1"], "--warmup-steps"),
+        (["--tokens", "300", "--steps", "5"], "--tokens and --steps"),
+        (["--checkpoint-interval", "2.5"], "--checkpoint-interval"),
+        (["--seed", "-1"], "--seed"),
+    ],
+)
+def test_bad_train_values_are_one_line_errors_naming_the_flag(tmp_path, capsys, args, flag):
+    code = main(["train", *TINY, "--data", "unused.txt", "--run-dir", str(tmp_path), *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("torch-mars train: error:") and flag in err
+    assert not (tmp_path / "config.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["compare", "--opt-arg", "mars-adamw:lr=abc"], "--opt-arg"),
+        (["compare", "--lr", "adamw=inf"], "--lr"),
+        (["compare-vision", "--data", "x:y", "--milestones", "1.5"], "--milestones"),
+        (["sweep", "--grid", "adamw:lr=1e-3,,2e-3"], "--grid"),
+        (["sweep", "--jobs", "0"], "--jobs"),
+        (["bench", "step", "--repeats", "0"], "--repeats"),
+        (["prepare", "a.txt", "--out", "o", "--val-fraction", "2"], "--val-fraction"),
+    ],
+)
+def test_other_commands_refuse_bad_values_the_same_way(capsys, args, flag):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err
