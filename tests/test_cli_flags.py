@@ -75,6 +75,8 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--grid": ["adamw:lr=1e-3,2e-3"],
     "--search-seeds": ["1"],
     "--jobs": ["2"],
+    "--overwrite": [],
+    "--dist-timeout": ["30"],
 }
 
 

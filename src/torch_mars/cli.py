@@ -49,7 +49,7 @@ from torch_mars.train.compare import (
 from torch_mars.train.grid import parse_grid, parse_value
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
 from torch_mars.train.plots import plot_runs
-from torch_mars.train.run_record import RunResult, is_run_dir
+from torch_mars.train.run_record import RunFolderBusy, RunResult, is_run_dir
 from torch_mars.train.schedules import TEXT_SCHEDULES
 from torch_mars.train.sweep import (
     SweepPlan,
@@ -285,6 +285,14 @@ def _add_comparison_flags(parser: argparse.ArgumentParser, optimizers: Sequence[
     group.add_argument("--out-dir", type=Path, default=Path("runs"))
 
 
+def _add_overwrite(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over in run folders that hold checkpoints of earlier runs",
+    )
+
+
 def _add_opt_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--opt-arg",
@@ -401,6 +409,7 @@ def _sweep_plan(
 
 def _compare_flags(parser: argparse.ArgumentParser) -> None:
     _add_comparison_flags(parser, DEFAULT_OPTIMIZERS)
+    _add_overwrite(parser)
     _add_text_flags(parser, DEFAULT_COMPARE)
 
 
@@ -497,6 +506,13 @@ def _train_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fsdp", action="store_true", help="under torchrun: shard with FSDP2 instead of DDP"
     )
+    parser.add_argument(
+        "--dist-timeout",
+        type=_positive_int,
+        default=int(TrainConfig.dist_timeout_s),
+        help="under torchrun: seconds a process waits for the others before the run stops",
+    )
+    _add_overwrite(parser)
     _add_text_flags(parser, TrainConfig())
 
 
@@ -509,6 +525,8 @@ def _train_config(args: argparse.Namespace) -> TrainConfig:
         stop_after=args.stop_after,
         checkpoint_interval=args.checkpoint_interval,
         fsdp=args.fsdp,
+        dist_timeout_s=float(args.dist_timeout),
+        overwrite=args.overwrite,
         hyperparams=dict(args.opt_arg),
     )
     return _text_config(args, base)
@@ -690,7 +708,10 @@ COMMANDS: tuple[Command, ...] = (
         ("compare",),
         "train several optimizers side by side on text (a GPT)",
         _compare_flags,
-        lambda args: _comparison_plan(args, _text_config(args, DEFAULT_COMPARE)),
+        lambda args: _comparison_plan(
+            args,
+            _text_config(args, dataclasses.replace(DEFAULT_COMPARE, overwrite=args.overwrite)),
+        ),
         _run_comparison,
     ),
     Command(
@@ -799,7 +820,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: Command = args.command_entry
     try:
         return command.run(command.configure(args))
-    except (ValueError, FileNotFoundError, CheckpointError, FloatingPointError) as error:
+    except (
+        ValueError,
+        FileNotFoundError,
+        CheckpointError,
+        FloatingPointError,
+        RunFolderBusy,
+        TimeoutError,
+    ) as error:
         print(f"torch-mars {' '.join(command.words)}: error: {error}", file=sys.stderr)
         return 2
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -130,14 +131,42 @@ def read_fashion_mnist(folder: Path, split: str) -> ImageDataset:
     return read_idx(paths[0], paths[1], FASHION_MNIST_CLASSES)
 
 
+# What a CIFAR python batch is made of besides dicts, lists, strings and numbers: numpy arrays.
+_CIFAR_GLOBALS = frozenset(
+    {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+    }
+)
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """An unpickler that builds only what the CIFAR format uses: any other class or function
+    named in the file (``os.system``, say) is refused before it is looked up, so a batch from
+    an untrusted download cannot run code."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _CIFAR_GLOBALS:
+            raise pickle.UnpicklingError(
+                f"refused {module}.{name}: a CIFAR batch holds only numpy arrays, lists, "
+                "strings and numbers"
+            )
+        return super().find_class(module, name)
+
+
 def _unpickle(path: Path) -> dict:
     if not path.is_file():
         raise DataFormatError(path, "no such file", "a CIFAR python batch")
     try:
         with path.open("rb") as handle:
-            return pickle.load(handle, encoding="latin1")
-    except (pickle.UnpicklingError, EOFError, ValueError) as error:
+            batch = _CifarUnpickler(handle, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as error:
         raise DataFormatError(path, f"cannot be unpickled ({error})", "a CIFAR batch") from error
+    if not isinstance(batch, dict):
+        raise DataFormatError(path, f"a pickled {type(batch).__name__}", "a dict (a CIFAR batch)")
+    return batch
 
 
 def read_cifar(folder: Path, split: str) -> ImageDataset:

@@ -1,42 +1,100 @@
-"""Checkpoints: one file with model, optimizer, RNG, data position and run identity, written
-atomically (temporary file, then rename) so a crash mid-write leaves the previous one intact."""
+"""Checkpoints: one file with model, optimizer, RNG, data position and run identity.
+
+Written so that a crash at any moment leaves the previous checkpoint intact: a temporary file,
+flushed to disk (``fsync``), then renamed over the old one, and the folder synced. Each carries
+a SHA-256 of its content (every tensor's bytes, every value) that is checked on load, so a file
+damaged on disk is a :class:`CheckpointError` naming it, not a silently different run. The file
+is read with ``torch.load(weights_only=True)``, which builds tensors and plain containers only.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-CHECKPOINT_FORMAT = "torch-mars-checkpoint/1"
+CHECKPOINT_FORMAT = "torch-mars-checkpoint/2"
+# Version 1 had no content hash; it still loads, unchecked.
+READABLE_FORMATS = ("torch-mars-checkpoint/1", CHECKPOINT_FORMAT)
+SHARDED_DIR_PATTERN = re.compile(r"checkpoint-step\d+")
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be resumed from: missing, corrupt, or from another run."""
 
 
+def _feed(digest: Any, value: Any) -> None:
+    """Add ``value`` to ``digest`` in a canonical form (dict keys sorted; tensors by dtype,
+    shape and bytes)."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"tensor {tensor.dtype} {tuple(value.shape)};".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    elif isinstance(value, dict):
+        digest.update(f"dict {len(value)};".encode())
+        for key in sorted(value, key=repr):
+            _feed(digest, key)
+            _feed(digest, value[key])
+    elif isinstance(value, list | tuple):
+        digest.update(f"{type(value).__name__} {len(value)};".encode())
+        for item in value:
+            _feed(digest, item)
+    else:
+        digest.update(f"{type(value).__name__} {value!r};".encode())
+
+
+def content_hash(payload: dict[str, Any]) -> str:
+    """The SHA-256 of ``payload`` without its own ``sha256`` entry."""
+    digest = hashlib.sha256()
+    _feed(digest, {k: v for k, v in payload.items() if k != "sha256"})
+    return digest.hexdigest()
+
+
+def _fsync_folder(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` atomically."""
+    """Write ``payload`` to ``path`` atomically and durably, with its content hash."""
+    record = {"format": CHECKPOINT_FORMAT, **payload}
+    record["sha256"] = content_hash(record)
     partial = path.with_name(path.name + ".partial")
-    torch.save({"format": CHECKPOINT_FORMAT, **payload}, partial)
+    with partial.open("wb") as handle:
+        torch.save(record, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(partial, path)
+    _fsync_folder(path.parent)
 
 
 def load_checkpoint(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
-    """Read a checkpoint and check it belongs to the run described by ``identity`` (the settings
-    that determine a run's trajectory); any difference is a :class:`CheckpointError`."""
+    """Read a checkpoint, check its content hash, and check that it belongs to the run described
+    by ``identity`` (the settings that determine a run's trajectory); any failure is a
+    :class:`CheckpointError` naming the file."""
     if not path.is_file():
         raise CheckpointError(f"{path}: no checkpoint to resume from")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
         raise CheckpointError(f"{path}: not a readable checkpoint ({error})") from error
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") not in READABLE_FORMATS:
         raise CheckpointError(
             f"{path}: not a torch-mars checkpoint (expected format {CHECKPOINT_FORMAT!r})"
+        )
+    if payload["format"] == CHECKPOINT_FORMAT and payload.get("sha256") != content_hash(payload):
+        raise CheckpointError(
+            f"{path}: the content does not match its hash: the file is damaged (resume from a "
+            "copy, or start over with --overwrite)"
         )
     saved = payload.get("identity", {})
     differences = [
@@ -49,3 +107,21 @@ def load_checkpoint(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
             f"{path}: the checkpoint is from a different run; " + "; ".join(differences)
         )
     return payload
+
+
+def sharded_checkpoint_dir(run_dir: Path, name: object) -> Path:
+    """The DCP folder a checkpoint names, checked: a ``checkpoint-stepN`` folder directly in
+    ``run_dir``, not a link. Anything else (an absolute path, ``..``, a link out of the run
+    folder) is a :class:`CheckpointError`: DCP unpickles that folder's metadata, so it must be
+    the run's own."""
+    if not isinstance(name, str) or not SHARDED_DIR_PATTERN.fullmatch(name):
+        raise CheckpointError(
+            f"{run_dir}: the checkpoint names {name!r} as its shard folder; expected "
+            "checkpoint-stepN inside the run folder"
+        )
+    folder = run_dir / name
+    if folder.is_symlink() or folder.resolve().parent != run_dir.resolve():
+        raise CheckpointError(f"{folder}: a shard folder must not be a link out of the run folder")
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: the shard folder the checkpoint names is missing")
+    return folder

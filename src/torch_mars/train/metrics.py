@@ -4,8 +4,10 @@ TensorBoard when the ``tensorboard`` package is installed."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "train_loss",
     "val_loss",
     "tokens_per_s",
+    "grad_norm",
     "clipped_fraction",
     "correction_ratio",
     "update_rms",
@@ -24,16 +27,28 @@ METRIC_COLUMNS: tuple[str, ...] = (
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The rows of ``run_dir/metrics.jsonl``."""
+    """The rows of ``run_dir/metrics.jsonl`` (a last line cut short by a kill is left out)."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no metrics; is {run_dir} a torch-mars run folder?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    *complete, _unterminated = path.read_text().split("\n")
+    return [json.loads(line) for line in complete if line.strip()]
+
+
+def _replace_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("w", newline="") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
 
 
 class MetricsLogger:
-    """Appends rows to the run's metric files; on resume it first drops rows past ``step``, which
-    the interrupted run wrote after its last checkpoint."""
+    """Appends rows to the run's metric files. On resume it first cuts them back to the rows up
+    to ``resume_step`` (the checkpoint's step: rows past it were written after the last
+    checkpoint and will be written again), replacing each file atomically, then appends: a kill
+    at any moment leaves every row up to the checkpoint in place."""
 
     def __init__(
         self,
@@ -47,12 +62,15 @@ class MetricsLogger:
         self.x_axis = x_axis
         rows = read_metrics(run_dir) if resume_step is not None else []
         rows = [row for row in rows if row["step"] <= (resume_step or 0)]
-        self._jsonl = open(run_dir / "metrics.jsonl", "w")  # noqa: SIM115 (held for the run)
-        self._csv_file = open(run_dir / "metrics.csv", "w", newline="")  # noqa: SIM115
+        _replace_atomically(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        table = io.StringIO()
+        writer = csv.DictWriter(table, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows({key: row.get(key) for key in columns} for row in rows)
+        _replace_atomically(run_dir / "metrics.csv", table.getvalue())
+        self._jsonl = open(run_dir / "metrics.jsonl", "a")  # noqa: SIM115 (held for the run)
+        self._csv_file = open(run_dir / "metrics.csv", "a", newline="")  # noqa: SIM115
         self._csv = csv.DictWriter(self._csv_file, fieldnames=columns)
-        self._csv.writeheader()
-        for row in rows:
-            self._write(row)
         self._tensorboard = None
         try:
             from torch.utils.tensorboard import SummaryWriter

@@ -4,10 +4,13 @@ per step or epoch (:mod:`.metrics`), and ``summary.json`` (a :class:`RunResult`)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +140,39 @@ def read_config(run_dir: Path) -> dict[str, Any]:
     config = json.loads(path.read_text())
     config.setdefault("task", "text")
     return config
+
+
+LOCK_FILE = ".lock"
+
+
+class RunFolderBusy(RuntimeError):
+    """Another process is training into the run folder."""
+
+
+@contextlib.contextmanager
+def run_folder_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir``'s lock (an ``flock`` on ``.lock``, which records the holder's process
+    id) while the block runs; a second process gets :class:`RunFolderBusy` naming the first.
+    The operating system releases the lock when its holder dies, so a killed run leaves none."""
+    path = Path(run_dir) / LOCK_FILE
+    handle = path.open("a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise RunFolderBusy(
+                f"{run_dir} is in use by process {holder} (lock {path}); wait for it to end or "
+                "choose another run folder"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()
 
 
 def is_run_dir(folder: Path) -> bool:

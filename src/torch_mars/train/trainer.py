@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import math
 import os
 import random
@@ -23,13 +24,19 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 from tqdm.auto import tqdm
 
 from torch_mars.data import BatchSampler, TokenCorpus, load_corpus
 from torch_mars.distributed import load_sharded_checkpoint, save_sharded_checkpoint
 from torch_mars.models import GPT, gpt_config
 from torch_mars.optim import MARS
-from torch_mars.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from torch_mars.train.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+    sharded_checkpoint_dir,
+)
 from torch_mars.train.diagnostics import MarsDiagnostics
 from torch_mars.train.metrics import MetricsLogger
 from torch_mars.train.optimizers import (
@@ -42,6 +49,7 @@ from torch_mars.train.run_record import (
     TASK_METRICS,
     RunResult,
     check_finite,
+    run_folder_lock,
     write_config,
     write_summary,
 )
@@ -64,7 +72,9 @@ class TrainConfig:
     ``resume``. A progress bar shows on a terminal unless ``quiet``; otherwise each evaluation
     prints a log line. ``fsdp`` shards the model with FSDP2 instead of DDP when running on
     more than one process (its checkpoints are DCP directories, which resume on any number of
-    processes).
+    processes). A run folder that holds a checkpoint is only trained into again with ``resume``
+    or ``overwrite``. ``dist_timeout_s`` bounds how long a process waits for the others in a
+    collective before the run stops with an error.
     """
 
     optimizer: str = "mars-adamw"
@@ -92,6 +102,8 @@ class TrainConfig:
     quiet: bool = False
     diagnostics: bool = False
     fsdp: bool = False
+    overwrite: bool = False
+    dist_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         positive = ("steps", "batch_size", "grad_accum", "eval_interval", "eval_batches")
@@ -102,6 +114,10 @@ class TrainConfig:
             raise ValueError(f"schedule must be one of {TEXT_SCHEDULES}, got {self.schedule!r}")
         if self.grad_clip < 0:
             raise ValueError(f"grad_clip must be >= 0 (0 disables it), got {self.grad_clip}")
+        if not (math.isfinite(self.dist_timeout_s) and self.dist_timeout_s > 0):
+            raise ValueError(f"dist_timeout_s must be > 0, got {self.dist_timeout_s}")
+        if self.resume and self.overwrite:
+            raise ValueError("resume and overwrite exclude each other: continue or start over")
         if self.checkpoint_interval < 0:
             raise ValueError(f"checkpoint_interval must be >= 0, got {self.checkpoint_interval}")
         if self.stop_after is not None and not 1 <= self.stop_after <= self.steps:
@@ -165,12 +181,15 @@ class _Dist:
         return self.rank == 0
 
 
-def _init_distributed(device: str) -> _Dist:
+def _init_distributed(device: str, timeout_s: float) -> _Dist:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return _Dist()
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+        dist.init_process_group(
+            backend="nccl" if device.startswith("cuda") else "gloo",
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
     return _Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
@@ -215,7 +234,8 @@ class Trainer:
         self.dist = _init_distributed(
             config.device
             if config.device != "auto"
-            else ("cuda" if torch.cuda.is_available() else "cpu")
+            else ("cuda" if torch.cuda.is_available() else "cpu"),
+            config.dist_timeout_s,
         )
         if config.grad_accum % self.dist.world:
             raise ValueError(
@@ -258,6 +278,7 @@ class Trainer:
                 self.forward_model, device_ids=ids
             )
         self.local_accum = config.grad_accum // self.dist.world
+        self._grad_norms: dict[int, Tensor] = {}
         self.tokens_per_step = config.batch_size * config.grad_accum * self.block_size
         self.diagnostics = (
             MarsDiagnostics(self.optimizer)
@@ -297,7 +318,12 @@ class Trainer:
                 (loss / self.local_accum).backward()
             total += loss.detach() / self.local_accum
         if self.config.grad_clip > 0:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        else:
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            norm = nn.utils.get_total_norm(grads)
+        # The exact mode evaluates twice per step; the norm at the current parameters is first.
+        self._grad_norms.setdefault(step, norm.full_tensor() if isinstance(norm, DTensor) else norm)
         return self._mean_over_processes(total)
 
     def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager:
@@ -324,6 +350,11 @@ class Trainer:
         return float(self._mean_over_processes(total))
 
     def _checkpoint(self, step: int, progress: dict[str, Any]) -> None:
+        if not self._parameters_finite():
+            raise FloatingPointError(
+                f"{self.config.optimizer}: non-finite parameters after step {step}; the last "
+                "checkpoint is kept"
+            )
         payload: dict[str, Any] = {
             "identity": self.config.identity(),
             "step": step,
@@ -353,7 +384,7 @@ class Trainer:
     def _resume(self) -> tuple[int, dict[str, Any]]:
         payload = load_checkpoint(self.config.run_dir / CHECKPOINT_FILE, self.config.identity())
         if "sharded_dir" in payload:
-            directory = self.config.run_dir / payload["sharded_dir"]
+            directory = sharded_checkpoint_dir(self.config.run_dir, payload["sharded_dir"])
             load_sharded_checkpoint(directory, self.model, self.optimizer)
         elif self.sharded:
             raise CheckpointError(
@@ -367,8 +398,26 @@ class Trainer:
         return payload["step"], payload["progress"]
 
     def train(self) -> RunResult:
-        """Run (or resume) to ``steps`` or ``stop_after`` and return the result; the loop reads
-        top to bottom: schedule, forward/backward/step, evaluation, log, checkpoint."""
+        """Run (or resume) to ``steps`` or ``stop_after`` and return the result, holding the
+        run folder's lock (the first process); a collective that times out is a
+        ``TimeoutError``."""
+        if self.dist.main:
+            self.config.run_dir.mkdir(parents=True, exist_ok=True)
+        lock = run_folder_lock(self.config.run_dir) if self.dist.main else contextlib.nullcontext()
+        try:
+            with lock:
+                return self._train()
+        except RuntimeError as error:
+            if self.dist.enabled and "timed out" in str(error).lower():
+                raise TimeoutError(
+                    f"a collective waited more than {self.config.dist_timeout_s:g} s "
+                    "(dist_timeout_s): another process is stuck or has died"
+                ) from error
+            raise
+
+    def _train(self) -> RunResult:
+        """The loop, top to bottom: schedule, forward/backward/step, checks, evaluation, log,
+        checkpoint."""
         config = self.config
         # Start: the run folder, the point to start from, the metrics files and config.json.
         start, progress = self._start()
@@ -393,7 +442,7 @@ class Trainer:
             scale_learning_rates(self.optimizer, self.schedule(step))
             # Forward, backward and optimizer step.
             began = time.perf_counter()
-            train_loss = self._train_step(step)
+            train_loss, grad_norm = self._train_step(step)
             elapsed = time.perf_counter() - began
             progress["train_time_s"] += elapsed
             row: dict[str, Any] = {
@@ -403,10 +452,17 @@ class Trainer:
                 "lr": self.optimizer.param_groups[0]["lr"],
                 "train_loss": train_loss,
                 "tokens_per_s": self.tokens_per_step / elapsed,
+                "grad_norm": grad_norm,
             }
             if self.diagnostics:
                 row.update(self.diagnostics.after_step())
+            # Nothing non-finite goes on: the run stops before any checkpoint of bad state.
             check_finite(config.optimizer, train_loss, f"step {step + 1}")
+            if not math.isfinite(grad_norm):
+                raise FloatingPointError(
+                    f"{config.optimizer}: the gradient norm is {grad_norm} at step {step + 1} "
+                    f"(loss {train_loss:.4f}); the last checkpoint is kept"
+                )
             progress["last_train_loss"] = train_loss
             # Evaluation.
             if (step + 1) % config.eval_interval == 0 or step + 1 == config.steps:
@@ -456,11 +512,12 @@ class Trainer:
         return result
 
     def _start(self) -> tuple[int, dict[str, Any]]:
-        """Create the run folder, resume from its checkpoint if asked, and write config.json;
-        returns the step to start from and the progress so far."""
+        """Resume from the run folder's checkpoint if asked (else refuse, or with ``overwrite``
+        clear, an earlier run's checkpoints), and write config.json; returns the step to start
+        from and the progress so far."""
         config = self.config
-        if self.dist.main:
-            config.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.dist.main and not config.resume:
+            self._clear_earlier_checkpoints()
         if self.dist.enabled:
             dist.barrier()
         start, progress = (
@@ -489,8 +546,27 @@ class Trainer:
             )
         return start, progress
 
-    def _train_step(self, step: int) -> float:
-        """Gradients of ``step``'s batch and one optimizer step; returns the training loss."""
+    def _clear_earlier_checkpoints(self) -> None:
+        """A fresh start in a folder holding a checkpoint: refused, or with ``overwrite`` the
+        old checkpoints are removed (metrics and config are rewritten as the run goes)."""
+        run_dir = self.config.run_dir
+        earlier = [run_dir / CHECKPOINT_FILE, *run_dir.glob(f"{SHARDED_CHECKPOINT_PREFIX}*")]
+        earlier = [path for path in earlier if path.exists()]
+        if earlier and not self.config.overwrite:
+            raise CheckpointError(
+                f"{run_dir} holds a checkpoint of an earlier run: --resume to continue it, or "
+                "--overwrite to start over"
+            )
+        for path in earlier:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+    def _train_step(self, step: int) -> tuple[float, float]:
+        """Gradients of ``step``'s batch and one optimizer step; returns the training loss and
+        the gradient norm before clipping (one host sync for both)."""
+        self._grad_norms.clear()
         if self.needs_closure:
             loss = self.optimizer.step(lambda s=step: self._forward_backward(s))
         else:
@@ -498,4 +574,15 @@ class Trainer:
             if self.diagnostics:
                 self.diagnostics.before_step()
             self.optimizer.step()
-        return float(loss)
+        loss_value, norm = torch.stack([loss.float(), self._grad_norms[step].float()]).tolist()
+        return loss_value, norm
+
+    def _parameters_finite(self) -> bool:
+        """Whether every parameter entry is finite, on every process."""
+        bad = torch.zeros((), device=self.device)
+        for param in self.model.parameters():
+            local = param.to_local() if isinstance(param, DTensor) else param
+            bad += (~torch.isfinite(local.detach())).sum()
+        if self.dist.enabled:
+            dist.all_reduce(bad)
+        return not bool(bad)

@@ -1,0 +1,166 @@
+"""Nothing read from disk runs code, and a run is never lost (issue #14): a crafted checkpoint
+that points DCP outside its run folder and a malicious CIFAR batch are refused without running
+anything; starting over a run folder with a checkpoint needs --overwrite; a second process on
+the same folder gets an error naming the first; a damaged checkpoint fails its content hash;
+resume appends metrics after cutting them back to the checkpoint; non-finite gradients or
+parameters stop the run before a checkpoint is written."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from harness_helpers import synthetic_corpus, tiny_config
+from torch_mars.data.corpus import DataFormatError
+from torch_mars.data.images import read_cifar
+from torch_mars.train import Trainer
+from torch_mars.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from torch_mars.train.metrics import read_metrics
+from torch_mars.train.run_record import RunFolderBusy, run_folder_lock
+
+CORPUS = synthetic_corpus()
+
+
+def train(config):
+    return Trainer(config, CORPUS).train()
+
+
+def test_a_checkpoint_naming_a_shard_folder_outside_the_run_is_refused(tmp_path):
+    config = tiny_config(tmp_path / "run", stop_after=2)
+    train(config)
+    path = tmp_path / "run" / "checkpoint.pt"
+    payload = torch.load(path, weights_only=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "run" / "checkpoint-step9").symlink_to(tmp_path / "elsewhere")
+    for name in ("/etc", "../elsewhere", "checkpoint-step2/../../elsewhere", "checkpoint-step9"):
+        crafted = {k: v for k, v in payload.items() if k not in ("format", "sha256")}
+        save_checkpoint(path, {**crafted, "sharded_dir": name})
+        with pytest.raises(CheckpointError, match="shard folder"):
+            train(dataclasses.replace(config, resume=True, stop_after=None))
+
+
+def test_a_malicious_cifar_batch_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    with (tmp_path / "batches.meta").open("wb") as handle:
+        pickle.dump({"label_names": ["a", "b"]}, handle)
+    with (tmp_path / "data_batch_1").open("wb") as handle:
+        pickle.dump({"data": Exploit(), "labels": [0]}, handle)
+    with pytest.raises(DataFormatError, match=r"refused (posix|os)\.system"):
+        read_cifar(tmp_path, "train")
+    assert not marker.exists()
+
+
+def test_a_genuine_cifar_batch_still_loads(tmp_path):
+    with (tmp_path / "batches.meta").open("wb") as handle:
+        pickle.dump({"label_names": ["a", "b"]}, handle)
+    data = np.arange(2 * 3072, dtype=np.uint8).reshape(2, 3072)
+    for name in [f"data_batch_{i}" for i in range(1, 6)]:
+        with (tmp_path / name).open("wb") as handle:
+            pickle.dump({"data": data, "labels": [0, 1], "filenames": ["x", "y"]}, handle)
+    assert len(read_cifar(tmp_path, "train")) == 10
+
+
+def test_starting_over_a_run_with_a_checkpoint_needs_overwrite(tmp_path):
+    config = tiny_config(tmp_path, stop_after=2)
+    train(config)
+    rows = read_metrics(tmp_path)
+    with pytest.raises(CheckpointError, match="--resume to continue it, or --overwrite"):
+        train(config)
+    assert read_metrics(tmp_path) == rows
+    result = train(dataclasses.replace(config, overwrite=True, stop_after=None))
+    assert result.steps == 8 and len(read_metrics(tmp_path)) == 8
+
+
+def test_a_second_process_on_a_run_folder_is_told_who_holds_it(tmp_path):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path;"
+            "from torch_mars.train.run_record import run_folder_lock\n"
+            f"with run_folder_lock(Path({str(tmp_path)!r})):\n"
+            "    print('locked', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunFolderBusy, match=f"in use by process {holder.pid}"):
+            train(tiny_config(tmp_path))
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    with run_folder_lock(tmp_path):  # the dead holder's lock is gone
+        pass
+
+
+def test_a_damaged_checkpoint_fails_its_content_hash(tmp_path):
+    train(tiny_config(tmp_path, stop_after=2))
+    path = tmp_path / "checkpoint.pt"
+    identity = torch.load(path, weights_only=True)["identity"]
+    data = bytearray(path.read_bytes())
+    # Flip one byte inside a tensor's storage (the zip stores tensors uncompressed).
+    weights = torch.load(path, weights_only=True)["model"]["wte.weight"]
+    needle = weights.reshape(-1)[:4].numpy().tobytes()
+    offset = bytes(data).index(needle)
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="does not match its hash"):
+        load_checkpoint(path, identity)
+
+
+def test_resume_appends_after_cutting_metrics_back_to_the_checkpoint(tmp_path):
+    config = tiny_config(tmp_path, checkpoint_interval=2)
+    train(dataclasses.replace(config, stop_after=5))
+    with (tmp_path / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 6, "trai')  # a row cut short by a kill
+    inode = (tmp_path / "metrics.jsonl").stat().st_ino
+    train(dataclasses.replace(config, resume=True))
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert (tmp_path / "metrics.jsonl").stat().st_ino != inode  # replaced, never truncated
+
+
+@pytest.mark.parametrize("what", ["gradient", "parameter"])
+def test_non_finite_state_stops_the_run_before_a_checkpoint(tmp_path, what):
+    """A NaN gradient entry whose loss is finite, or a parameter that turns infinite in the step
+    right before a checkpoint: the run stops and the last good checkpoint stays."""
+    config = tiny_config(tmp_path, checkpoint_interval=2)
+    train(dataclasses.replace(config, stop_after=2))
+    good = (tmp_path / "checkpoint.pt").read_bytes()
+    trainer = Trainer(dataclasses.replace(config, resume=True), CORPUS)
+    weight = trainer.model.wte.weight
+    if what == "gradient":
+        weight.register_hook(lambda grad: grad.index_fill(0, torch.tensor([0]), float("nan")))
+    else:
+        step = trainer.optimizer.step
+        calls = []
+
+        def step_then_poison(*args, **kwargs):
+            result = step(*args, **kwargs)
+            calls.append(1)
+            if len(calls) == 2:  # step 4, which ends in a checkpoint
+                with torch.no_grad():
+                    weight[0, 0] = float("inf")
+            return result
+
+        trainer.optimizer.step = step_then_poison
+    message = "gradient norm is nan at step 3" if what == "gradient" else "after step 4"
+    with pytest.raises(FloatingPointError, match=message):
+        trainer.train()
+    assert (tmp_path / "checkpoint.pt").read_bytes() == good
