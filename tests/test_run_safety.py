@@ -164,3 +164,69 @@ def test_non_finite_state_stops_the_run_before_a_checkpoint(tmp_path, what):
     with pytest.raises(FloatingPointError, match=message):
         trainer.train()
     assert (tmp_path / "checkpoint.pt").read_bytes() == good
+
+
+def test_resume_checks_the_data_itself_not_its_path(tmp_path):
+    from torch_mars.data import load_corpus
+
+    corpus = synthetic_corpus()
+    (tmp_path / "a.txt").write_bytes(bytes(corpus.train) + bytes(corpus.val))
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "moved" / "a.txt").write_bytes((tmp_path / "a.txt").read_bytes())
+    config = tiny_config(tmp_path / "run", data=str(tmp_path / "a.txt"), stop_after=2)
+    Trainer(config).train()
+    moved = dataclasses.replace(
+        config, data=str(tmp_path / "moved" / "a.txt"), resume=True, stop_after=None
+    )
+    assert Trainer(moved).train().steps == 8
+    changed = bytearray((tmp_path / "a.txt").read_bytes())
+    changed[5] ^= 1
+    (tmp_path / "a.txt").write_bytes(bytes(changed))
+    assert (
+        load_corpus(str(tmp_path / "a.txt")).fingerprint()
+        != load_corpus(str(tmp_path / "moved" / "a.txt")).fingerprint()
+    )
+    again = dataclasses.replace(config, resume=True, stop_after=None, steps=8)
+    with pytest.raises(CheckpointError, match="data_fingerprint"):
+        Trainer(again).train()
+
+
+def test_meta_json_dtype_is_honoured_and_checked(tmp_path):
+    import json
+
+    from torch_mars.data import DataFormatError as ShardError
+    from torch_mars.data import TokenShards
+
+    ids = np.arange(70_000, 70_100, dtype="<u4")
+    for split in ("train", "val"):
+        ids.tofile(tmp_path / f"{split}.bin")
+    meta = {"vocab_size": 70_100, "dtype": "uint32", "tokens": {"train": 100, "val": 100}}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    shards = TokenShards(tmp_path)
+    assert shards.train.dtype == np.dtype("<u4") and int(shards.train[0]) == 70_000
+    for bad, message in (
+        ({**meta, "dtype": "int8"}, "dtype 'int8'"),
+        ({**meta, "dtype": "uint16"}, "vocab_size 70100"),
+        ({**meta, "tokens": {"train": -1}}, "whole token counts"),
+    ):
+        (tmp_path / "meta.json").write_text(json.dumps(bad))
+        with pytest.raises(ShardError, match=message):
+            TokenShards(tmp_path)
+
+
+def test_a_test_split_is_labelled_by_class_name(tmp_path):
+    from PIL import Image
+
+    from torch_mars.train.vision import load_vision_data
+
+    for split, names in (("train", ("cat", "dog", "eel")), ("test", ("dog", "eel"))):
+        for name in names:
+            (tmp_path / split / name).mkdir(parents=True)
+            Image.new("L", (4, 4), 10).save(tmp_path / split / name / "0.png")
+    train, test = load_vision_data(f"folder:{tmp_path}")
+    assert train.classes == ("cat", "dog", "eel")
+    assert test.labels.tolist() == [1, 2]  # by name, not by position in the test folder
+    (tmp_path / "test" / "fox").mkdir()
+    Image.new("L", (4, 4), 10).save(tmp_path / "test" / "fox" / "0.png")
+    with pytest.raises(DataFormatError, match=r"class folders \['fox'\]"):
+        load_vision_data(f"folder:{tmp_path}")

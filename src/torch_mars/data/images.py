@@ -9,6 +9,7 @@ wrong with it and what was expected.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -206,20 +207,34 @@ def read_cifar(folder: Path, split: str) -> ImageDataset:
     )
 
 
-def read_image_folder(root: Path, split: str) -> ImageDataset:
-    """Images under ``root/split/<class>/`` (JPEG or PNG, one size), classes in sorted order.
-    Greyscale folders stay one channel; anything else is read as RGB."""
+def read_image_folder(root: Path, split: str, classes: Sequence[str] | None = None) -> ImageDataset:
+    """Images under ``root/split/<class>/`` (JPEG or PNG, one size). Greyscale folders stay one
+    channel; anything else is read as RGB.
+
+    Labels are indices into ``classes``: by default the split's class folders in sorted order;
+    given (the training split's list, for a test split), each folder is matched to it by name,
+    so a class folder missing from the split shifts no label, and a folder whose class is not
+    in ``classes`` is a :class:`DataFormatError`."""
     from PIL import Image, UnidentifiedImageError
 
     folder = Path(root) / split
     if not folder.is_dir():
         raise DataFormatError(folder, "no such folder", "split/<class>/*.jpg|png")
-    classes = tuple(sorted(p.name for p in folder.iterdir() if p.is_dir()))
-    if not classes:
+    present = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    if not present:
         raise DataFormatError(folder, "no class folders", "one sub-folder per class")
+    classes = tuple(present) if classes is None else tuple(classes)
+    unknown = [name for name in present if name not in classes]
+    if unknown:
+        raise DataFormatError(
+            folder,
+            f"class folders {unknown} that the training split does not have",
+            f"classes among {list(classes)}",
+        )
     arrays, labels = [], []
     mode = None
-    for label, name in enumerate(classes):
+    for name in present:
+        label = classes.index(name)
         files = sorted(p for p in (folder / name).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         for file in files:
             try:

@@ -1,6 +1,6 @@
-"""Token shards in nanoGPT's layout: ``train.bin`` and ``val.bin`` of raw little-endian uint16
-token ids, read through ``np.memmap`` so corpora larger than memory work. ``torch-mars prepare``
-writes them together with ``meta.json``."""
+"""Token shards in nanoGPT's layout: ``train.bin`` and ``val.bin`` of raw little-endian token
+ids (uint16, or uint32 when ``meta.json`` says so), read through ``np.memmap`` so corpora larger
+than memory work. ``torch-mars prepare`` writes them together with ``meta.json``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from torch_mars.data.corpus import DataFormatError, TokenCorpus
 
 GPT2_VOCAB_SIZE = 50257
 TOKEN_DTYPE = np.dtype("<u2")
+# The token dtypes meta.json may name.
+TOKEN_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 META_FILE = "meta.json"
 CHECKED_TOKENS = 1 << 20
 
@@ -29,10 +31,25 @@ def _read_meta(folder: Path) -> dict:
         ) from error
     if not isinstance(meta, dict) or not isinstance(meta.get("vocab_size"), int):
         raise DataFormatError(path, "no integer 'vocab_size'", "a JSON object with vocab_size")
+    dtype = meta.setdefault("dtype", "uint16")
+    if dtype not in TOKEN_DTYPES:
+        raise DataFormatError(path, f"dtype {dtype!r}", f"one of {sorted(TOKEN_DTYPES)}")
+    limit = np.iinfo(TOKEN_DTYPES[dtype]).max + 1
+    if not 0 < meta["vocab_size"] <= limit:
+        raise DataFormatError(
+            path, f"vocab_size {meta['vocab_size']}", f"a vocabulary of 1 to {limit} ids in {dtype}"
+        )
+    counts = meta.get("tokens", {})
+    if not isinstance(counts, dict) or any(
+        not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in counts.values()
+    ):
+        raise DataFormatError(path, f"tokens {counts!r}", "whole token counts per split")
     return meta
 
 
-def _open_shard(path: Path, expected_tokens: int | None, vocab_size: int) -> np.ndarray:
+def _open_shard(
+    path: Path, expected_tokens: int | None, vocab_size: int, dtype: np.dtype = TOKEN_DTYPE
+) -> np.ndarray:
     if not path.is_file():
         raise DataFormatError(
             path,
@@ -40,28 +57,29 @@ def _open_shard(path: Path, expected_tokens: int | None, vocab_size: int) -> np.
             "a token shard written by `torch-mars prepare` or nanoGPT's prepare.py",
         )
     size = path.stat().st_size
+    name = f"uint{8 * dtype.itemsize}"
     if size == 0:
-        raise DataFormatError(path, "the file is empty", "uint16 token ids")
-    if size % TOKEN_DTYPE.itemsize:
+        raise DataFormatError(path, "the file is empty", f"{name} token ids")
+    if size % dtype.itemsize:
         raise DataFormatError(
             path,
-            f"{size} bytes is not a whole number of uint16 tokens (truncated?)",
-            "a file of 2-byte token ids",
+            f"{size} bytes is not a whole number of {name} tokens (truncated?)",
+            f"a file of {dtype.itemsize}-byte token ids",
         )
-    tokens = size // TOKEN_DTYPE.itemsize
+    tokens = size // dtype.itemsize
     if expected_tokens is not None and tokens != expected_tokens:
         raise DataFormatError(
             path,
             f"{tokens} tokens but meta.json records {expected_tokens} (truncated?)",
-            f"{expected_tokens} uint16 tokens",
+            f"{expected_tokens} {name} tokens",
         )
-    shard = np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
+    shard = np.memmap(path, dtype=dtype, mode="r")
     largest = int(shard[:CHECKED_TOKENS].max())
     if largest >= vocab_size:
         raise DataFormatError(
             path,
             f"token id {largest} is outside the vocabulary",
-            f"uint16 ids below vocab_size={vocab_size}",
+            f"{name} ids below vocab_size={vocab_size}",
         )
     return shard
 
@@ -69,8 +87,9 @@ def _open_shard(path: Path, expected_tokens: int | None, vocab_size: int) -> np.
 class TokenShards(TokenCorpus):
     """``folder/train.bin`` and ``folder/val.bin`` as memory-mapped uint16 arrays.
 
-    ``vocab_size`` comes from ``folder/meta.json`` when present (which also records the token
-    counts, so a truncated shard is caught), else from the argument (GPT-2's 50257 by default).
+    ``vocab_size`` and the token ``dtype`` come from ``folder/meta.json`` when present (which
+    also records the token counts, so a truncated shard is caught), else from the argument
+    (GPT-2's 50257 by default) and uint16.
     The first million ids of each shard are checked against the vocabulary.
     """
 
@@ -81,6 +100,7 @@ class TokenShards(TokenCorpus):
         meta = _read_meta(folder)
         vocab_size = meta.get("vocab_size", vocab_size)
         counts = meta.get("tokens", {})
-        train = _open_shard(folder / "train.bin", counts.get("train"), vocab_size)
-        val = _open_shard(folder / "val.bin", counts.get("val"), vocab_size)
+        dtype = TOKEN_DTYPES[meta.get("dtype", "uint16")]
+        train = _open_shard(folder / "train.bin", counts.get("train"), vocab_size, dtype)
+        val = _open_shard(folder / "val.bin", counts.get("val"), vocab_size, dtype)
         super().__init__(train, val, vocab_size, str(folder))

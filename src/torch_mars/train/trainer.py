@@ -142,12 +142,13 @@ class TrainConfig:
             )
         return {**settings, **self.hyperparams}
 
-    def identity(self) -> dict[str, Any]:
-        """The settings a checkpoint must share with the run that resumes it."""
+    def identity(self, data_fingerprint: str) -> dict[str, Any]:
+        """The settings a checkpoint must share with the run that resumes it. The data is known
+        by its content (``data_fingerprint``, :meth:`TokenCorpus.fingerprint`), not by the
+        ``data`` string, so moved data resumes and changed data does not."""
         keep = (
             "optimizer",
             "model",
-            "data",
             "steps",
             "batch_size",
             "grad_accum",
@@ -163,7 +164,11 @@ class TrainConfig:
             k: list(v) if isinstance(v, tuple) else v
             for k, v in self.resolved_hyperparams().items()
         }
-        return {**{k: getattr(self, k) for k in keep}, "hyperparams": hyperparams}
+        return {
+            **{k: getattr(self, k) for k in keep},
+            "hyperparams": hyperparams,
+            "data_fingerprint": data_fingerprint,
+        }
 
 
 @dataclass
@@ -244,6 +249,7 @@ class Trainer:
             )
         self.device = resolve_device(config.device, self.dist.local_rank)
         self.corpus = corpus if corpus is not None else load_corpus(config.data)
+        self.data_fingerprint = self.corpus.fingerprint()
         model_config = gpt_config(config.model, self.corpus.vocab_size)
         if config.block_size is not None:
             if config.block_size > model_config.block_size:
@@ -356,7 +362,7 @@ class Trainer:
                 "checkpoint is kept"
             )
         payload: dict[str, Any] = {
-            "identity": self.config.identity(),
+            "identity": self.config.identity(self.data_fingerprint),
             "step": step,
             "rng": _rng_state(),
             "data": {"seed": self.config.data_seed, "next_step": step},
@@ -382,7 +388,9 @@ class Trainer:
             dist.barrier()
 
     def _resume(self) -> tuple[int, dict[str, Any]]:
-        payload = load_checkpoint(self.config.run_dir / CHECKPOINT_FILE, self.config.identity())
+        payload = load_checkpoint(
+            self.config.run_dir / CHECKPOINT_FILE, self.config.identity(self.data_fingerprint)
+        )
         if "sharded_dir" in payload:
             directory = sharded_checkpoint_dir(self.config.run_dir, payload["sharded_dir"])
             load_sharded_checkpoint(directory, self.model, self.optimizer)
@@ -536,7 +544,8 @@ class Trainer:
                 config.run_dir,
                 "text",
                 {
-                    **config.identity(),
+                    **config.identity(self.data_fingerprint),
+                    "data": config.data,
                     "tokens_per_step": self.tokens_per_step,
                     "parameters": self.model.num_parameters(),
                     "corpus": repr(self.corpus),

@@ -99,16 +99,19 @@ def vision_hyperparams(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
 def load_vision_data(spec: str) -> tuple[ImageDataset, ImageDataset]:
     """``(train, test)`` from ``KIND:PATH`` with KIND one of :data:`DATA_KINDS`:
     ``fashion-mnist:DIR`` (IDX files), ``cifar:DIR`` (python batches), ``folder:DIR``
-    (``DIR/train/<class>/*``, ``DIR/test/<class>/*``)."""
+    (``DIR/train/<class>/*``, ``DIR/test/<class>/*``). The test split's labels follow the
+    training split's class list, matched by name."""
     kind, sep, path = spec.partition(":")
     if not sep or kind not in DATA_KINDS or not path:
         raise ValueError(f"data must be KIND:PATH with KIND one of {DATA_KINDS}, got {spec!r}")
-    reader = {
-        "fashion-mnist": read_fashion_mnist,
-        "cifar": read_cifar,
-        "folder": read_image_folder,
-    }[kind]
-    return reader(Path(path), "train"), reader(Path(path), "test")
+    if kind == "folder":
+        train = read_image_folder(Path(path), "train")
+        return train, read_image_folder(Path(path), "test", classes=train.classes)
+    reader = read_fashion_mnist if kind == "fashion-mnist" else read_cifar
+    train, test = reader(Path(path), "train"), reader(Path(path), "test")
+    if test.classes != train.classes:
+        raise ValueError(f"{spec}: the test split's classes differ from the training split's")
+    return train, test
 
 
 @dataclass
