@@ -230,3 +230,49 @@ def test_a_test_split_is_labelled_by_class_name(tmp_path):
     Image.new("L", (4, 4), 10).save(tmp_path / "test" / "fox" / "0.png")
     with pytest.raises(DataFormatError, match=r"class folders \['fox'\]"):
         load_vision_data(f"folder:{tmp_path}")
+
+
+def test_the_process_group_gets_the_configured_timeout(monkeypatch):
+    import datetime
+
+    from torch_mars.train import trainer
+
+    seen: dict = {}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(trainer.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(trainer.dist, "init_process_group", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(trainer.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(trainer.dist, "get_world_size", lambda: 2)
+    trainer._init_distributed("cpu", 7.0)
+    assert seen["timeout"] == datetime.timedelta(seconds=7) and seen["backend"] == "gloo"
+
+
+def _barrier_with_timeout(rank: int, init_file: str, out_file: str) -> None:
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{init_file}",
+        rank=rank,
+        world_size=2,
+        timeout=datetime.timedelta(seconds=1),
+    )
+    if rank == 1:
+        time.sleep(4)  # a stuck partner
+    else:
+        try:
+            dist.barrier()
+        except RuntimeError as error:
+            with open(out_file, "w") as handle:
+                handle.write(str(error))
+    dist.destroy_process_group()
+
+
+def test_a_stuck_partner_times_out_with_the_message_the_trainer_translates(tmp_path):
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "error.txt"
+    mp.spawn(_barrier_with_timeout, args=(str(tmp_path / "init"), str(out)), nprocs=2)
+    assert "timed out" in out.read_text().lower()
