@@ -28,6 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+try:  # the harness's own dependencies, in the `harness` extra
+    import matplotlib  # noqa: F401
+    import PIL  # noqa: F401
+    import tqdm  # noqa: F401
+except ImportError as error:
+    raise ImportError(
+        f"the torch-mars command needs the harness extra ({error.name} is missing): "
+        "pip install 'torch-mars[harness]'"
+    ) from error
+
+from torch_mars import __version__
 from torch_mars.bench.commands import (
     DistributedBenchOptions,
     IterationBenchOptions,
@@ -796,6 +807,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="torch-mars", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"torch-mars {__version__}")
     subparsers = {
         (): parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     }
