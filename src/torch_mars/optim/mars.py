@@ -37,6 +37,23 @@ if TYPE_CHECKING:
     from torch_mars.distributed.group_sharding import GroupSharding
 
 
+# Settings every MARS param group has had since the first release; a state dict whose groups
+# lack one was written by another optimizer.
+MARS_GROUP_KEYS: tuple[str, ...] = (
+    "lr",
+    "betas",
+    "eps",
+    "weight_decay",
+    "gamma",
+    "is_approx",
+    "mars_type",
+    "optimize_1d",
+    "lr_1d",
+    "betas_1d",
+    "weight_decay_1d",
+)
+
+
 def routes_to_mars(param: Tensor, group: dict[str, Any]) -> bool:
     """Whether ``param`` takes the MARS update in ``group``: ``use_mars`` when the group sets it,
     else ``optimize_1d or param.ndim >= 2`` (``param.ndim == 2`` under ``reference_routing``)."""
@@ -181,6 +198,13 @@ class MARS(Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate ``param_group`` (defaults filled in) and add it; nothing changes on error."""
         validate_group({**self.defaults, **param_group})
+        params = param_group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        if any(p.is_complex() for p in params):
+            raise ValueError(
+                "MARS takes real parameters: a complex one would square c instead of |c|; "
+                "optimise torch.view_as_real(p) instead"
+            )
         group = dict(param_group)
         group.setdefault("lr_at_construction", float(group.get("lr", self.defaults["lr"])))
         super().add_param_group(group)
@@ -207,6 +231,34 @@ class MARS(Optimizer):
             group.setdefault("reference_routing", False)
             group.setdefault("lr_at_construction", group["lr"])
         self._shardings = {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a MARS state dict (``torch.optim`` semantics), then keep two things torch's loader
+        would change: state stays in each group's ``state_dtype`` (torch casts it to the
+        parameter's dtype), and a group saved before ``lr_at_construction`` existed keeps this
+        optimizer's, so the 1-D lr does not jump mid-schedule. A state dict of another optimizer
+        (its groups lack MARS's settings) is a ``ValueError`` before anything changes."""
+        saved_groups = state_dict["param_groups"]
+        for index, saved in enumerate(saved_groups):
+            missing = [key for key in MARS_GROUP_KEYS if key not in saved]
+            if missing:
+                raise ValueError(
+                    f"param group {index} of this state dict lacks MARS's {missing}: it was not "
+                    "written by torch_mars.MARS (load the model's weights and start MARS afresh)"
+                )
+        constructed = [group["lr_at_construction"] for group in self.param_groups]
+        super().load_state_dict(state_dict)
+        for group, saved, lr0 in zip(self.param_groups, saved_groups, constructed, strict=False):
+            if "lr_at_construction" not in saved:
+                group["lr_at_construction"] = lr0
+            if group["state_dtype"] is None:
+                continue
+            for param in group["params"]:
+                state = self.state.get(param, {})
+                for name, value in state.items():
+                    stored = isinstance(value, Tensor) and value.is_floating_point()
+                    if stored and name != "prev_param" and value.dtype != group["state_dtype"]:
+                        state[name] = value.to(group["state_dtype"])
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]

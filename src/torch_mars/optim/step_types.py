@@ -155,18 +155,25 @@ def validate_group(group: Mapping[str, Any]) -> None:
         )
 
 
+def _scalar(value: Scalar) -> Scalar:
+    """A one-element tensor hyperparameter as a 0-d view (shape ``(1,)`` or ``(1, 1)`` would
+    broadcast the update to a new shape); a float unchanged. A scheduler writing into the
+    original tensor still moves the view."""
+    return value.reshape(()) if isinstance(value, Tensor) else value
+
+
 def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
     """The MARS-rule hyperparameters of a validated param group."""
     beta1, beta2 = group["betas"]
     return MarsHyperparams(
-        lr=group["lr"],
-        beta1=beta1,
-        beta2=beta2,
+        lr=_scalar(group["lr"]),
+        beta1=_scalar(beta1),
+        beta2=_scalar(beta2),
         eps=group["eps"],
         weight_decay=group["weight_decay"],
         amsgrad=group["amsgrad"],
         maximize=group["maximize"],
-        gamma=group["gamma"],
+        gamma=_scalar(group["gamma"]),
         mars_type=group["mars_type"],
         ns_steps=group["ns_steps"],
     )
@@ -180,7 +187,7 @@ def adamw_1d_hyperparams(group: Mapping[str, Any]) -> AdamWHyperparams:
     """
     beta1, beta2 = group["betas_1d"]
     return AdamWHyperparams(
-        lr=group["lr"] * group["lr_1d"] / group["lr_at_construction"],
+        lr=_scalar(group["lr"]) * group["lr_1d"] / group["lr_at_construction"],
         beta1=beta1,
         beta2=beta2,
         eps=group["eps"],

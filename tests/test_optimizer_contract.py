@@ -1,0 +1,97 @@
+"""Parts of torch.optim's contract that MARS must keep (issue #15): state in ``state_dtype``
+survives ``load_state_dict`` and resumes bitwise; one-element tensor hyperparameters of any
+shape; complex parameters refused; an old state dict keeps the 1-D lr; another optimizer's
+state dict refused before anything changes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from torch_mars import MARS
+
+
+def model_and_batches(seed: int = 0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1))
+    batches = [(torch.randn(8, 6), torch.randn(8, 1)) for _ in range(6)]
+    return model, batches
+
+
+def take_steps(model, opt, batches):
+    for x, y in batches:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_bf16_state_survives_load_state_dict_and_resumes_bitwise(foreach):
+    model, batches = model_and_batches()
+    whole = copy.deepcopy(model)
+    opt = MARS(model.parameters(), lr=1e-2, state_dtype=torch.bfloat16, foreach=foreach)
+    take_steps(model, opt, batches[:3])
+    saved = copy.deepcopy(opt.state_dict())
+    resumed_model = copy.deepcopy(model)
+    resumed = MARS(resumed_model.parameters(), lr=1e-2, state_dtype=torch.bfloat16, foreach=foreach)
+    resumed.load_state_dict(saved)
+    dtypes = {v.dtype for s in resumed.state.values() for v in s.values() if torch.is_tensor(v)}
+    assert dtypes == {torch.bfloat16}
+    take_steps(resumed_model, resumed, batches[3:])
+    reference = MARS(whole.parameters(), lr=1e-2, state_dtype=torch.bfloat16, foreach=foreach)
+    take_steps(whole, reference, batches)
+    for a, b in zip(whole.parameters(), resumed_model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+@pytest.mark.parametrize("foreach", [False, True])
+def test_one_element_tensor_hyperparameters_of_any_shape(shape, foreach):
+    model, batches = model_and_batches()
+    floats = copy.deepcopy(model)
+    lr, gamma = torch.full(shape, 1e-2), torch.full(shape, 0.05)
+    betas = (torch.full(shape, 0.9), torch.full(shape, 0.99))
+    take_steps(model, MARS(model.parameters(), lr=lr, gamma=gamma, betas=betas), batches)
+    opt = MARS(floats.parameters(), lr=1e-2, gamma=0.05, betas=(0.9, 0.99), foreach=foreach)
+    take_steps(floats, opt, batches)
+    for a, b in zip(model.parameters(), floats.parameters(), strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_complex_parameters_are_refused():
+    with pytest.raises(ValueError, match="real parameters"):
+        MARS([torch.zeros(2, 2, dtype=torch.complex64, requires_grad=True)])
+
+
+def test_an_old_state_dict_keeps_the_1d_learning_rate_mid_schedule():
+    model, batches = model_and_batches()
+    opt = MARS(model.parameters(), lr=1e-2, lr_1d=2e-3)
+    take_steps(model, opt, batches[:2])
+    saved = opt.state_dict()
+    for group in saved["param_groups"]:
+        del group["lr_at_construction"]  # as written before it existed
+        group["lr"] = 5e-3  # halfway down a schedule
+    fresh = MARS(model.parameters(), lr=1e-2, lr_1d=2e-3)
+    fresh.load_state_dict(saved)
+    group = fresh.param_groups[0]
+    assert group["lr_at_construction"] == 1e-2
+    assert group["lr"] * group["lr_1d"] / group["lr_at_construction"] == pytest.approx(1e-3)
+
+
+def test_another_optimizers_state_dict_is_refused_before_anything_changes():
+    model, batches = model_and_batches()
+    opt = MARS(model.parameters(), lr=1e-2)
+    take_steps(model, opt, batches[:1])
+    before = copy.deepcopy(opt.state_dict())
+    foreign = torch.optim.AdamW(model.parameters()).state_dict()
+    with pytest.raises(ValueError, match=r"lacks MARS's \['gamma', 'is_approx'"):
+        opt.load_state_dict(foreign)
+    after = opt.state_dict()
+    assert after["param_groups"] == before["param_groups"]
+    assert all(
+        torch.equal(after["state"][k]["exp_avg"], before["state"][k]["exp_avg"])
+        for k in before["state"]
+    )
