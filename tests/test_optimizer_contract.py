@@ -95,3 +95,62 @@ def test_another_optimizers_state_dict_is_refused_before_anything_changes():
         torch.equal(after["state"][k]["exp_avg"], before["state"][k]["exp_avg"])
         for k in before["state"]
     )
+
+
+def exact_run(model, batches, zero_in_closure: bool):
+    opt = MARS(model.parameters(), lr=1e-2, is_approx=False)
+    losses = []
+    for x, y in batches:
+
+        def closure(x=x, y=y):
+            if zero_in_closure:
+                opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+
+        losses.append(opt.step(closure).item())
+    return losses
+
+
+def test_exact_mode_zeroes_gradients_before_each_closure_call():
+    """A closure that accumulates into .grad (Lightning's with accumulate_grad_batches) gives
+    the same run as one that zeroes them, and the loss returned is the one at x_t."""
+    model, batches = model_and_batches()
+    accumulating = copy.deepcopy(model)
+    zeroing = exact_run(model, batches, zero_in_closure=True)
+    assert exact_run(accumulating, batches, zero_in_closure=False) == zeroing
+    for a, b in zip(model.parameters(), accumulating.parameters(), strict=True):
+        assert torch.equal(a, b)
+    fresh, _ = model_and_batches()
+    x, y = batches[0]
+    assert zeroing[0] == pytest.approx(float(torch.nn.functional.mse_loss(fresh(x), y)))
+
+
+def test_exact_mode_never_writes_a_gradient_in_place():
+    model, batches = model_and_batches()
+    opt = MARS(model.parameters(), lr=1e-2, is_approx=False)
+    x, y = batches[0]
+
+    def closure():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    held = [p.grad for p in model.parameters()]
+    snapshots = [g.clone() for g in held]
+    opt.step(closure)  # evaluates at x_t and at x_{t-1}
+    for grad, snapshot in zip(held, snapshots, strict=True):
+        assert torch.equal(grad, snapshot)
+    assert all(p.grad is not g for p, g in zip(model.parameters(), held, strict=True))
+
+
+def test_exact_mode_says_which_loops_can_drive_it():
+    model, _ = model_and_batches()
+    opt = MARS(model.parameters(), is_approx=False)
+    with pytest.raises(ValueError, match="Hugging Face's Trainer, need is_approx=True"):
+        opt.step()
+    opt.grad_scale = torch.tensor(1024.0)
+    with pytest.raises(ValueError, match="cannot step through a GradScaler"):
+        opt.step(lambda: torch.zeros(()))

@@ -264,10 +264,17 @@ class MARS(Optimizer):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
         """Take one optimisation step and return ``closure()``'s loss (or None).
 
-        ``closure`` re-evaluates the model: it zeroes the gradients, computes the loss on the
-        current batch, calls ``backward()`` and returns the loss. It is optional in the
-        approximate mode and required in the exact mode, where it is called at the current
-        parameters and again at the previous ones.
+        ``closure`` re-evaluates the model: it computes the loss on the current batch, calls
+        ``backward()`` and returns the loss. It is optional in the approximate mode (called
+        once, as by any ``torch.optim`` optimizer). The exact mode requires it and calls it at
+        the current parameters and again at the previous ones, zeroing the gradients
+        (``set_to_none``) before each call, so a closure that accumulates into ``.grad`` is
+        still right; it returns the loss at the current parameters and leaves their gradients
+        in ``.grad``, reassigned, never written in place. Loops that can drive the exact mode
+        call ``step(closure)`` with a closure that does one forward and backward pass: plain
+        PyTorch loops, Lightning's manual optimization, ``docs/integrations.md``'s recipes.
+        Loops that call ``step()`` without a closure (Hugging Face ``Trainer``) or step through
+        a ``GradScaler`` cannot.
 
         Under ``torch.amp.GradScaler`` with ``fused=True`` the scaler's ``grad_scale`` is divided
         out inside the kernels and ``found_inf`` is read once per step (one host sync) to skip
@@ -285,10 +292,19 @@ class MARS(Optimizer):
         if exact_groups and closure is None:
             raise ValueError(
                 "closure is required when is_approx=False: exact MARS evaluates the gradient "
-                "of the current batch at the current and at the previous parameters"
+                "of the current batch at the current and at the previous parameters. Drive it "
+                "with step(closure) (a plain loop, Lightning's manual optimization); loops that "
+                "call step() without one, such as Hugging Face's Trainer, need is_approx=True"
+            )
+        if exact_groups and grad_scale is not None:
+            raise ValueError(
+                "is_approx=False cannot step through a GradScaler, which takes no closure; use "
+                "bf16 autocast without a scaler, or is_approx=True"
             )
         loss = None
         if closure is not None:
+            if exact_groups:
+                self.zero_grad(set_to_none=True)
             with torch.enable_grad():
                 loss = closure()
         self._check_gradients()
@@ -379,10 +395,11 @@ class MARS(Optimizer):
             if p.grad is not None and self._has_previous_parameters(p) and routes_to_mars(p, group)
         ]
         if needs_previous_gradient:
-            with_grad = [p for p in exact_params if p.grad is not None]
-            current_grads = [p.grad.clone() for p in with_grad]
+            # The gradients at x_t are kept by reference and handed back by reassignment.
+            current_grads = {p: p.grad for group in self.param_groups for p in group["params"]}
             current_values = [p.detach().clone() for p in moved]
             _copy_locally(moved, [self.state[p]["prev_param"] for p in moved])
+            self.zero_grad(set_to_none=True)
             with torch.enable_grad():
                 closure()
             for param, group in needs_previous_gradient:
@@ -394,11 +411,8 @@ class MARS(Optimizer):
                 if group["maximize"]:
                     last_grad.neg_()
             _copy_locally(moved, current_values)
-            for param, grad in zip(with_grad, current_grads, strict=True):
-                if param.grad is None:
-                    param.grad = grad
-                else:
-                    param.grad.copy_(grad)
+            for param, grad in current_grads.items():
+                param.grad = grad
         for param in exact_params:
             if "prev_param" in self.state[param]:
                 self.state[param]["prev_param"].copy_(param)
