@@ -124,7 +124,7 @@ def test_exact_mode_zeroes_gradients_before_each_closure_call():
         assert torch.equal(a, b)
     fresh, _ = model_and_batches()
     x, y = batches[0]
-    assert zeroing[0] == pytest.approx(float(torch.nn.functional.mse_loss(fresh(x), y)))
+    assert zeroing[0] == pytest.approx(torch.nn.functional.mse_loss(fresh(x), y).item())
 
 
 def test_exact_mode_never_writes_a_gradient_in_place():
