@@ -25,7 +25,7 @@ class ReferenceConfig:
     gamma: float = 0.025
     mars_type: str = "mars-adamw"
     optimize_1d: bool = False
-    lr_1d: float = 3e-3
+    lr_1d: float | None = None  # None: the lr at construction (lr0)
     betas_1d: tuple[float, float] = (0.9, 0.95)
     weight_decay_1d: float = 0.1
     maximize: bool = False
@@ -80,7 +80,8 @@ class ReferenceMARS:
             t = st["t"]
             if not self.uses_mars(x):
                 b1, b2 = cfg.betas_1d
-                lr = cfg.lr * cfg.lr_1d / cfg.lr0
+                lr_1d = cfg.lr0 if cfg.lr_1d is None else cfg.lr_1d
+                lr = cfg.lr * lr_1d / cfg.lr0
                 st["m"] = b1 * st["m"] + (1 - b1) * g
                 st["v"] = b2 * st["v"] + (1 - b2) * g * g
                 st["vmax"] = torch.maximum(st["vmax"], st["v"])

@@ -154,3 +154,26 @@ def test_exact_mode_says_which_loops_can_drive_it():
     opt.grad_scale = torch.tensor(1024.0)
     with pytest.raises(ValueError, match="cannot step through a GradScaler"):
         opt.step(lambda: torch.zeros(()))
+
+
+def test_framework_no_decay_groups_decay_nothing_and_the_1d_lr_follows_lr():
+    """Hugging Face's Trainer and timm pass a constructor lr and two groups, one with
+    weight_decay=0 for norms and biases; those take no decay and the constructor's lr."""
+    model, _ = model_and_batches()
+    matrices = [p for p in model.parameters() if p.ndim == 2]
+    vectors = [p for p in model.parameters() if p.ndim < 2]
+    opt = MARS(
+        [{"params": matrices, "weight_decay": 0.1}, {"params": vectors, "weight_decay": 0.0}],
+        lr=1e-3,
+    )
+    assert [g["weight_decay_1d"] for g in opt.param_groups] == [0.1, 0.0]
+    assert all(opt.learning_rate(p) == pytest.approx(1e-3) for p in model.parameters())
+    explicit = MARS([{"params": vectors, "weight_decay": 0.0, "weight_decay_1d": 0.2}], lr=1e-3)
+    assert explicit.param_groups[0]["weight_decay_1d"] == 0.2
+    paper = MARS(model.parameters(), lr=6e-3, lr_1d=3e-3)
+    for group in paper.param_groups:
+        group["lr"] = 3e-3  # a schedule at half the peak
+    assert paper.learning_rate(vectors[0]) == pytest.approx(1.5e-3)
+    assert paper.learning_rate(matrices[0]) == pytest.approx(3e-3)
+    with pytest.raises(ValueError, match="not a parameter of this optimizer"):
+        paper.learning_rate(torch.zeros(1))

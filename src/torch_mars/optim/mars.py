@@ -86,7 +86,11 @@ class MARS(Optimizer):
     Tensors with ``ndim < 2`` (biases, norm gains) take plain AdamW on :math:`g` with
     ``betas_1d``, ``weight_decay_1d`` and learning rate ``lr * lr_1d / lr0`` (``lr0``: the
     group's ``lr`` when it was added), unless ``optimize_1d=True``; a param group may force the
-    choice with ``use_mars=True`` or ``False``.
+    choice with ``use_mars=True`` or ``False``. Two rules keep framework param groups right:
+    ``lr_1d`` defaults to the group's ``lr``, and a group that sets ``weight_decay`` but not
+    ``weight_decay_1d`` decays its 1-D tensors by its ``weight_decay`` (so the "no decay" groups
+    of Hugging Face's Trainer and timm decay nothing). :meth:`learning_rate` gives the rate a
+    tensor takes now.
 
     Args:
         params: tensors or param-group dicts; every argument below may be set per group.
@@ -105,9 +109,11 @@ class MARS(Optimizer):
         reference_routing: route only ``ndim == 2`` tensors to MARS, as the authors' code does,
             so that 4-D conv weights take plain AdamW; for comparisons with their vision
             results (the default ``ndim >= 2`` treats conv weights as matrices).
-        lr_1d: learning rate of the AdamW-routed tensors at ``lr == lr0``, >= 0.
+        lr_1d: learning rate of the AdamW-routed tensors at ``lr == lr0``, >= 0; None (the
+            default): the group's ``lr``.
         betas_1d: ``(beta1, beta2)`` of the AdamW-routed tensors.
-        weight_decay_1d: weight decay of the AdamW-routed tensors, >= 0.
+        weight_decay_1d: weight decay of the AdamW-routed tensors, >= 0 (a group that sets
+            ``weight_decay`` and not this takes its ``weight_decay``).
         maximize: maximise the objective instead of minimising it.
         ns_steps: Newton-Schulz iterations of ``mars-shampoo``, >= 1.
         foreach: multi-tensor kernels (True), the per-tensor loop (False), or the default for the
@@ -155,7 +161,7 @@ class MARS(Optimizer):
         is_approx: bool = True,
         mars_type: MarsType = "mars-adamw",
         optimize_1d: bool = False,
-        lr_1d: float = 3e-3,
+        lr_1d: float | None = None,
         betas_1d: tuple[float, float] = (0.9, 0.95),
         weight_decay_1d: float = 0.1,
         *,
@@ -197,16 +203,20 @@ class MARS(Optimizer):
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate ``param_group`` (defaults filled in) and add it; nothing changes on error."""
-        validate_group({**self.defaults, **param_group})
-        params = param_group["params"]
-        params = [params] if isinstance(params, Tensor) else list(params)
-        if any(p.is_complex() for p in params):
+        group = dict(param_group)
+        params = group["params"]
+        group["params"] = [params] if isinstance(params, Tensor) else list(params)
+        if "weight_decay" in group and "weight_decay_1d" not in group:
+            group["weight_decay_1d"] = group["weight_decay"]
+        validate_group({**self.defaults, **group})
+        group.setdefault("lr_at_construction", float(group.get("lr", self.defaults["lr"])))
+        if group.get("lr_1d", self.defaults["lr_1d"]) is None:
+            group["lr_1d"] = group["lr_at_construction"]
+        if any(p.is_complex() for p in group["params"]):
             raise ValueError(
                 "MARS takes real parameters: a complex one would square c instead of |c|; "
                 "optimise torch.view_as_real(p) instead"
             )
-        group = dict(param_group)
-        group.setdefault("lr_at_construction", float(group.get("lr", self.defaults["lr"])))
         super().add_param_group(group)
         added = self.param_groups[-1]
         if added["lr_at_construction"] == 0 and any(
@@ -218,6 +228,16 @@ class MARS(Optimizer):
                 "lr * lr_1d / lr at construction); set optimize_1d=True or use_mars=True, or "
                 "start from a positive lr"
             )
+
+    def learning_rate(self, param: Tensor) -> Scalar:
+        """The learning rate ``param`` takes at the next step under the current ``lr``: the
+        group's ``lr`` on the MARS rule, ``lr * lr_1d / lr0`` on the 1-D AdamW path."""
+        for group in self.param_groups:
+            if any(p is param for p in group["params"]):
+                if routes_to_mars(param, group):
+                    return group["lr"]
+                return adamw_1d_hyperparams(group).lr
+        raise ValueError("the tensor is not a parameter of this optimizer")
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)

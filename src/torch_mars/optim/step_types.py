@@ -132,8 +132,10 @@ def validate_group(group: Mapping[str, Any]) -> None:
     """
     for name in ("lr", "gamma"):
         _check_nonnegative_finite(name, group[name], tensor_ok=True)
-    for name in ("eps", "weight_decay", "lr_1d", "weight_decay_1d"):
+    for name in ("eps", "weight_decay", "weight_decay_1d"):
         _check_nonnegative_finite(name, group[name])
+    if group["lr_1d"] is not None:  # None: the group's lr, resolved when the group is added
+        _check_nonnegative_finite("lr_1d", group["lr_1d"])
     _check_betas("betas", group["betas"])
     _check_betas("betas_1d", group["betas_1d"])
     if group["mars_type"] not in MARS_TYPES:
