@@ -292,8 +292,7 @@ class MARS(Optimizer):
         still right; it returns the loss at the current parameters and leaves their gradients
         in ``.grad``, reassigned, never written in place. Loops that can drive the exact mode
         call ``step(closure)`` with a closure that does one forward and backward pass: plain
-        PyTorch loops, Lightning's manual optimization, ``docs/integrations.md``'s recipes.
-        Loops that call ``step()`` without a closure (Hugging Face ``Trainer``) or step through
+        PyTorch loops, Lightning's manual optimization. Loops that call ``step()`` without a closure (Hugging Face ``Trainer``) or step through
         a ``GradScaler`` cannot.
 
         Under ``torch.amp.GradScaler`` with ``fused=True`` the scaler's ``grad_scale`` is divided
@@ -306,8 +305,6 @@ class MARS(Optimizer):
                 validate_group(group)
         grad_scale: Tensor | None = getattr(self, "grad_scale", None)
         found_inf: Tensor | None = getattr(self, "found_inf", None)
-        if found_inf is not None and bool(found_inf):
-            return None
         exact_groups = [group for group in self.param_groups if not group["is_approx"]]
         if exact_groups and closure is None:
             raise ValueError(
@@ -321,6 +318,8 @@ class MARS(Optimizer):
                 "is_approx=False cannot step through a GradScaler, which takes no closure; use "
                 "bf16 autocast without a scaler, or is_approx=True"
             )
+        if found_inf is not None and bool(found_inf):
+            return None
         loss = None
         if closure is not None:
             if exact_groups:
