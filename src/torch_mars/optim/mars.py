@@ -292,8 +292,8 @@ class MARS(Optimizer):
         still right; it returns the loss at the current parameters and leaves their gradients
         in ``.grad``, reassigned, never written in place. Loops that can drive the exact mode
         call ``step(closure)`` with a closure that does one forward and backward pass: plain
-        PyTorch loops, Lightning's manual optimization. Loops that call ``step()`` without a closure (Hugging Face ``Trainer``) or step through
-        a ``GradScaler`` cannot.
+        PyTorch loops, Lightning's manual optimization. Loops that call ``step()`` without a
+        closure (Hugging Face ``Trainer``) or step through a ``GradScaler`` cannot.
 
         Under ``torch.amp.GradScaler`` with ``fused=True`` the scaler's ``grad_scale`` is divided
         out inside the kernels and ``found_inf`` is read once per step (one host sync) to skip
