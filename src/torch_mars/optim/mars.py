@@ -414,8 +414,13 @@ class MARS(Optimizer):
             if p.grad is not None and self._has_previous_parameters(p) and routes_to_mars(p, group)
         ]
         if needs_previous_gradient:
-            # The gradients at x_t are kept by reference and handed back by reassignment.
-            current_grads = {p: p.grad for group in self.param_groups for p in group["params"]}
+            # The gradients at x_t are copied (under DDP's gradient_as_bucket_view the second
+            # backward writes into the same bucket storage) and handed back by reassignment.
+            current_grads = {
+                p: None if p.grad is None else p.grad.clone()
+                for group in self.param_groups
+                for p in group["params"]
+            }
             current_values = [p.detach().clone() for p in moved]
             _copy_locally(moved, [self.state[p]["prev_param"] for p in moved])
             self.zero_grad(set_to_none=True)
