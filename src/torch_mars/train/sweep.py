@@ -414,7 +414,8 @@ def plot_lr_curves(report: SweepReport, out_path: Path) -> Path | None:
     axis.set_xlabel("peak learning rate")
     axis.set_ylabel(f"final {spec.label}" + (" (%)" if spec.percent else ""))
     seeds = ", ".join(map(str, report.search_seeds))
-    axis.set_title(f"search stage, mean over seeds {seeds}")
+    plural = "s" if len(report.search_seeds) > 1 else ""
+    axis.set_title(f"search stage, seed{plural} {seeds}" + (" (mean)" if plural else ""))
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=7)
     figure.tight_layout()
