@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -73,3 +75,47 @@ def test_conflicting_name_rules_and_bad_arguments_raise():
         mars_param_groups(model, embeddings="sgd")
     with pytest.raises(ValueError, match="may not set 'params' or 'use_mars'"):
         mars_param_groups(model, mars_options={"use_mars": False})
+
+
+class Conv1D(torch.nn.Module):
+    """transformers' Conv1D as GPT-2 uses it: ``y = x @ W + b`` with ``W`` stored (in, out)."""
+
+    def __init__(self, out_features: int, in_features: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(in_features, out_features) * 0.02)
+        self.bias = torch.nn.Parameter(torch.zeros(out_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight + self.bias
+
+
+Conv1D.__module__ = "transformers.pytorch_utils"
+
+
+def test_conv1d_weights_take_mars_shampoo_steps_of_the_linear_they_stand_for():
+    """An MLP up-projection (out = 4 in) as transformers' Conv1D and as nn.Linear, with the same
+    gradients: the Conv1D group is marked transposed, and MARS-Shampoo then moves both weights
+    by the same step (without the mark, the Conv1D step is half as long)."""
+    torch.manual_seed(0)
+    conv = torch.nn.Sequential(Conv1D(32, 8))
+    linear = torch.nn.Sequential(torch.nn.Linear(8, 32))
+    with torch.no_grad():
+        linear[0].weight.copy_(conv[0].weight.T)
+        linear[0].bias.zero_()
+    plain = copy.deepcopy(conv)
+    groups = mars_param_groups(conv)
+    assert [g.get("transposed_matrices", False) for g in groups] == [True, False]
+    x = torch.randn(16, 8)
+
+    def step_norm(model, params) -> float:
+        before = [p.detach().clone() for p in model.parameters()]
+        opt = MARS(params, lr=0.1, mars_type="mars-shampoo", foreach=False)
+        model(x).pow(2).mean().backward()
+        opt.step()
+        return float((model[0].weight - before[0]).detach().norm())
+
+    conv_step = step_norm(conv, groups)
+    linear_step = step_norm(linear, mars_param_groups(linear))
+    assert conv_step == pytest.approx(linear_step, rel=1e-2)
+    unmarked = [{"params": [plain[0].weight], "use_mars": True}]
+    assert step_norm(plain, unmarked) == pytest.approx(linear_step / 2, rel=1e-2)

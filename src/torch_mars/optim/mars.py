@@ -116,6 +116,9 @@ class MARS(Optimizer):
             ``weight_decay`` and not this takes its ``weight_decay``).
         maximize: maximise the objective instead of minimising it.
         ns_steps: Newton-Schulz iterations of ``mars-shampoo``, >= 1.
+        transposed_matrices: the group's 2-D weights are stored as ``(in, out)``, as
+            transformers' ``Conv1D`` stores them (:func:`mars_param_groups` sets it for those);
+            ``mars-shampoo``'s ``sqrt(max(1, rows/cols))`` then takes rows from ``shape[1]``.
         foreach: multi-tensor kernels (True), the per-tensor loop (False), or the default for the
             device (None: multi-tensor on CUDA-like devices, the loop on CPU). FSDP2 parameters
             (``DTensor`` shards over a 1-D mesh) always take the multi-tensor kernels on their
@@ -171,6 +174,7 @@ class MARS(Optimizer):
         fused: bool | None = None,
         state_dtype: torch.dtype | None = None,
         reference_routing: bool = False,
+        transposed_matrices: bool = False,
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -192,6 +196,7 @@ class MARS(Optimizer):
             "fused": fused,
             "state_dtype": state_dtype,
             "use_mars": None,
+            "transposed_matrices": transposed_matrices,
         }
         validate_group(defaults)
         super().__init__(params, defaults)
@@ -249,6 +254,7 @@ class MARS(Optimizer):
             group.setdefault("state_dtype", None)
             group.setdefault("use_mars", None)
             group.setdefault("reference_routing", False)
+            group.setdefault("transposed_matrices", False)
             group.setdefault("lr_at_construction", group["lr"])
         self._shardings = {}
 

@@ -60,12 +60,15 @@ def newton_schulz_orthogonalize(matrix: Tensor, steps: int) -> Tensor:
     return x.to(matrix.dtype)
 
 
-def batched_shampoo_directions(exp_avgs: list[Tensor], steps: int) -> list[Tensor]:
+def batched_shampoo_directions(
+    exp_avgs: list[Tensor], steps: int, transposed: bool = False
+) -> list[Tensor]:
     """``NS(M) * sqrt(max(1, rows/cols))`` of each ``M = m.reshape(shape[0], -1)``.
 
     Tensors of the same shape, dtype and device are stacked and orthogonalised together, one
-    chain of batched matmuls per shape instead of one per tensor. Returns tensors of the shapes
-    of ``exp_avgs`` (zeros for tensors with no elements).
+    chain of batched matmuls per shape instead of one per tensor. ``transposed``: the matrices
+    are stored as ``(in, out)`` (see :func:`shampoo_scale`). Returns tensors of the shapes of
+    ``exp_avgs`` (zeros for tensors with no elements).
     """
     directions: list[Tensor | None] = [None] * len(exp_avgs)
     groups: dict[tuple, list[int]] = {}
@@ -79,7 +82,7 @@ def batched_shampoo_directions(exp_avgs: list[Tensor], steps: int) -> list[Tenso
             continue
         stacked = torch.stack([exp_avgs[i].reshape(rows, cols) for i in indices])
         orthogonal = newton_schulz_orthogonalize(stacked, steps)
-        orthogonal.mul_(shampoo_scale(shape))
+        orthogonal.mul_(shampoo_scale(shape, transposed))
         for index, matrix in zip(indices, orthogonal.unbind(0), strict=True):
             directions[index] = matrix.view(shape)
     return directions  # type: ignore[return-value]
@@ -93,7 +96,7 @@ def apply_shampoo_directions(
     local shards when ``whole`` is given)."""
 
     def directions_of(momenta: list[Tensor]) -> list[Tensor]:
-        return batched_shampoo_directions(momenta, hp.ns_steps)
+        return batched_shampoo_directions(momenta, hp.ns_steps, hp.transposed_matrices)
 
     for indices in group_by_device_and_dtype(matrices.params):
         group = matrices.select(indices)

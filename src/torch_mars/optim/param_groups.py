@@ -45,6 +45,13 @@ def _takes_mars(
     return param.ndim >= 2
 
 
+def stores_in_out(module: nn.Module) -> bool:
+    """Whether ``module`` keeps its weight as ``(in, out)``: transformers' ``Conv1D`` (GPT-2),
+    recognised by its class, without importing transformers."""
+    kind = type(module)
+    return kind.__name__ == "Conv1D" and kind.__module__.startswith("transformers")
+
+
 def mars_param_groups(
     model: nn.Module,
     *,
@@ -76,8 +83,13 @@ def mars_param_groups(
         mars_names, adamw_names: ``fnmatch`` globs over names from ``model.named_parameters()``.
         mars_options, adamw_options: extra keys for each group (``lr``, ``weight_decay``, ...).
 
+    Matrices of transformers' ``Conv1D`` modules (GPT-2 in Hugging Face ``transformers``), which
+    store their weight as ``(in, out)``, go to a third group with ``transposed_matrices=True``, so
+    that MARS-Shampoo scales them as the ``nn.Linear`` they stand for.
+
     Returns:
-        Up to two groups, ``{"params": [...], "use_mars": True, **mars_options}`` and
+        Up to three groups: ``{"params": [...], "use_mars": True, **mars_options}``, the same
+        with ``"transposed_matrices": True`` for ``Conv1D`` weights, and
         ``{"params": [...], "use_mars": False, **adamw_options}``; an empty one is left out.
 
     >>> model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 4), nn.LayerNorm(4))
@@ -90,6 +102,7 @@ def mars_param_groups(
         if options and ("params" in options or "use_mars" in options):
             raise ValueError(f"{key} may not set 'params' or 'use_mars'")
     mars_params: list[nn.Parameter] = []
+    transposed_params: list[nn.Parameter] = []
     adamw_params: list[nn.Parameter] = []
     seen: set[int] = set()
     for module_name, module in model.named_modules():
@@ -101,9 +114,20 @@ def mars_param_groups(
             takes_mars = _takes_mars(
                 name, param, module, embeddings, adamw_module_types, mars_names, adamw_names
             )
-            (mars_params if takes_mars else adamw_params).append(param)
+            if not takes_mars:
+                adamw_params.append(param)
+            elif param.ndim == 2 and stores_in_out(module):
+                transposed_params.append(param)
+            else:
+                mars_params.append(param)
     groups = [
         {"params": mars_params, "use_mars": True, **(mars_options or {})},
+        {
+            "params": transposed_params,
+            "use_mars": True,
+            "transposed_matrices": True,
+            **(mars_options or {}),
+        },
         {"params": adamw_params, "use_mars": False, **(adamw_options or {})},
     ]
     return [group for group in groups if group["params"]]

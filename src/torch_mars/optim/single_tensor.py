@@ -82,7 +82,7 @@ def lion_rule_(param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams) -
     add_scaled_(param, exp_avg.sign(), -hp.lr)
 
 
-def shampoo_direction(exp_avg: Tensor, ns_steps: int) -> Tensor:
+def shampoo_direction(exp_avg: Tensor, ns_steps: int, transposed: bool = False) -> Tensor:
     """``NS(M) * sqrt(max(1, rows/cols))`` for ``M = m`` viewed as ``(shape[0], -1)``.
 
     Returns a tensor of ``exp_avg``'s shape; zeros for a tensor with no elements.
@@ -91,7 +91,7 @@ def shampoo_direction(exp_avg: Tensor, ns_steps: int) -> Tensor:
         return torch.zeros_like(exp_avg)
     matrix = exp_avg.reshape(matrix_shape(exp_avg.shape))
     orthogonal = newton_schulz_orthogonalize(matrix, ns_steps)
-    return orthogonal.mul_(shampoo_scale(exp_avg.shape)).view_as(exp_avg)
+    return orthogonal.mul_(shampoo_scale(exp_avg.shape, transposed)).view_as(exp_avg)
 
 
 def shampoo_rule_(param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams) -> None:
@@ -99,7 +99,8 @@ def shampoo_rule_(param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams
     exp_avg.lerp_(c, 1.0 - hp.beta1)
     if hp.weight_decay != 0.0:
         param.mul_(1.0 - hp.lr * hp.weight_decay)
-    add_scaled_(param, shampoo_direction(exp_avg, hp.ns_steps), -hp.lr)
+    direction = shampoo_direction(exp_avg, hp.ns_steps, hp.transposed_matrices)
+    add_scaled_(param, direction, -hp.lr)
 
 
 def mars_step_single_tensor(

@@ -63,11 +63,14 @@ class MarsHyperparams(AdamWHyperparams):
             a float or a one-element tensor.
         mars_type: which preconditioned rule consumes the corrected gradient.
         ns_steps: Newton-Schulz iterations of ``mars-shampoo``.
+        transposed_matrices: the 2-D weights are stored as ``(in, out)``; ``mars-shampoo``'s
+            scale then reads the output dimension from ``shape[1]``.
     """
 
     gamma: Scalar = 0.025
     mars_type: MarsType = "mars-adamw"
     ns_steps: int = 5
+    transposed_matrices: bool = False
 
 
 HyperparamsT = TypeVar("HyperparamsT", AdamWHyperparams, MarsHyperparams)
@@ -145,6 +148,7 @@ def validate_group(group: Mapping[str, Any]) -> None:
         raise ValueError(f"ns_steps must be an integer >= 1, got {ns_steps!r}")
     for name in ("amsgrad", "is_approx", "optimize_1d", "reference_routing", "maximize"):
         _check_flag(name, group[name])
+    _check_flag("transposed_matrices", group.get("transposed_matrices", False))
     for name in ("use_mars", "foreach", "fused"):
         _check_flag(name, group.get(name), allow_none=True)
     if group.get("foreach") and group.get("fused"):
@@ -178,6 +182,7 @@ def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
         gamma=_scalar(group["gamma"]),
         mars_type=group["mars_type"],
         ns_steps=group["ns_steps"],
+        transposed_matrices=group.get("transposed_matrices", False),
     )
 
 
@@ -372,10 +377,18 @@ def matrix_shape(shape: Sequence[int]) -> tuple[int, int]:
     return shape[0], math.prod(shape[1:])
 
 
-def shampoo_scale(shape: Sequence[int]) -> float:
-    """``sqrt(max(1, rows/cols))`` for a tensor of ``shape`` viewed as ``(shape[0], -1)``."""
+def shampoo_scale(shape: Sequence[int], transposed: bool = False) -> float:
+    """``sqrt(max(1, rows/cols))`` for a tensor of ``shape`` viewed as ``(shape[0], -1)``, where
+    ``rows`` is the output dimension: ``shape[0]``, or ``shape[1]`` for a matrix stored as
+    ``(in, out)`` (``transposed``, as transformers' ``Conv1D`` stores its weight).
+
+    >>> shampoo_scale((3072, 768)), shampoo_scale((768, 3072), transposed=True)
+    (2.0, 2.0)
+    """
     rows, cols = matrix_shape(shape)
-    return math.sqrt(max(1.0, rows / cols)) if cols else 1.0
+    if transposed:
+        rows, cols = cols, rows
+    return math.sqrt(max(1.0, rows / cols)) if cols and rows else 1.0
 
 
 def reduction_dtype(dtype: torch.dtype) -> torch.dtype:
