@@ -101,7 +101,9 @@ def test_the_cli_sweeps_two_stages_and_writes_table_json_and_figures(tmp_path, c
     args += ["--grid", "mars-adamw:gamma=0,0.025", "--seeds", "0", "1"]
     assert main(args) == 0
     printed = capsys.readouterr().out
-    assert "| optimizer | best point | seeds | final val loss | vs adamw |" in printed
+    assert (
+        "| optimizer | best point | seeds | final val loss | vs adamw | seeds 1 only |" in printed
+    )
     report = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert len(report["points"]) == 4 and report["search_seeds"] == [0]
     winner = report["winners"]["mars-adamw"]
