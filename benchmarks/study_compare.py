@@ -11,9 +11,9 @@ optimizer's winner then runs seeds 0, 1 and 2, reported as mean and std.
 
     python benchmarks/study_compare.py [--jobs 2] [--stage a|b|all] [--optimizers NAME ...]
 
-Each stage's sweep folder holds the optimizers of the runs made so far: running a subset of the
-optimizers first and the rest later (the Newton-Schulz pair is slow on some CPUs) gives the same
-runs as running all at once.
+Finished runs are never rerun, so a subset of the optimizers can run first (the Newton-Schulz
+pair is slow on some CPUs). Each stage's report (sweep.json, summary.md, figures) covers the
+optimizers of the last invocation, so finish with one run over all six.
 
 Writes benchmarks/results/study-compare/{lr,betas}/ (run folders, sweep.json, summary.md,
 lr.png, winners.png).
