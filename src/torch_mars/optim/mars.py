@@ -332,7 +332,8 @@ class MARS(Optimizer):
                 self.zero_grad(set_to_none=True)
             with torch.enable_grad():
                 loss = closure()
-        self._check_gradients()
+        shardings = [self._sharding(group) for group in self.param_groups]
+        self._check_gradients(shardings)
         for group in self.param_groups:
             for param in group["params"]:
                 if param.grad is not None:
@@ -340,8 +341,8 @@ class MARS(Optimizer):
         if exact_groups:
             self._prepare_exact_mode(closure, exact_groups)
         inv_grad_scale = None if grad_scale is None else grad_scale.double().reciprocal()
-        for group in self.param_groups:
-            self._step_group(group, inv_grad_scale)
+        for group, sharding in zip(self.param_groups, shardings, strict=True):
+            self._step_group(group, sharding, inv_grad_scale)
         return loss
 
     @torch.no_grad()
@@ -381,15 +382,15 @@ class MARS(Optimizer):
             self._shardings[id(group)] = cached
         return cached[1]
 
-    def _check_gradients(self) -> None:
-        for group in self.param_groups:
+    def _check_gradients(self, shardings: list[GroupSharding | None]) -> None:
+        for group, sharding in zip(self.param_groups, shardings, strict=True):
             for param in group["params"]:
                 if param.grad is not None and param.grad.is_sparse:
                     raise ValueError(
                         "gradients must be dense: MARS does not support sparse gradients "
                         "(use a dense nn.Embedding, sparse=False)"
                     )
-            if self._sharding(group) is not None:
+            if sharding is not None:
                 from torch_mars.distributed.group_sharding import check_gradients
 
                 check_gradients(group["params"])
@@ -451,9 +452,10 @@ class MARS(Optimizer):
         state = self.state[param]
         return "prev_param" in state and state["step"] > 0
 
-    def _step_group(self, group: dict[str, Any], inv_grad_scale: Tensor | None) -> None:
+    def _step_group(
+        self, group: dict[str, Any], sharding: GroupSharding | None, inv_grad_scale: Tensor | None
+    ) -> None:
         mars_tensors, adamw_tensors = self._step_tensors(group, inv_grad_scale)
-        sharding = self._sharding(group)
         if sharding is not None:
             self._step_sharded_group(group, sharding, mars_tensors, adamw_tensors, inv_grad_scale)
             return
