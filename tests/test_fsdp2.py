@@ -202,6 +202,37 @@ def scaled_fused_steps(world: int, scale: float) -> list[torch.Tensor]:
     return [full(p) for p in params]
 
 
+def nonfinite_skips(world: int, placement) -> dict[str, tuple[bool, bool, list[int]]]:
+    """Per rule: two weights distributed with ``placement``, the second step's gradient of the
+    first holding a NaN in its last row (rank 1's shard under ``Shard(0)``). Returns whether the
+    first kept its value, whether the second moved, and the skip counts."""
+    mesh = init_device_mesh("cpu", (world,))
+    results = {}
+    for mars_type in ("mars-adamw", "mars-lion", "mars-shampoo"):
+        generator = torch.Generator().manual_seed(0)
+        params = [
+            torch.nn.Parameter(
+                distribute_tensor(torch.randn(5, 4, generator=generator), mesh, [placement])
+            )
+            for _ in range(2)
+        ]
+        opt = MARS(params, lr=0.05, mars_type=mars_type, gamma=0.3)
+        for step in range(2):
+            before = [full(p).clone() for p in params]
+            for index, param in enumerate(params):
+                grad = torch.randn(5, 4, generator=generator)
+                if step == 1 and index == 0:
+                    grad[4, 1] = math.nan
+                param.grad = distribute_tensor(grad, mesh, [placement])
+            opt.step()
+        results[mars_type] = (
+            torch.equal(full(params[0]), before[0]),
+            not torch.equal(full(params[1]), before[1]),
+            [int(opt.state[p]["nonfinite_skips"]) for p in params],
+        )
+    return results
+
+
 def run_everything(rank: int, world: int) -> dict:
     results: dict = {case: train(*case, rank, world) for case in CASES}
     results["clip"] = clipped_momentum(world)
@@ -214,6 +245,8 @@ def run_everything(rank: int, world: int) -> dict:
             collectives_per_step(mars_type, count, world) for count in (1, 2, 8)
         ]
     results["dtensor ops collectives"] = [dtensor_ops_collectives(n, world) for n in (1, 8)]
+    results["nonfinite, row shards"] = nonfinite_skips(world, Shard(0))
+    results["nonfinite, dtensor ops"] = nonfinite_skips(world, Replicate())
     return results
 
 
@@ -250,6 +283,11 @@ def test_fsdp2_on_two_processes(tmp_path):
     # Plain DTensor ops: at least one collective per tensor.
     one, eight = sharded["dtensor ops collectives"]
     assert eight >= 8 and eight > one
+
+    # A NaN in one rank's shard skips the whole tensor on every rank, on both sharded paths.
+    for case in ("nonfinite, row shards", "nonfinite, dtensor ops"):
+        for mars_type, outcome in sharded[case].items():
+            assert outcome == (True, True, [1, 0]), (case, mars_type, outcome)
 
 
 def test_a_one_rank_mesh_matches_one_process_without_collectives(tmp_path):

@@ -41,12 +41,13 @@ def test_resume_from_state_dict_is_bitwise(mars_type, is_approx):
     torch.save({"params": [p.detach() for p in first], "opt": first_opt.state_dict()}, buffer)
     buffer.seek(0)
     checkpoint = torch.load(buffer)
-    expected_keys = {"step", "exp_avg", "last_grad"}
+    expected_keys = {"step", "exp_avg", "last_grad", "nonfinite_skips"}
     if mars_type == "mars-adamw":  # Lion and the Shampoo matrices keep no second moment
         expected_keys |= {"exp_avg_sq", "max_exp_avg_sq"}
     if not is_approx:
         expected_keys.add("prev_param")
     assert set(checkpoint["opt"]["state"][0]) == expected_keys
+    assert checkpoint["opt"]["state"][0]["nonfinite_skips"].dtype == torch.int64
 
     resumed = [p.clone().requires_grad_() for p in checkpoint["params"]]
     resumed_opt = MARS(resumed, **kwargs)
@@ -55,6 +56,7 @@ def test_resume_from_state_dict_is_bitwise(mars_type, is_approx):
 
     for a, b in zip(straight, resumed, strict=True):
         assert torch.equal(a, b)
+    assert resumed_opt.state[resumed[0]]["nonfinite_skips"].dtype == torch.int64
 
 
 def test_lr_at_construction_survives_a_resume_with_a_different_initial_lr():

@@ -25,6 +25,7 @@ from torch_mars.optim.step_types import (
     bias_corrections,
     correction_scale,
     elementwise_rule,
+    update_coefficients,
 )
 
 # Layout of the coefficient vector handed to the compiled graph.
@@ -48,8 +49,11 @@ def tensor_update(
     rule: str,
     maximize: bool,
     store_last_grad: bool,
-) -> None:
-    """Update one tensor in place; the body of the compiled kernel.
+    skip_nonfinite: bool = False,
+) -> Tensor | None:
+    """Update one tensor in place; the body of the compiled kernel. Returns the tensor's gate
+    under ``skip_nonfinite`` (1: updated; 0: ``||c||`` not finite, nothing written but the
+    unchanged values), else None.
 
     Args:
         param, grad, exp_avg: tensors of one shape (flat views in the compiled path).
@@ -59,6 +63,7 @@ def tensor_update(
             ``scale = gamma beta1/(1-beta1)`` and the bias corrections of this step.
         inv_grad_scale: ``1 / grad_scale`` of a GradScaler, or None.
         rule: ``"adam"``, ``"lion"``, or ``"momentum"`` (update ``m`` only: Shampoo matrices).
+        skip_nonfinite: leave the tensor as it is when ``||c||`` is not finite (MARS only).
     """
     compute = _compute_dtype(param.dtype)
     h = coefficients.to(compute)
@@ -68,27 +73,36 @@ def tensor_update(
     if maximize:
         g = -g
     c = g
+    gate = None
     if last_grad is not None:
         c = torch.lerp(g, last_grad.to(compute), -h[_SCALE])
-        c = c / torch.linalg.vector_norm(c).clamp_min(1.0)
+        norm = torch.linalg.vector_norm(c)
+        c = c / norm.clamp_min(1.0)
+        if skip_nonfinite:
+            finite = torch.isfinite(norm)
+            c = torch.where(finite, c, 0.0)
+            gate = finite.to(compute)
         if store_last_grad:
-            last_grad.copy_(g)
-    m = torch.lerp(exp_avg.to(compute), c, 1.0 - h[_BETA1])
+            last_grad.copy_(g if gate is None else torch.where(finite, g, last_grad.to(compute)))
+    hp = AdamWHyperparams(h[_LR], h[_BETA1], h[_BETA2], h[_EPS], h[_WD])
+    k = update_coefficients(hp, gate)
+    m = torch.lerp(exp_avg.to(compute), c, k.momentum_weight)
     exp_avg.copy_(m)
     if rule == "momentum":
-        return
-    p = param.to(compute) * (1.0 - h[_LR] * h[_WD])
+        return gate
+    p = param.to(compute) * k.weight_decay_factor
     if rule == "lion":
-        param.copy_(p - h[_LR] * torch.sign(m))
-        return
+        param.copy_(p - k.lr * torch.sign(m))
+        return gate
     assert exp_avg_sq is not None
-    v = exp_avg_sq.to(compute) * h[_BETA2] + (1.0 - h[_BETA2]) * c * c
+    v = exp_avg_sq.to(compute) * k.second_moment_decay + (1.0 - h[_BETA2]) * c * c
     exp_avg_sq.copy_(v)
     if max_exp_avg_sq is not None:
         v = torch.maximum(max_exp_avg_sq.to(compute), v)
         max_exp_avg_sq.copy_(v)
-    denom = torch.sqrt(v) / h[_BC2_SQRT] + h[_EPS]
+    denom = torch.sqrt(v) / h[_BC2_SQRT] + k.eps
     param.copy_(p - (h[_LR] / h[_BC1]) * m / denom)
+    return gate
 
 
 @functools.cache
@@ -129,20 +143,24 @@ def _run(
     rule_of: Callable[[Tensor], str],
     store_last_grad: bool,
     inv_grad_scale: Tensor | None,
-) -> None:
+) -> list[Tensor] | None:
     kernel = compiled_tensor_update()
     coefficients = {step: _coefficients(hp, scale, step) for step in set(tensors.steps)}
+    skip = isinstance(hp, MarsHyperparams) and hp.skip_nonfinite
     # Each combination of rule, flags and dtypes is one specialisation of the same function;
     # dynamo's default limit of 8 per function is too low for a process that uses several.
     with torch._dynamo.config.patch(recompile_limit=VARIANT_LIMIT):
-        for i in range(len(tensors)):
+        gates = [
             _update_one(
                 kernel, tensors, i, hp, coefficients, rule_of, store_last_grad, inv_grad_scale
             )
+            for i in range(len(tensors))
+        ]
+    return gates if skip else None  # type: ignore[return-value]
 
 
 def _update_one(
-    kernel: Callable[..., None],
+    kernel: Callable[..., Tensor | None],
     tensors: StepTensors,
     i: int,
     hp: AdamWHyperparams,
@@ -150,10 +168,13 @@ def _update_one(
     rule_of: Callable[[Tensor], str],
     store_last_grad: bool,
     inv_grad_scale: Tensor | None,
-) -> None:
+) -> Tensor | None:
+    """One tensor's update; its gate under ``skip_nonfinite`` (1 for a tensor with no
+    elements), else None."""
     param = tensors.params[i]
+    skip = isinstance(hp, MarsHyperparams) and hp.skip_nonfinite
     if param.numel() == 0:
-        return
+        return param.new_ones(()) if skip else None
     operands = (
         param,
         tensors.grads[i],
@@ -165,13 +186,14 @@ def _update_one(
     contiguous = all(t is None or t.is_contiguous() for t in operands)
     update = kernel if contiguous else tensor_update
     flat = [_flat(t) for t in operands] if contiguous else list(operands)
-    update(
+    return update(
         *flat,
         coefficients[tensors.steps[i]],
         inv_grad_scale,
         rule_of(param),
         hp.maximize,
         store_last_grad,
+        skip,
     )
 
 
@@ -180,12 +202,13 @@ def mars_elementwise_compiled(
     hp: MarsHyperparams,
     store_last_grad: bool,
     inv_grad_scale: Tensor | None = None,
-) -> None:
+) -> list[Tensor] | None:
     """The element-wise part of a MARS step, tensor by tensor: everything but Newton-Schulz
     (Shampoo matrices get their momentum only; see :func:`~torch_mars.optim.functional.mars_step`).
-    Non-contiguous tensors run the same function eagerly."""
+    Non-contiguous tensors run the same function eagerly. Returns each tensor's gate under
+    ``hp.skip_nonfinite``, else None."""
     scale = correction_scale(hp.gamma, hp.beta1)
-    _run(
+    return _run(
         tensors,
         hp,
         scale,

@@ -10,6 +10,7 @@ its tensor and offset, and an address table gives each tensor's ``p, g, g_tilde,
    chunk's ``sum(c^2)`` into its tensor's slot with an atomic add.
 2. ``_mars_update_kernel`` forms ``c`` again (``g`` and ``g_tilde`` are re-read, mostly from L2
    for tensors that fit), scales it by ``1 / max(1, ||c||)`` and applies the tensor's rule.
+   Under ``skip_nonfinite`` a tensor whose ``||c||`` is not finite has every store masked off.
 
 Loads convert to float32 (float64 for float64 parameters) and stores convert back, so bf16/fp16
 parameters and bf16 state use fp32 math. A GradScaler's scale is divided out in the kernels.
@@ -35,6 +36,7 @@ from torch_mars.optim.step_types import (
     StepTensors,
     correction_scale,
     elementwise_rule,
+    finite_gates,
     group_indices,
 )
 
@@ -172,12 +174,16 @@ if TRITON_AVAILABLE:
         AMSGRAD: tl.constexpr,
         HAS_GRAD_SCALE: tl.constexpr,
         MAXIMIZE: tl.constexpr,
+        SKIP_NONFINITE: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
         program = tl.program_id(0)
         tensor = tl.load(chunk_tensor + program)
         offsets = tl.load(chunk_start + program) + tl.arange(0, BLOCK)
         mask = offsets < tl.load(numels + tensor)
+        if SKIP_NONFINITE:
+            # NaN < inf is False too: a tensor whose ||c|| is not finite writes nothing.
+            mask = tl.where(tl.load(norm_sq + tensor) < float("inf"), mask, False)
         row = coefficients + tensor * N_COEFFICIENTS
         lr = tl.load(row + COEFFICIENT_LR).to(COMPUTE)
         beta1 = tl.load(row + COEFFICIENT_BETA1).to(COMPUTE)
@@ -274,8 +280,10 @@ def _launch(
     is_mars: bool,
     store_last_grad: bool,
     inv_grad_scale: Tensor | None,
-) -> None:
-    """Both kernels over one (device, dtypes) group of non-empty tensors."""
+    skip_nonfinite: bool,
+) -> Tensor:
+    """Both kernels over one (device, dtypes) group of non-empty tensors; returns the vector of
+    their squared norms of ``c`` (zeros for plain AdamW)."""
     device = tensors.params[0].device
     param_dtype = tensors.params[0].dtype
     state_dtype = tensors.exp_avgs[0].dtype
@@ -333,8 +341,10 @@ def _launch(
         IS_MARS=is_mars,
         STORE_LAST_GRAD=store_last_grad,
         AMSGRAD=hp.amsgrad,
+        SKIP_NONFINITE=is_mars and skip_nonfinite,
         **common,
     )
+    return norm_sq
 
 
 def _chunk_table(numels: list[int], span: int, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -373,8 +383,12 @@ def _launch_groups(
     is_mars: bool,
     store_last_grad: bool,
     inv_grad_scale: Tensor | None,
-) -> None:
+    skip_nonfinite: bool = False,
+) -> list[Tensor]:
+    """Launch the kernels per (device, dtypes) group; returns each tensor's gate (1 where
+    ``||c||`` is finite; 1 for tensors with no elements)."""
     require_triton()
+    gates = [p.new_ones(()) for p in tensors.params]
     keys = [
         (p.device, p.dtype, g.dtype, m.dtype)
         for p, g, m in zip(tensors.params, tensors.grads, tensors.exp_avgs, strict=True)
@@ -382,7 +396,7 @@ def _launch_groups(
     for indices in group_indices(keys):
         nonempty = [i for i in indices if tensors.params[i].numel() > 0]
         if nonempty:
-            _launch(
+            norm_sq = _launch(
                 tensors.select(nonempty),
                 hp,
                 scale,
@@ -390,7 +404,12 @@ def _launch_groups(
                 is_mars,
                 store_last_grad,
                 inv_grad_scale,
+                skip_nonfinite,
             )
+            dtype = tensors.params[nonempty[0]].dtype
+            for i, gate in zip(nonempty, finite_gates(norm_sq, dtype).unbind(), strict=True):
+                gates[i] = gate
+    return gates
 
 
 def mars_elementwise_triton(
@@ -398,11 +417,13 @@ def mars_elementwise_triton(
     hp: MarsHyperparams,
     store_last_grad: bool,
     inv_grad_scale: Tensor | None = None,
-) -> None:
+) -> list[Tensor] | None:
     """The element-wise part of a MARS step with the Triton kernels: everything but
-    Newton-Schulz (see :func:`torch_mars.optim.functional.mars_step`)."""
+    Newton-Schulz (see :func:`torch_mars.optim.functional.mars_step`). Returns each tensor's
+    gate under ``hp.skip_nonfinite``, else None."""
     flat = [i for i in range(len(tensors)) if _flat_addressable(tensors, i)]
     strided = [i for i in range(len(tensors)) if i not in set(flat)]
+    gates: list[Tensor | None] = [None] * len(tensors)
     if flat:
         kernel_tensors = tensors.select(flat)
         rules = [
@@ -410,9 +431,25 @@ def mars_elementwise_triton(
             for p in kernel_tensors.params
         ]
         scale = correction_scale(hp.gamma, hp.beta1)
-        _launch_groups(kernel_tensors, hp, scale, rules, True, store_last_grad, inv_grad_scale)
+        flat_gates = _launch_groups(
+            kernel_tensors,
+            hp,
+            scale,
+            rules,
+            True,
+            store_last_grad,
+            inv_grad_scale,
+            hp.skip_nonfinite,
+        )
+        for i, gate in zip(flat, flat_gates, strict=True):
+            gates[i] = gate
     if strided:
-        mars_elementwise_compiled(tensors.select(strided), hp, store_last_grad, inv_grad_scale)
+        strided_gates = mars_elementwise_compiled(
+            tensors.select(strided), hp, store_last_grad, inv_grad_scale
+        )
+        for i, gate in zip(strided, strided_gates or [None] * len(strided), strict=True):
+            gates[i] = gate
+    return gates if hp.skip_nonfinite else None  # type: ignore[return-value]
 
 
 def adamw_step_triton(

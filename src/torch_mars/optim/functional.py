@@ -102,7 +102,7 @@ def mars_step(
     implementation: Implementation = "single_tensor",
     inv_grad_scale: Tensor | None = None,
     whole: WholeTensorOps | None = None,
-) -> None:
+) -> list[Tensor] | None:
     r"""One MARS step on tensors that all follow the MARS rule (in place).
 
     For each tensor :math:`p` with gradient :math:`g` (negated if ``hp.maximize``), previous-
@@ -135,6 +135,11 @@ def mars_step(
             whole-tensor norms and Newton-Schulz directions (see
             :class:`torch_mars.distributed.ShardedMeshOps`); only with ``"foreach"``.
 
+    Returns:
+        With ``hp.skip_nonfinite``, one 0-d gate per tensor: 1 if it was updated, 0 if its
+        ``||c||`` was not finite and its parameter and state were left as they were (decided on
+        the device; reading a gate on the host synchronises). Else None.
+
     >>> import torch
     >>> from torch_mars.optim import MarsHyperparams, StepTensors, mars_step
     >>> p, g = torch.zeros(2, 2), torch.full((2, 2), 4.0)
@@ -156,20 +161,22 @@ def mars_step(
             from torch_mars.kernels.triton_step import mars_elementwise_triton as elementwise
         else:
             from torch_mars.kernels.compiled_step import mars_elementwise_compiled as elementwise
-        elementwise(tensors, hp, store_last_grad, inv_grad_scale)
+        gates = elementwise(tensors, hp, store_last_grad, inv_grad_scale)
         working, pairs = tensors, []
     else:
         _require_unscaled(inv_grad_scale, backend)
         working, pairs = _upcast_state(tensors)
         if backend == "single_tensor":
-            mars_step_single_tensor(working, hp, store_last_grad)
+            gates = mars_step_single_tensor(working, hp, store_last_grad)
             _write_back(pairs)
-            return
-        mars_elementwise_foreach(working, hp, store_last_grad, whole)
+            return gates
+        gates = mars_elementwise_foreach(working, hp, store_last_grad, whole)
     matrices = [i for i, p in enumerate(working.params) if is_shampoo_matrix(hp.mars_type, p.ndim)]
     if matrices:
-        apply_shampoo_directions(working.select(matrices), hp, whole)
+        matrix_gates = None if gates is None else [gates[i] for i in matrices]
+        apply_shampoo_directions(working.select(matrices), hp, whole, matrix_gates)
     _write_back(pairs)
+    return gates
 
 
 def adamw_step(

@@ -29,6 +29,7 @@ from torch_mars.optim.step_types import (
     Scalar,
     StepTensors,
     adamw_1d_hyperparams,
+    group_indices,
     mars_hyperparams,
     validate_group,
 )
@@ -133,12 +134,21 @@ class MARS(Optimizer):
         state_dtype: dtype of ``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq`` and ``last_grad``:
             None (the parameter's dtype), ``torch.float32`` or ``torch.bfloat16`` (half the
             state memory; the step still computes in float32).
+        skip_nonfinite: a MARS-routed tensor whose ``||c||`` is NaN or infinite keeps its
+            parameter and buffers for that step (``last_grad`` too), as if the step had been
+            skipped for it; the others step as usual. Decided on the device by every path, with
+            no host sync; ``state[p]["nonfinite_skips"]`` counts the skips of ``p`` and
+            :meth:`nonfinite_skips` their total. Its step count still advances. False: a
+            non-finite ``c`` flows into the update (one NaN entry spreads through the norm to
+            the whole tensor). The 1-D AdamW tensors are never masked, as in
+            ``torch.optim.AdamW``.
 
     State per tensor: ``step`` (int), ``exp_avg``, ``exp_avg_sq`` (tensors on an Adam rule: not
     the Lion tensors or the Shampoo matrices), ``max_exp_avg_sq`` (AMSGrad),
     ``last_grad`` (MARS-routed tensors: a copy of the previous gradient, never an alias of
     ``p.grad``) and ``prev_param`` (exact mode: the parameters of the previous step), in
-    ``state_dtype`` (``prev_param`` in the parameter's dtype).
+    ``state_dtype`` (``prev_param`` in the parameter's dtype); ``nonfinite_skips`` (MARS-routed
+    tensors under ``skip_nonfinite``: a 0-d int64 tensor on the parameter's device).
 
     Example:
         >>> import torch
@@ -149,7 +159,7 @@ class MARS(Optimizer):
         >>> loss.backward()
         >>> opt.step()
         >>> sorted(opt.state[model.weight])
-        ['exp_avg', 'exp_avg_sq', 'last_grad', 'step']
+        ['exp_avg', 'exp_avg_sq', 'last_grad', 'nonfinite_skips', 'step']
     """
 
     def __init__(
@@ -175,6 +185,7 @@ class MARS(Optimizer):
         state_dtype: torch.dtype | None = None,
         reference_routing: bool = False,
         transposed_matrices: bool = False,
+        skip_nonfinite: bool = True,
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -197,6 +208,7 @@ class MARS(Optimizer):
             "state_dtype": state_dtype,
             "use_mars": None,
             "transposed_matrices": transposed_matrices,
+            "skip_nonfinite": skip_nonfinite,
         }
         validate_group(defaults)
         super().__init__(params, defaults)
@@ -255,6 +267,7 @@ class MARS(Optimizer):
             group.setdefault("use_mars", None)
             group.setdefault("reference_routing", False)
             group.setdefault("transposed_matrices", False)
+            group.setdefault("skip_nonfinite", True)
             group.setdefault("lr_at_construction", group["lr"])
         self._shardings = {}
 
@@ -277,10 +290,12 @@ class MARS(Optimizer):
         for group, saved, lr0 in zip(self.param_groups, saved_groups, constructed, strict=False):
             if "lr_at_construction" not in saved:
                 group["lr_at_construction"] = lr0
-            if group["state_dtype"] is None:
-                continue
             for param in group["params"]:
                 state = self.state.get(param, {})
+                if "nonfinite_skips" in state:  # torch casts it to the parameter's dtype
+                    state["nonfinite_skips"] = state["nonfinite_skips"].to(torch.int64)
+                if group["state_dtype"] is None:
+                    continue
                 for name, value in state.items():
                     stored = isinstance(value, Tensor) and value.is_floating_point()
                     if stored and name != "prev_param" and value.dtype != group["state_dtype"]:
@@ -363,6 +378,10 @@ class MARS(Optimizer):
         the parameter). The one place where state is created."""
         state = self.state[param]
         state.setdefault("step", 0)
+        if group["skip_nonfinite"] and routes_to_mars(param, group):
+            state.setdefault(
+                "nonfinite_skips", torch.zeros((), dtype=torch.int64, device=param.device)
+            )
         for name in state_buffer_names(param, group):
             if name not in state:
                 if name == "prev_param":
@@ -371,6 +390,27 @@ class MARS(Optimizer):
                     state[name] = torch.zeros_like(
                         param, dtype=_state_dtype(param, group), memory_format=torch.preserve_format
                     )
+
+    def nonfinite_skips(self) -> Tensor:
+        """The number of (tensor, step) pairs skipped so far under ``skip_nonfinite``, summed
+        over the parameters: a 0-d int64 tensor on the first parameter's device (reading it
+        on the host synchronises; ``state[p]["nonfinite_skips"]`` has each tensor's count)."""
+        counts = [
+            state["nonfinite_skips"] for state in self.state.values() if "nonfinite_skips" in state
+        ]
+        device = self.param_groups[0]["params"][0].device
+        if not counts:
+            return torch.zeros((), dtype=torch.int64, device=device)
+        return sum(count.to(device) for count in counts)  # type: ignore[return-value]
+
+    def _count_skips(self, params: list[Tensor], gates: list[Tensor] | None) -> None:
+        """Add each skipped tensor's step to its ``nonfinite_skips`` (on the device)."""
+        if gates is None:
+            return
+        counts = [self.state[p]["nonfinite_skips"] for p in params]
+        for indices in group_indices([count.device for count in counts]):
+            skipped = torch.stack([gates[i] for i in indices]).eq(0)
+            torch._foreach_add_([counts[i] for i in indices], list(skipped.unbind()))
 
     def _sharding(self, group: dict[str, Any]) -> GroupSharding | None:
         """The group's sharding kind (None: plain tensors), decided on its first step and kept
@@ -461,13 +501,14 @@ class MARS(Optimizer):
             return
         implementation = _implementation(group, [p for p in group["params"] if p.grad is not None])
         if mars_tensors.params:
-            mars_step(
+            gates = mars_step(
                 mars_tensors,
                 mars_hyperparams(group),
                 store_last_grad=group["is_approx"],
                 implementation=implementation,
                 inv_grad_scale=inv_grad_scale,
             )
+            self._count_skips(mars_tensors.params, gates)
         if adamw_tensors.params:
             adamw_step(
                 adamw_tensors,
@@ -491,7 +532,11 @@ class MARS(Optimizer):
             use_mars = routes_to_mars(param, group)
             state = self.state[param]
             if use_mars and state["step"] == 0:
-                state["last_grad"].copy_(self._effective_grad(param, group, inv_grad_scale))
+                first_grad = self._effective_grad(param, group, inv_grad_scale)
+                if group["skip_nonfinite"]:
+                    # A non-finite g skips this step; g_tilde must stay finite for the next.
+                    first_grad.nan_to_num_(0.0, 0.0, 0.0)
+                state["last_grad"].copy_(first_grad)
             state["step"] += 1
             target = mars_tensors if use_mars else adamw_tensors
             target.params.append(param)
@@ -518,13 +563,18 @@ class MARS(Optimizer):
         the same local tensors (gradients unscaled by the sharding, not by a kernel)."""
         if mars_tensors.params:
             local, whole = sharding.local(mars_tensors, inv_grad_scale)
-            mars_step(
+            gates = mars_step(
                 local,
                 mars_hyperparams(group),
                 store_last_grad=group["is_approx"],
                 implementation=sharding.mars_implementation,
                 whole=whole,
             )
+            if gates is not None:
+                from torch_mars.distributed.layout import local_tensor
+
+                gates = [local_tensor(gate) for gate in gates]  # DTensor ops give DTensor gates
+            self._count_skips(mars_tensors.params, gates)
         if adamw_tensors.params:
             local, _ = sharding.local(adamw_tensors, inv_grad_scale)
             implementation = (

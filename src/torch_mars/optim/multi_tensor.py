@@ -18,15 +18,18 @@ from torch_mars.optim.step_types import (
     MarsHyperparams,
     Scalar,
     StepTensors,
+    UpdateCoefficients,
     WholeTensorOps,
     bias_corrections,
     correction_scale,
+    finite_gates,
     foreach_add_scaled_,
     group_by_device_and_dtype,
     group_indices,
     hyperparams_on_device,
     is_shampoo_matrix,
     reduction_dtype,
+    update_coefficients,
 )
 
 
@@ -36,7 +39,10 @@ def _variance_reduced_gradients(
     gamma: Scalar,
     beta1: Scalar,
     whole: WholeTensorOps | None = None,
-) -> list[Tensor]:
+    skip_nonfinite: bool = False,
+) -> tuple[list[Tensor], Tensor | None]:
+    """The clipped ``c`` of every tensor and, with ``skip_nonfinite``, their gates as one vector
+    (see :func:`~torch_mars.optim.single_tensor.variance_reduced_gradient`)."""
     weight = -correction_scale(gamma, beta1)
     if isinstance(weight, Tensor):
         cs = torch._foreach_lerp(grads, last_grads, [weight] * len(grads))
@@ -45,22 +51,32 @@ def _variance_reduced_gradients(
     norms = torch._foreach_norm(cs, 2, dtype=reduction_dtype(cs[0].dtype))
     if whole is not None:
         norms = whole.whole_norms(norms)
+    gates = finite_gates(torch.stack(norms), cs[0].dtype) if skip_nonfinite else None
     torch._foreach_clamp_min_(norms, 1.0)
     torch._foreach_div_(cs, norms)
-    return cs
+    if gates is not None:
+        for c in cs:  # no multi-tensor nan_to_num; a finite c has nothing to change
+            c.nan_to_num_(0.0, 0.0, 0.0)
+    return cs, gates
 
 
-def _decay_weights(params: list[Tensor], hp: AdamWHyperparams) -> None:
+def _lerp_weights(weight: Scalar | list[Tensor], n: int) -> float | list[Tensor]:
+    """A lerp weight as ``_foreach_lerp_`` takes it: a float, or one tensor per entry."""
+    return [weight] * n if isinstance(weight, Tensor) else weight
+
+
+def _decay_weights(params: list[Tensor], hp: AdamWHyperparams, k: UpdateCoefficients) -> None:
     if hp.weight_decay != 0.0:
-        torch._foreach_mul_(params, 1.0 - hp.lr * hp.weight_decay)
+        torch._foreach_mul_(params, k.weight_decay_factor)
 
 
 def _update_moments(
-    update_inputs: list[Tensor], tensors: StepTensors, hp: AdamWHyperparams
+    update_inputs: list[Tensor], tensors: StepTensors, hp: AdamWHyperparams, k: UpdateCoefficients
 ) -> list[Tensor]:
     """Update ``m`` and ``v`` (and the AMSGrad maxima); return the second moments to use."""
-    torch._foreach_lerp_(tensors.exp_avgs, update_inputs, 1.0 - hp.beta1)
-    torch._foreach_mul_(tensors.exp_avg_sqs, hp.beta2)
+    n = len(update_inputs)
+    torch._foreach_lerp_(tensors.exp_avgs, update_inputs, _lerp_weights(k.momentum_weight, n))
+    torch._foreach_mul_(tensors.exp_avg_sqs, k.second_moment_decay)
     if isinstance(hp.beta2, Tensor):
         squares = torch._foreach_mul(update_inputs, update_inputs)
         torch._foreach_mul_(squares, 1.0 - hp.beta2)
@@ -86,10 +102,10 @@ def _same_step_groups(steps: list[int]) -> list[list[int]]:
 
 
 def _adam_rule_foreach(
-    update_inputs: list[Tensor], tensors: StepTensors, hp: AdamWHyperparams
+    update_inputs: list[Tensor], tensors: StepTensors, hp: AdamWHyperparams, k: UpdateCoefficients
 ) -> None:
-    second_moments = _update_moments(update_inputs, tensors, hp)
-    _decay_weights(tensors.params, hp)
+    second_moments = _update_moments(update_inputs, tensors, hp, k)
+    _decay_weights(tensors.params, hp, k)
     for indices in _same_step_groups(tensors.steps):
         bias_correction1, bias_correction2_sqrt = bias_corrections(
             hp.beta1, hp.beta2, tensors.steps[indices[0]]
@@ -98,7 +114,7 @@ def _adam_rule_foreach(
         exp_avgs = [tensors.exp_avgs[i] for i in indices]
         denoms = torch._foreach_sqrt([second_moments[i] for i in indices])
         torch._foreach_div_(denoms, bias_correction2_sqrt)
-        torch._foreach_add_(denoms, hp.eps)
+        torch._foreach_add_(denoms, k.select(indices).eps if isinstance(k.eps, list) else k.eps)
         step_size = -hp.lr / bias_correction1
         if isinstance(step_size, Tensor):
             updates = torch._foreach_div(exp_avgs, denoms)
@@ -112,24 +128,41 @@ def _mars_elementwise_one_group(
     hp: MarsHyperparams,
     store_last_grad: bool,
     whole: WholeTensorOps | None,
-) -> None:
+) -> Tensor | None:
     grads = torch._foreach_neg(tensors.grads) if hp.maximize else tensors.grads
-    cs = _variance_reduced_gradients(grads, tensors.last_grads, hp.gamma, hp.beta1, whole)
+    cs, gates = _variance_reduced_gradients(
+        grads, tensors.last_grads, hp.gamma, hp.beta1, whole, hp.skip_nonfinite
+    )
+    k = update_coefficients(hp) if gates is None else update_coefficients(hp, gates).unbind()
     if store_last_grad:
-        torch._foreach_copy_(tensors.last_grads, grads)
+        if gates is None:
+            torch._foreach_copy_(tensors.last_grads, grads)
+        else:
+            for grad, last_grad, gate in zip(grads, tensors.last_grads, gates, strict=True):
+                torch.where(gate > 0, grad, last_grad, out=last_grad)
+    n = len(cs)
     if hp.mars_type == "mars-lion":
-        torch._foreach_lerp_(tensors.exp_avgs, cs, 1.0 - hp.beta1)
-        _decay_weights(tensors.params, hp)
-        foreach_add_scaled_(tensors.params, torch._foreach_sign(tensors.exp_avgs), -hp.lr)
-        return
+        torch._foreach_lerp_(tensors.exp_avgs, cs, _lerp_weights(k.momentum_weight, n))
+        _decay_weights(tensors.params, hp, k)
+        signs = torch._foreach_sign(tensors.exp_avgs)
+        if isinstance(k.lr, list):
+            torch._foreach_mul_(signs, k.lr)
+            torch._foreach_sub_(tensors.params, signs)
+        else:
+            foreach_add_scaled_(tensors.params, signs, -k.lr)
+        return gates
     shampoo = [is_shampoo_matrix(hp.mars_type, p.ndim) for p in tensors.params]
     matrices = [i for i, is_matrix in enumerate(shampoo) if is_matrix]
     adam_indices = [i for i, is_matrix in enumerate(shampoo) if not is_matrix]
     if matrices:
         momenta = [tensors.exp_avgs[i] for i in matrices]
-        torch._foreach_lerp_(momenta, [cs[i] for i in matrices], 1.0 - hp.beta1)
+        weights = _lerp_weights(k.select(matrices).momentum_weight, len(matrices))
+        torch._foreach_lerp_(momenta, [cs[i] for i in matrices], weights)
     if adam_indices:
-        _adam_rule_foreach([cs[i] for i in adam_indices], tensors.select(adam_indices), hp)
+        _adam_rule_foreach(
+            [cs[i] for i in adam_indices], tensors.select(adam_indices), hp, k.select(adam_indices)
+        )
+    return gates
 
 
 def mars_elementwise_foreach(
@@ -137,16 +170,22 @@ def mars_elementwise_foreach(
     hp: MarsHyperparams,
     store_last_grad: bool,
     whole: WholeTensorOps | None = None,
-) -> None:
+) -> list[Tensor] | None:
     """The element-wise part of a MARS step with multi-tensor kernels: everything but
     Newton-Schulz (the Shampoo matrices get their momentum only; see
     :func:`~.functional.mars_step`). With ``whole``, the tensors are local shards and ``whole``
-    supplies the whole-tensor norms (one call per device and dtype)."""
+    supplies the whole-tensor norms (one call per device and dtype). Returns each tensor's gate
+    under ``hp.skip_nonfinite`` (1: updated, 0: skipped), else None."""
+    gates: list[Tensor | None] = [None] * len(tensors)
     for indices in group_by_device_and_dtype(tensors.params):
         device = tensors.params[indices[0]].device
-        _mars_elementwise_one_group(
+        group_gates = _mars_elementwise_one_group(
             tensors.select(indices), hyperparams_on_device(hp, device), store_last_grad, whole
         )
+        if group_gates is not None:
+            for i, gate in zip(indices, group_gates.unbind(), strict=True):
+                gates[i] = gate
+    return gates if hp.skip_nonfinite else None  # type: ignore[return-value]
 
 
 def adamw_step_foreach(tensors: StepTensors, hp: AdamWHyperparams) -> None:
@@ -154,4 +193,5 @@ def adamw_step_foreach(tensors: StepTensors, hp: AdamWHyperparams) -> None:
     for indices in group_by_device_and_dtype(tensors.params):
         group = tensors.select(indices)
         grads = torch._foreach_neg(group.grads) if hp.maximize else group.grads
-        _adam_rule_foreach(grads, group, hyperparams_on_device(hp, group.params[0].device))
+        hp_here = hyperparams_on_device(hp, group.params[0].device)
+        _adam_rule_foreach(grads, group, hp_here, update_coefficients(hp_here))

@@ -17,6 +17,7 @@ from torch_mars.optim.step_types import (
     matrix_shape,
     reduction_dtype,
     shampoo_scale,
+    update_coefficients,
 )
 
 # Quintic iteration X <- a X + b (X X^T) X + c (X X^T)^2 X; these coefficients push every
@@ -89,11 +90,15 @@ def batched_shampoo_directions(
 
 
 def apply_shampoo_directions(
-    matrices: StepTensors, hp: MarsHyperparams, whole: WholeTensorOps | None = None
+    matrices: StepTensors,
+    hp: MarsHyperparams,
+    whole: WholeTensorOps | None = None,
+    gates: list[Tensor] | None = None,
 ) -> None:
     """``p <- p (1 - lr wd) - lr NS(m) sqrt(max(1, rows/cols))`` for matrices whose ``m`` is up
     to date, with Newton-Schulz batched over same-shape matrices (over the whole matrices of
-    local shards when ``whole`` is given)."""
+    local shards when ``whole`` is given). ``gates``: one 0-d tensor per matrix, 0 for those
+    whose step is skipped (their ``p`` is left as it is)."""
 
     def directions_of(momenta: list[Tensor]) -> list[Tensor]:
         return batched_shampoo_directions(momenta, hp.ns_steps, hp.transposed_matrices)
@@ -101,11 +106,20 @@ def apply_shampoo_directions(
     for indices in group_by_device_and_dtype(matrices.params):
         group = matrices.select(indices)
         hp = hyperparams_on_device(hp, group.params[0].device)
+        if gates is None:
+            k = update_coefficients(hp)
+        else:
+            stacked = torch.stack([gates[i] for i in indices]).to(group.params[0].dtype)
+            k = update_coefficients(hp, stacked).unbind()
         if hp.weight_decay != 0.0:
-            torch._foreach_mul_(group.params, 1.0 - hp.lr * hp.weight_decay)
+            torch._foreach_mul_(group.params, k.weight_decay_factor)
         if whole is None:
             directions = directions_of(group.exp_avgs)
         else:
             directions = whole.shampoo_directions(group.params, group.exp_avgs, directions_of)
         directions = [d.to(p.dtype) for d, p in zip(directions, group.params, strict=True)]
-        foreach_add_scaled_(group.params, directions, -hp.lr)
+        if gates is None:
+            foreach_add_scaled_(group.params, directions, -hp.lr)
+        else:
+            torch._foreach_mul_(directions, k.lr)
+            torch._foreach_sub_(group.params, directions)

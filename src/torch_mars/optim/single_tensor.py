@@ -16,22 +16,29 @@ from torch_mars.optim.step_types import (
     MarsHyperparams,
     Scalar,
     StepTensors,
+    UpdateCoefficients,
     add_scaled_,
     addcdiv_scaled_,
     addcmul_scaled_,
     bias_corrections,
     correction_scale,
+    finite_gates,
     is_shampoo_matrix,
     matrix_shape,
     reduction_dtype,
     shampoo_scale,
+    update_coefficients,
 )
 
 
 def variance_reduced_gradient(
-    grad: Tensor, last_grad: Tensor, gamma: Scalar, beta1: Scalar
-) -> Tensor:
+    grad: Tensor, last_grad: Tensor, gamma: Scalar, beta1: Scalar, skip_nonfinite: bool = False
+) -> tuple[Tensor, Tensor | None]:
     """``c = g + gamma * beta1/(1-beta1) * (g - g_tilde)``, scaled to unit norm if ``||c||_2 > 1``.
+
+    With ``skip_nonfinite``, also ``c``'s gate: 1 if ``||c||`` is finite, else 0, and then ``c``
+    becomes all zeros (``c / ||c||`` holds only NaN and zero entries, which ``nan_to_num``
+    zeroes; a finite ``c`` has none to change).
 
     ``c`` is formed as ``lerp(g, g_tilde, -scale)``, one fused pass over both inputs.
 
@@ -40,11 +47,15 @@ def variance_reduced_gradient(
         last_grad: ``g_tilde``, same shape as ``grad``.
 
     Returns:
-        A new tensor ``c`` of the shape and dtype of ``grad``.
+        ``(c, gate)``: a new tensor of the shape and dtype of ``grad``, and a 0-d tensor of its
+        dtype (None without ``skip_nonfinite``).
     """
     c = torch.lerp(grad, last_grad, -correction_scale(gamma, beta1))
     norm = torch.linalg.vector_norm(c, dtype=reduction_dtype(c.dtype))
-    return c.div_(norm.clamp_min(1.0))
+    c.div_(norm.clamp_min(1.0))
+    if not skip_nonfinite:
+        return c, None
+    return c.nan_to_num_(0.0, 0.0, 0.0), finite_gates(norm, c.dtype)
 
 
 def adam_rule_(
@@ -55,31 +66,38 @@ def adam_rule_(
     max_exp_avg_sq: Tensor | None,
     step: int,
     hp: AdamWHyperparams,
+    k: UpdateCoefficients | None = None,
 ) -> None:
     """Decoupled-weight-decay Adam on ``update_input`` (the gradient, or MARS's ``c``)::
 
     m <- b1 m + (1-b1) x;   v <- b2 v + (1-b2) x^2   (AMSGrad: v_max <- max(v_max, v))
     p <- p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+
+    ``k``: the coefficients with the tensor's skip gate folded in (default: ungated ``hp``).
     """
-    exp_avg.lerp_(update_input, 1.0 - hp.beta1)
-    addcmul_scaled_(exp_avg_sq.mul_(hp.beta2), update_input, update_input, 1.0 - hp.beta2)
+    k = k or update_coefficients(hp)
+    exp_avg.lerp_(update_input, k.momentum_weight)
+    exp_avg_sq.mul_(k.second_moment_decay)
+    addcmul_scaled_(exp_avg_sq, update_input, update_input, 1.0 - hp.beta2)
     second_moment = exp_avg_sq
     if max_exp_avg_sq is not None:
         torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
         second_moment = max_exp_avg_sq
     bias_correction1, bias_correction2_sqrt = bias_corrections(hp.beta1, hp.beta2, step)
-    denom = (second_moment.sqrt() / bias_correction2_sqrt).add_(hp.eps)
+    denom = (second_moment.sqrt() / bias_correction2_sqrt).add_(k.eps)
     if hp.weight_decay != 0.0:
-        param.mul_(1.0 - hp.lr * hp.weight_decay)
+        param.mul_(k.weight_decay_factor)
     addcdiv_scaled_(param, exp_avg, denom, -hp.lr / bias_correction1)
 
 
-def lion_rule_(param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams) -> None:
+def lion_rule_(
+    param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams, k: UpdateCoefficients
+) -> None:
     """``m <- b1 m + (1-b1) c;  p <- p (1 - lr wd) - lr sign(m)``."""
-    exp_avg.lerp_(c, 1.0 - hp.beta1)
+    exp_avg.lerp_(c, k.momentum_weight)
     if hp.weight_decay != 0.0:
-        param.mul_(1.0 - hp.lr * hp.weight_decay)
-    add_scaled_(param, exp_avg.sign(), -hp.lr)
+        param.mul_(k.weight_decay_factor)
+    add_scaled_(param, exp_avg.sign(), -k.lr)
 
 
 def shampoo_direction(exp_avg: Tensor, ns_steps: int, transposed: bool = False) -> Tensor:
@@ -94,30 +112,39 @@ def shampoo_direction(exp_avg: Tensor, ns_steps: int, transposed: bool = False) 
     return orthogonal.mul_(shampoo_scale(exp_avg.shape, transposed)).view_as(exp_avg)
 
 
-def shampoo_rule_(param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams) -> None:
+def shampoo_rule_(
+    param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams, k: UpdateCoefficients
+) -> None:
     """``m <- b1 m + (1-b1) c;  p <- p (1 - lr wd) - lr NS(m) sqrt(max(1, rows/cols))``."""
-    exp_avg.lerp_(c, 1.0 - hp.beta1)
+    exp_avg.lerp_(c, k.momentum_weight)
     if hp.weight_decay != 0.0:
-        param.mul_(1.0 - hp.lr * hp.weight_decay)
+        param.mul_(k.weight_decay_factor)
     direction = shampoo_direction(exp_avg, hp.ns_steps, hp.transposed_matrices)
-    add_scaled_(param, direction, -hp.lr)
+    add_scaled_(param, direction, -k.lr)
 
 
 def mars_step_single_tensor(
     tensors: StepTensors, hp: MarsHyperparams, store_last_grad: bool
-) -> None:
-    """One MARS step on each tensor in turn; see :func:`torch_mars.optim.functional.mars_step`."""
+) -> list[Tensor] | None:
+    """One MARS step on each tensor in turn; see :func:`torch_mars.optim.functional.mars_step`.
+    Returns each tensor's gate under ``hp.skip_nonfinite`` (1: updated, 0: skipped), else None.
+    """
+    gates: list[Tensor] = []
     for index, param in enumerate(tensors.params):
         grad = -tensors.grads[index] if hp.maximize else tensors.grads[index]
         last_grad = tensors.last_grads[index]
-        c = variance_reduced_gradient(grad, last_grad, hp.gamma, hp.beta1)
+        c, gate = variance_reduced_gradient(grad, last_grad, hp.gamma, hp.beta1, hp.skip_nonfinite)
+        k = update_coefficients(hp, gate)
         if store_last_grad:
-            last_grad.copy_(grad)
+            if gate is None:
+                last_grad.copy_(grad)
+            else:
+                torch.where(gate > 0, grad, last_grad, out=last_grad)
         exp_avg = tensors.exp_avgs[index]
         if hp.mars_type == "mars-lion":
-            lion_rule_(param, c, exp_avg, hp)
+            lion_rule_(param, c, exp_avg, hp, k)
         elif is_shampoo_matrix(hp.mars_type, param.ndim):
-            shampoo_rule_(param, c, exp_avg, hp)
+            shampoo_rule_(param, c, exp_avg, hp, k)
         else:
             max_exp_avg_sq = tensors.max_exp_avg_sqs[index] if hp.amsgrad else None
             adam_rule_(
@@ -128,7 +155,11 @@ def mars_step_single_tensor(
                 max_exp_avg_sq,
                 tensors.steps[index],
                 hp,
+                k,
             )
+        if gate is not None:
+            gates.append(gate)
+    return gates if hp.skip_nonfinite else None
 
 
 def adamw_step_single_tensor(tensors: StepTensors, hp: AdamWHyperparams) -> None:

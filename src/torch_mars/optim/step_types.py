@@ -65,12 +65,15 @@ class MarsHyperparams(AdamWHyperparams):
         ns_steps: Newton-Schulz iterations of ``mars-shampoo``.
         transposed_matrices: the 2-D weights are stored as ``(in, out)``; ``mars-shampoo``'s
             scale then reads the output dimension from ``shape[1]``.
+        skip_nonfinite: a tensor whose ``||c||`` is not finite keeps its parameter and state
+            for the step (decided on the device, see :func:`update_coefficients`).
     """
 
     gamma: Scalar = 0.025
     mars_type: MarsType = "mars-adamw"
     ns_steps: int = 5
     transposed_matrices: bool = False
+    skip_nonfinite: bool = False
 
 
 HyperparamsT = TypeVar("HyperparamsT", AdamWHyperparams, MarsHyperparams)
@@ -149,6 +152,7 @@ def validate_group(group: Mapping[str, Any]) -> None:
     for name in ("amsgrad", "is_approx", "optimize_1d", "reference_routing", "maximize"):
         _check_flag(name, group[name])
     _check_flag("transposed_matrices", group.get("transposed_matrices", False))
+    _check_flag("skip_nonfinite", group.get("skip_nonfinite", False))
     for name in ("use_mars", "foreach", "fused"):
         _check_flag(name, group.get(name), allow_none=True)
     if group.get("foreach") and group.get("fused"):
@@ -183,6 +187,7 @@ def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
         mars_type=group["mars_type"],
         ns_steps=group["ns_steps"],
         transposed_matrices=group.get("transposed_matrices", False),
+        skip_nonfinite=group.get("skip_nonfinite", False),
     )
 
 
@@ -257,6 +262,75 @@ class StepTensors:
             self.steps,
             self.last_grads,
         )
+
+
+@dataclass(frozen=True)
+class UpdateCoefficients:
+    """The coefficients of the element-wise update with each tensor's gate folded in.
+
+    A gate is 1 where the tensor's ``||c||`` is finite and 0 where it is not; with gate 0 (and
+    ``c`` zeroed) every update below leaves the tensor's parameter and buffers as they were, so
+    a skip costs no branch and no host read. Each field is a float or tensor shared by all the
+    tensors (no gates), a 0-d tensor (one gate) or a vector of one entry per tensor (stacked
+    gates; :meth:`unbind` turns it into the per-tensor lists of the multi-tensor kernels).
+
+    Attributes:
+        momentum_weight: ``(1 - beta1) gate``, in ``m <- lerp(m, c, momentum_weight)``.
+        second_moment_decay: ``1 - (1 - beta2) gate``, in
+            ``v <- second_moment_decay v + (1 - beta2) c^2``.
+        lr: ``lr gate``, the rate of the sign and Newton-Schulz steps.
+        eps: ``eps``, or ``inf`` where the gate is 0, so that Adam's ``m / (sqrt(v) + eps)``
+            is 0 there.
+        weight_decay_factor: ``1 - lr wd gate``, in ``p <- weight_decay_factor p``.
+    """
+
+    momentum_weight: Any
+    second_moment_decay: Any
+    lr: Any
+    eps: Any
+    weight_decay_factor: Any
+
+    def unbind(self) -> UpdateCoefficients:
+        """Vector fields as lists of per-tensor 0-d tensors (views, no copies)."""
+        return UpdateCoefficients(
+            *(list(value.unbind()) for value in dataclasses.astuple(self))  # type: ignore[union-attr]
+        )
+
+    def select(self, indices: Sequence[int]) -> UpdateCoefficients:
+        """List fields restricted to ``indices``; shared scalars unchanged."""
+        return UpdateCoefficients(
+            *(
+                [value[i] for i in indices] if isinstance(value, list) else value
+                for value in dataclasses.astuple(self)
+            )
+        )
+
+
+def update_coefficients(hp: AdamWHyperparams, gates: Tensor | None = None) -> UpdateCoefficients:
+    """The update's coefficients under ``gates`` (1: apply, 0: skip; a 0-d tensor or a vector),
+    or shared by every tensor when ``gates`` is None.
+
+    >>> k = update_coefficients(AdamWHyperparams(0.1, 0.9, 0.99, 1e-8, 0.0), torch.tensor([1., 0.]))
+    >>> k.momentum_weight, k.eps
+    (tensor([0.1000, 0.0000]), tensor([1.0000e-08,        inf]))
+    """
+    if gates is None:
+        return UpdateCoefficients(
+            1.0 - hp.beta1, hp.beta2, hp.lr, hp.eps, 1.0 - hp.lr * hp.weight_decay
+        )
+    lr = hp.lr * gates
+    return UpdateCoefficients(
+        momentum_weight=(1.0 - hp.beta1) * gates,
+        second_moment_decay=1.0 - (1.0 - hp.beta2) * gates,
+        lr=lr,
+        eps=torch.where(gates > 0, gates * hp.eps, math.inf),
+        weight_decay_factor=1.0 - lr * hp.weight_decay,
+    )
+
+
+def finite_gates(norms: Tensor, dtype: torch.dtype) -> Tensor:
+    """1 where ``norms`` is finite, 0 where it is not (NaN, inf), in ``dtype``."""
+    return torch.isfinite(norms).to(dtype)
 
 
 class WholeTensorOps(Protocol):
