@@ -10,6 +10,11 @@ over momentum {0.9, 0.95}; Lion over betas {(0.9, 0.99), (0.95, 0.98)}. Search s
 optimizer's winner then runs seeds 0, 1 and 2, reported as mean and std.
 
     python benchmarks/study_compare.py [--jobs 2] [--stage a|b|all] [--optimizers NAME ...]
+        [--folder study-compare] [--data stdlib]
+
+``--folder`` names the study under benchmarks/results/ (one study per machine: the runs use the
+device ``auto`` picks, CUDA where there is one). ``--data stdlib:FOLDER`` trains on another
+Python's standard library, e.g. the 3.11 one on a machine with another version.
 
 Finished runs are never rerun, so a subset of the optimizers can run first (the Newton-Schulz
 pair is slow on some CPUs). Each stage's report (sweep.json, summary.md, figures) covers the
@@ -22,13 +27,15 @@ lr.png, winners.png).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 from torch_mars.train.compare import DEFAULT_COMPARE
 from torch_mars.train.sweep import SweepPlan, format_sweep_table, run_sweep, write_report
+from torch_mars.train.trainer import TrainConfig
 
-FOLDER = Path(__file__).resolve().parent / "results" / "study-compare"
+RESULTS = Path(__file__).resolve().parent / "results"
 STEP = 1.5
 LR_GRIDS = {
     "adamw": (1.3e-3, 2e-3, 3e-3, 4.5e-3, 6.7e-3),
@@ -57,15 +64,15 @@ def progress(done: int, total: int) -> None:
     print(f"{done}/{total} runs", flush=True)
 
 
-def stage_a(jobs: int, optimizers: list[str]) -> dict[str, float]:
+def stage_a(folder: Path, base: TrainConfig, jobs: int, optimizers: list[str]) -> dict[str, float]:
     grids = {name: list(LR_GRIDS[name]) for name in optimizers}
     for _ in range(EXTENSIONS + 1):
         plan = SweepPlan(
-            base=DEFAULT_COMPARE,
+            base=base,
             grid={name: {"lr": tuple(grid)} for name, grid in grids.items()},
             search_seeds=(0,),
             seeds=(0,),
-            sweep_dir=FOLDER / "lr",
+            sweep_dir=folder / "lr",
             jobs=jobs,
         )
         report = run_sweep(plan, progress)
@@ -85,13 +92,13 @@ def stage_a(jobs: int, optimizers: list[str]) -> dict[str, float]:
     return lrs
 
 
-def stage_b(jobs: int, lrs: dict[str, float]) -> None:
+def stage_b(folder: Path, base: TrainConfig, jobs: int, lrs: dict[str, float]) -> None:
     plan = SweepPlan(
-        base=DEFAULT_COMPARE,
+        base=base,
         grid={name: {"lr": (lr,), **OTHER_AXES[name]} for name, lr in lrs.items()},
         search_seeds=(0,),
         seeds=(0, 1, 2),
-        sweep_dir=FOLDER / "betas",
+        sweep_dir=folder / "betas",
         jobs=jobs,
     )
     report = run_sweep(plan, progress)
@@ -104,14 +111,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--stage", choices=("a", "b", "all"), default="all")
     parser.add_argument("--optimizers", nargs="+", choices=list(LR_GRIDS), default=list(LR_GRIDS))
+    parser.add_argument("--folder", default="study-compare")
+    parser.add_argument("--data", default=DEFAULT_COMPARE.data)
     args = parser.parse_args()
+    folder = RESULTS / args.folder
+    base = dataclasses.replace(DEFAULT_COMPARE, data=args.data)
     if args.stage in ("a", "all"):
-        lrs = stage_a(args.jobs, args.optimizers)
+        lrs = stage_a(folder, base, args.jobs, args.optimizers)
     else:
-        lrs = json.loads((FOLDER / "lr" / "sweep.json").read_text())["winners"]
+        lrs = json.loads((folder / "lr" / "sweep.json").read_text())["winners"]
         lrs = {name: point["lr"] for name, point in lrs.items() if name in args.optimizers}
     if args.stage in ("b", "all"):
-        stage_b(args.jobs, lrs)
+        stage_b(folder, base, args.jobs, lrs)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +32,18 @@ def test_stdlib_corpus_is_deterministic_and_split_by_file():
     files = stdlib_source_files()
     assert any(f.name == "topics.py" and f.parent.name == "pydoc_data" for f in files)
     assert not any("test" in f.parts or "site-packages" in f.parts for f in files)
+
+
+def test_a_copied_stdlib_folder_gives_the_same_corpus(tmp_path):
+    """``stdlib:FOLDER`` reads another install's standard library: a copy of this one's files,
+    at their relative paths, gives this interpreter's corpus byte for byte."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for path in stdlib_source_files():
+        target = tmp_path / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(path.read_bytes())
+    copied, here = load_corpus(f"stdlib:{tmp_path}"), load_corpus("stdlib")
+    assert np.array_equal(copied.train, here.train) and np.array_equal(copied.val, here.val)
 
 
 def test_stdlib_split_depends_only_on_the_relative_path():
