@@ -56,7 +56,8 @@ def _mars(model: nn.Module, mars_type: str, **flags: object) -> MARS:
 
 
 def default_candidates(include_state_bf16: bool = True) -> list[Candidate]:
-    """torch AdamW foreach/fused, torch Muon, and every MARS rule in each implementation."""
+    """torch AdamW foreach/fused, torch Muon, every MARS rule in each implementation, and
+    MARS-AdamW in each implementation with ``skip_nonfinite=False``."""
     candidates = [
         Candidate("adamw-foreach", lambda m: torch.optim.AdamW(m.parameters(), foreach=True)),
         Candidate(BASELINE, lambda m: torch.optim.AdamW(m.parameters(), fused=True)),
@@ -76,6 +77,13 @@ def default_candidates(include_state_bf16: bool = True) -> list[Candidate]:
                     lambda m, r=rule, f=flags: _mars(m, r, **f),
                 )
             )
+    for label, flags in implementations.items():  # the cost of the default non-finite skip
+        candidates.append(
+            Candidate(
+                f"mars-adamw-{label}-no-skip",
+                lambda m, f=flags: _mars(m, "mars-adamw", skip_nonfinite=False, **f),
+            )
+        )
     if include_state_bf16:
         candidates.append(
             Candidate(
