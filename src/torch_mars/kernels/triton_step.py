@@ -20,6 +20,8 @@ under ``TRITON_INTERPRET=1``, which is how CI tests them.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -303,8 +305,8 @@ def _launch(
         ],
         dtype=torch.int64,
     ).to(device, non_blocking=True)
-    numels = [p.numel() for p in tensors.params]
-    numel_table = torch.tensor(numels, dtype=torch.int64).to(device, non_blocking=True)
+    numels = tuple(p.numel() for p in tensors.params)
+    numel_table = _numel_table(numels, device)
     coefficients = _coefficient_table(hp, scale, tensors.steps, rules, device)
     norm_sq = torch.zeros(n, dtype=compute, device=device)
     scale_pointer = inv_grad_scale if inv_grad_scale is not None else norm_sq
@@ -347,8 +349,11 @@ def _launch(
     return norm_sq
 
 
-def _chunk_table(numels: list[int], span: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """``(tensor index, start offset)`` of every ``span``-element chunk of every tensor."""
+@functools.lru_cache(maxsize=64)
+def _chunk_table(numels: tuple[int, ...], span: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(tensor index, start offset)`` of every ``span``-element chunk of every tensor, on
+    ``device``. Cached: a model's sizes do not change between steps, and building the table
+    (one entry per chunk, about 10^5 for GPT-2 small) costs milliseconds on the host."""
     tensor_ids: list[int] = []
     starts: list[int] = []
     for index, numel in enumerate(numels):
@@ -356,9 +361,14 @@ def _chunk_table(numels: list[int], span: int, device: torch.device) -> tuple[Te
         tensor_ids += [index] * len(offsets)
         starts += offsets
     return (
-        torch.tensor(tensor_ids, dtype=torch.int32).to(device, non_blocking=True),
-        torch.tensor(starts, dtype=torch.int64).to(device, non_blocking=True),
+        torch.tensor(tensor_ids, dtype=torch.int32).to(device),
+        torch.tensor(starts, dtype=torch.int64).to(device),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _numel_table(numels: tuple[int, ...], device: torch.device) -> Tensor:
+    return torch.tensor(numels, dtype=torch.int64).to(device)
 
 
 def _flat_addressable(tensors: StepTensors, index: int) -> bool:

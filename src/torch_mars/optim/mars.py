@@ -347,7 +347,7 @@ class MARS(Optimizer):
                 self.zero_grad(set_to_none=True)
             with torch.enable_grad():
                 loss = closure()
-        shardings = [self._sharding(group) for group in self.param_groups]
+        shardings = [self._sharding(index) for index in range(len(self.param_groups))]
         self._check_gradients(shardings)
         for group in self.param_groups:
             for param in group["params"]:
@@ -412,14 +412,16 @@ class MARS(Optimizer):
             skipped = torch.stack([gates[i] for i in indices]).eq(0)
             torch._foreach_add_([counts[i] for i in indices], list(skipped.unbind()))
 
-    def _sharding(self, group: dict[str, Any]) -> GroupSharding | None:
-        """The group's sharding kind (None: plain tensors), decided on its first step and kept
-        while its parameters stay the same tensors."""
-        params = tuple(id(p) for p in group["params"])
-        cached = self._shardings.get(id(group))
-        if cached is None or cached[0] != params:
-            cached = (params, _group_sharding(group["params"]))
-            self._shardings[id(group)] = cached
+    def _sharding(self, index: int) -> GroupSharding | None:
+        """The sharding kind of param group ``index`` (None: plain tensors), decided on its first
+        step and kept while its parameters stay the same tensors. Keyed by position, not by
+        ``id(group)``, which torch.compile before 2.13 cannot trace."""
+        params = self.param_groups[index]["params"]
+        key = tuple(id(p) for p in params)
+        cached = self._shardings.get(index)
+        if cached is None or cached[0] != key:
+            cached = (key, _group_sharding(params))
+            self._shardings[index] = cached
         return cached[1]
 
     def _check_gradients(self, shardings: list[GroupSharding | None]) -> None:

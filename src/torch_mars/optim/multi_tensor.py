@@ -138,8 +138,9 @@ def _mars_elementwise_one_group(
         if gates is None:
             torch._foreach_copy_(tensors.last_grads, grads)
         else:
-            for grad, last_grad, gate in zip(grads, tensors.last_grads, gates, strict=True):
-                torch.where(gate > 0, grad, last_grad, out=last_grad)
+            finite = gates.bool().unbind()
+            for grad, last_grad, keep_new in zip(grads, tensors.last_grads, finite, strict=True):
+                torch.where(keep_new, grad, last_grad, out=last_grad)
     n = len(cs)
     if hp.mars_type == "mars-lion":
         torch._foreach_lerp_(tensors.exp_avgs, cs, _lerp_weights(k.momentum_weight, n))
