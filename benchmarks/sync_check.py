@@ -15,13 +15,13 @@ import torch
 
 from torch_mars import MARS
 from torch_mars.bench.table import markdown_table
-from torch_mars.models.gpt import GPT, GPT_CONFIGS
+from torch_mars.models.gpt import GPT, gpt_config
 
 PATHS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
 
 def syncs_of(mars_type: str, flags: dict, skip: bool) -> tuple[int, str]:
-    model = GPT(GPT_CONFIGS["mini"]).cuda()
+    model = GPT(gpt_config("mini", 256)).cuda()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = MARS(params, lr=1e-3, mars_type=mars_type, skip_nonfinite=skip, **flags)
     for p in params:
