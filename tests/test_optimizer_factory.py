@@ -3,6 +3,9 @@ clear errors."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -37,6 +40,20 @@ def test_gpt2_small_defaults_are_the_papers():
     muon = default_hyperparams("muon", "gpt2-small")
     assert (muon["lr"], muon["adamw_lr"], muon["weight_decay"]) == (2e-2, 3e-3, 0.0)
     assert default_hyperparams("mars-adamw", "gpt2-large")["lr"] == 2e-3
+
+
+def test_cpu_model_defaults_are_the_tuned_studys_winners():
+    """The `compare` defaults are the winners recorded by benchmarks/study_compare.py."""
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    studies = {"study-compare": ("adamw", "mars-adamw", "lion", "mars-lion")}
+    studies["study-compare-h100"] = ("muon", "mars-shampoo")
+    for study, names in studies.items():
+        winners = json.loads((root / study / "betas" / "sweep.json").read_text())["winners"]
+        for name in names:
+            defaults = default_hyperparams(name, "mini")
+            for key, value in winners[name].items():
+                expected = tuple(value) if isinstance(value, list) else value
+                assert defaults[key] == expected, (study, name, key)
 
 
 @pytest.mark.parametrize("name", OPTIMIZER_NAMES)

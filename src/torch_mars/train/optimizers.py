@@ -77,20 +77,20 @@ _PAPER_LRS: dict[str, _PaperLRs] = {
     "gpt2-xl": _PaperLRs(2e-4, 2e-3, 1e-3, 6.67e-3, 1e-3, 1e-5),  # no Muon config: large's
 }
 
-# CPU-sized models: learning rates chosen by the sweep in docs/results.md (benchmarks/lr_sweep.py)
-# on the stdlib corpus at the `compare` budget; MARS keeps the paper's betas and gamma (not swept
-# yet), and the Lion pair is not swept (a tenth of AdamW's lr).
+# CPU-sized models: the winners of the tuned study at the `compare` budget (docs/results.md,
+# benchmarks/study_compare.py: lr on 1.5x grids, then betas, gamma and Muon's momentum), the
+# same on a 2-core CPU and on an H100 for the Adam and Lion pairs (the Newton-Schulz pair ran
+# on the H100). NAdamW was not tuned and keeps AdamW's old rate; lr_1d was not swept.
 _CPU_SETTINGS: dict[str, dict[str, Any]] = {
-    "adamw": {"lr": 3e-3},
-    "mars-adamw": {"lr": 1e-2, "lr_1d": 3e-3},
-    "muon": {"lr": 3e-2, "adamw_lr": 3e-3},
-    "mars-shampoo": {"lr": 3e-2, "lr_1d": 3e-3},
+    "adamw": {"lr": 4.5e-3},
+    "mars-adamw": {"lr": 6.7e-3, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
+    "muon": {"lr": 3e-2, "momentum": 0.9, "adamw_lr": 3e-3},
+    "mars-shampoo": {"lr": 3e-2, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
     "muon-nd": {"lr": 3e-2, "lr_1d": 3e-3},
-    "lion": {"lr": 3e-4},
+    "lion": {"lr": 7.5e-4},
     "nadamw": {"lr": 3e-3},
-    "mars-lion": {"lr": 3e-4, "lr_1d": 3e-3},
+    "mars-lion": {"lr": 5e-4, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
 }
-
 
 # MARS options that choose how a step runs, not what it computes; `--opt-arg fused=True`.
 MARS_IMPLEMENTATION_FLAGS = ("foreach", "fused")
