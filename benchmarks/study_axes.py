@@ -1,0 +1,207 @@
+"""The controls and the two axes of the tuned study (issue #13), with the protocol of
+benchmarks/study_compare.py (lr grids spaced 1.5x, search seed 0, each winner on seeds 0-2),
+fixed here before any result was seen. Resumable: finished runs are never rerun.
+
+Controls, at the `compare` budget:
+- ``nadamw``: torch's NAdam with decoupled weight decay, tuned like the others (lr grid x betas
+  {(0.9, 0.95), (0.95, 0.99)}). MARS's approximate-mode momentum is a Nesterov-like mix of g_t
+  and the EMA of past gradients; NAdamW has that shape without the variance-reduction story.
+- ``gamma0``: MARS-AdamW with gamma = 0 (AdamW on a per-tensor clip of g), tuned the same way.
+- ``exact``: each MARS rule's winner (from the study's stage B) in the exact mode, seeds 0-2.
+Axes (AdamW, MARS-AdamW, Muon, MARS-Shampoo at their stage-B betas/gamma/momentum, lr re-tuned
+on a 5-point 1.5x grid at every point):
+- ``batch``: 4 and 64 sequences per step at the same 819,200 tokens (16 is the study itself);
+  the grid is centred on the batch-16 lr times sqrt(batch / 16).
+- ``tokens``: the `tiny` config (24,736 non-embedding parameters) trained for 1x, 4x and 8x of
+  20 tokens per parameter, AdamW against MARS-AdamW on a 7-point grid.
+
+    python benchmarks/study_axes.py [--jobs 6] [--folder study-axes-h100] [--data stdlib]
+        [--winners study-compare-h100] [--stages controls batch tokens]
+
+Writes benchmarks/results/FOLDER/<sweep>/ (run folders, sweep.json, summary.md, figures), then
+``axes.json`` and ``axes.png`` (each MARS rule's gain over its base, in units of the base's
+std, against batch size and against tokens per parameter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from torch_mars.train.compare import DEFAULT_COMPARE
+from torch_mars.train.sweep import SweepPlan, SweepReport, run_sweep, write_report
+from torch_mars.train.trainer import TrainConfig
+
+RESULTS = Path(__file__).resolve().parent / "results"
+STEP = 1.5
+TOKENS_PER_STEP = DEFAULT_COMPARE.batch_size * 128
+BATCHES = (4, 64)
+AXIS_OPTIMIZERS = ("adamw", "mars-adamw", "muon", "mars-shampoo")
+PAIRS = {"mars-adamw": "adamw", "mars-shampoo": "muon"}
+TINY_NON_EMBEDDING = 24_736
+TINY_BLOCK = 32
+TOKEN_MULTIPLES = (1, 4, 8)
+TINY_LRS = (1.3e-3, 2e-3, 3e-3, 4.5e-3, 6.7e-3, 1e-2, 1.5e-2)
+BETAS = ((0.9, 0.95), (0.95, 0.99))
+
+
+def progress(done: int, total: int) -> None:
+    print(f"{done}/{total} runs", flush=True)
+
+
+def grid_around(centre: float, points: int = 5) -> tuple[float, ...]:
+    """``points`` values spaced ``STEP`` apart, centred on ``centre``, two significant digits."""
+    half = points // 2
+    return tuple(float(f"{centre * STEP**k:.2g}") for k in range(-half, half + 1))
+
+
+def sweep(folder: Path, base: TrainConfig, grid: dict, jobs: int) -> SweepReport:
+    plan = SweepPlan(
+        base=base, grid=grid, search_seeds=(0,), seeds=(0, 1, 2), sweep_dir=folder, jobs=jobs
+    )
+    report = run_sweep(plan, progress)
+    write_report(plan, report)
+    return report
+
+
+def summary_of(report: SweepReport) -> dict[str, dict]:
+    return {
+        s.optimizer: {
+            "mean": s.final,
+            "std": s.final_std,
+            "point": report.winners[s.optimizer].hyperparams,
+        }
+        for s in report.summaries
+    }
+
+
+def controls(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
+    adam_lrs = grid_around(winners["adamw"]["lr"], 7)
+    nadamw = sweep(folder / "nadamw", base, {"nadamw": {"lr": adam_lrs, "betas": BETAS}}, jobs)
+    gamma0 = sweep(
+        folder / "gamma0",
+        base,
+        {"mars-adamw": {"lr": adam_lrs, "betas": BETAS, "gamma": (0.0,)}},
+        jobs,
+    )
+    exact_grid = {
+        name: {key: (tuple(v) if isinstance(v, list) else v,) for key, v in winners[name].items()}
+        for name in ("mars-adamw", "mars-lion", "mars-shampoo")
+    }
+    exact = sweep(folder / "exact", dataclasses.replace(base, exact=True), exact_grid, jobs)
+    return {
+        "nadamw": summary_of(nadamw),
+        "gamma0": summary_of(gamma0),
+        "exact": summary_of(exact),
+    }
+
+
+def fixed_axes(point: dict) -> dict:
+    """A winner's settings other than lr, as one-value grid axes."""
+    return {k: (tuple(v) if isinstance(v, list) else v,) for k, v in point.items() if k != "lr"}
+
+
+def batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
+    results = {}
+    for batch in BATCHES:
+        steps = DEFAULT_COMPARE.steps * DEFAULT_COMPARE.batch_size // batch
+        sized = dataclasses.replace(
+            base, batch_size=batch, steps=steps, eval_interval=max(1, steps // 10)
+        )
+        grid = {
+            name: {
+                "lr": grid_around(
+                    winners[name]["lr"] * (batch / DEFAULT_COMPARE.batch_size) ** 0.5
+                ),
+                **fixed_axes(winners[name]),
+            }
+            for name in AXIS_OPTIMIZERS
+        }
+        results[batch] = summary_of(sweep(folder / f"batch-{batch}", sized, grid, jobs))
+    return results
+
+
+def tokens_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
+    results = {}
+    for multiple in TOKEN_MULTIPLES:
+        tokens = 20 * TINY_NON_EMBEDDING * multiple
+        steps = tokens // (DEFAULT_COMPARE.batch_size * TINY_BLOCK)
+        sized = dataclasses.replace(
+            base, model="tiny", steps=steps, eval_interval=max(1, steps // 10)
+        )
+        grid = {
+            name: {"lr": TINY_LRS, **fixed_axes(winners[name])} for name in ("adamw", "mars-adamw")
+        }
+        results[multiple] = summary_of(sweep(folder / f"tokens-{multiple}x", sized, grid, jobs))
+    return results
+
+
+def gain_in_stds(results: dict, mars: str) -> float | None:
+    """(base mean - MARS mean) / base std: positive when MARS is ahead."""
+    if mars not in results or PAIRS[mars] not in results:
+        return None
+    base = results[PAIRS[mars]]
+    return (base["mean"] - results[mars]["mean"]) / base["std"] if base["std"] else None
+
+
+def plot_axes(axes: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for mars in PAIRS:
+        batches = sorted(axes.get("batch", {}), key=int)
+        gains = [gain_in_stds(axes["batch"][b], mars) for b in batches]
+        shown = [(int(b), g) for b, g in zip(batches, gains, strict=True) if g is not None]
+        if shown:
+            left.plot(*zip(*shown, strict=True), marker="o", label=f"{mars} - {PAIRS[mars]}")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("sequences per step (same tokens)")
+    left.set_ylabel("gain over the base (base std)")
+    left.axhline(0, color="grey", linewidth=0.8)
+    left.legend()
+    multiples = sorted(axes.get("tokens", {}), key=int)
+    gains = [gain_in_stds(axes["tokens"][m], "mars-adamw") for m in multiples]
+    shown = [(int(m), g) for m, g in zip(multiples, gains, strict=True) if g is not None]
+    if shown:
+        right.plot(*zip(*shown, strict=True), marker="o", label="mars-adamw - adamw (tiny)")
+    right.set_xlabel("tokens per parameter / 20")
+    right.axhline(0, color="grey", linewidth=0.8)
+    right.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--folder", default="study-axes")
+    parser.add_argument("--winners", default="study-compare", help="the study whose winners to use")
+    parser.add_argument("--data", default=DEFAULT_COMPARE.data)
+    parser.add_argument(
+        "--stages",
+        nargs="+",
+        choices=("controls", "batch", "tokens"),
+        default=["controls", "batch", "tokens"],
+    )
+    args = parser.parse_args()
+    folder = RESULTS / args.folder
+    base = dataclasses.replace(DEFAULT_COMPARE, data=args.data)
+    winners = json.loads((RESULTS / args.winners / "betas" / "sweep.json").read_text())["winners"]
+    axes_file = folder / "axes.json"
+    axes = json.loads(axes_file.read_text()) if axes_file.exists() else {}
+    stages = {"controls": controls, "batch": batch_axis, "tokens": tokens_axis}
+    for stage in args.stages:
+        axes[stage] = stages[stage](folder, base, winners, args.jobs)
+        folder.mkdir(parents=True, exist_ok=True)
+        axes_file.write_text(json.dumps(axes, indent=2) + "\n")
+    plot_axes(json.loads(axes_file.read_text()), folder / "axes.png")
+    print(json.dumps(axes, indent=2))
+
+
+if __name__ == "__main__":
+    main()
