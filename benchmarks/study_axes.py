@@ -89,6 +89,7 @@ def controls(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
     exact_grid = {
         name: {key: (tuple(v) if isinstance(v, list) else v,) for key, v in winners[name].items()}
         for name in ("mars-adamw", "mars-lion", "mars-shampoo")
+        if name in winners
     }
     exact = sweep(folder / "exact", dataclasses.replace(base, exact=True), exact_grid, jobs)
     return {
