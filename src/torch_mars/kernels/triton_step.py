@@ -21,6 +21,9 @@ under ``TRITON_INTERPRET=1``, which is how CI tests them.
 from __future__ import annotations
 
 import functools
+import itertools
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -245,6 +248,108 @@ if TRITON_AVAILABLE:
     }
 
 
+def common_constexprs(
+    grad_dtype: torch.dtype,
+    state_dtype: torch.dtype,
+    compute: torch.dtype,
+    has_grad_scale: bool,
+    maximize: bool,
+) -> dict[str, Any]:
+    """The compile-time arguments both kernels take (Triton dtypes and flags)."""
+    return {
+        "G_DTYPE": _TRITON_DTYPES[grad_dtype],
+        "S_DTYPE": _TRITON_DTYPES[state_dtype],
+        "COMPUTE": _TRITON_DTYPES[compute],
+        "HAS_GRAD_SCALE": has_grad_scale,
+        "MAXIMIZE": maximize,
+        "BLOCK": BLOCK,
+    }
+
+
+def update_constexprs(
+    common: dict[str, Any],
+    param_dtype: torch.dtype,
+    is_mars: bool,
+    store_last_grad: bool,
+    amsgrad: bool,
+    skip_nonfinite: bool,
+) -> dict[str, Any]:
+    """The update kernel's compile-time arguments: ``common`` plus its own. The plain AdamW
+    path (``is_mars=False``) stores no last gradient and skips nothing."""
+    return {
+        **common,
+        "P_DTYPE": _TRITON_DTYPES[param_dtype],
+        "IS_MARS": is_mars,
+        "STORE_LAST_GRAD": is_mars and store_last_grad,
+        "AMSGRAD": amsgrad,
+        "SKIP_NONFINITE": is_mars and skip_nonfinite,
+    }
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """One compiled variant of a kernel that :func:`_launch` can ask for.
+
+    Attributes:
+        kernel: ``"_mars_norm_kernel"`` or ``"_mars_update_kernel"``.
+        signature: Triton type of every argument (``"*fp32"`` for pointers, ``"constexpr"``).
+        constexprs: the compile-time arguments, as the launcher passes them.
+    """
+
+    kernel: str
+    signature: dict[str, str]
+    constexprs: dict[str, Any]
+
+
+_POINTER_ARGS = ("addresses", "numels", "coefficients", "chunk_tensor", "chunk_start")
+# Parameter dtypes the kernels take, each with the state dtypes ``state_dtype`` can give it.
+_DTYPE_PAIRS = [
+    (torch.float32, torch.float32),
+    (torch.float32, torch.bfloat16),
+    (torch.bfloat16, torch.bfloat16),
+    (torch.bfloat16, torch.float32),
+    (torch.float16, torch.float16),
+    (torch.float16, torch.float32),
+    (torch.float16, torch.bfloat16),
+    (torch.float64, torch.float64),
+    (torch.float64, torch.float32),
+    (torch.float64, torch.bfloat16),
+]
+
+
+def launch_specializations() -> list[Specialization]:
+    """Every (kernel, dtypes, flags) variant :func:`_launch` can compile: for each parameter
+    dtype (gradients in the same dtype) and state dtype, the norm kernel under each grad-scale
+    and maximize flag, and the update kernel for MARS (last-gradient store, AMSGrad, grad
+    scale, maximize, non-finite skip) and for plain AdamW (AMSGrad, grad scale, maximize)."""
+    flags = (False, True)
+    specializations = []
+    for param_dtype, state_dtype in _DTYPE_PAIRS:
+        compute = torch.float64 if param_dtype == torch.float64 else torch.float32
+        for has_scale, maximize in itertools.product(flags, flags):
+            common = common_constexprs(param_dtype, state_dtype, compute, has_scale, maximize)
+            pointers = {name: "*i64" for name in _POINTER_ARGS}
+            pointers |= {"coefficients": "*fp64", "chunk_tensor": "*i32"}
+            pointers["norm_sq"] = f"*{common['COMPUTE']}"
+            pointers["inv_grad_scale"] = "*fp64" if has_scale else f"*{common['COMPUTE']}"
+            norm = {**common, "CHUNKS": NORM_CHUNKS_PER_PROGRAM}
+            specializations.append(
+                Specialization(
+                    "_mars_norm_kernel", pointers | dict.fromkeys(norm, "constexpr"), norm
+                )
+            )
+            variants = [(True, *rest) for rest in itertools.product(flags, flags, flags)]
+            variants += [(False, False, amsgrad, False) for amsgrad in flags]
+            for is_mars, store, amsgrad, skip in variants:
+                update = update_constexprs(common, param_dtype, is_mars, store, amsgrad, skip)
+                specializations.append(
+                    Specialization(
+                        "_mars_update_kernel", pointers | dict.fromkeys(update, "constexpr"), update
+                    )
+                )
+    return specializations
+
+
 def _address(tensor: Tensor | None) -> int:
     return 0 if tensor is None else tensor.data_ptr()
 
@@ -310,13 +415,8 @@ def _launch(
     coefficients = _coefficient_table(hp, scale, tensors.steps, rules, device)
     norm_sq = torch.zeros(n, dtype=compute, device=device)
     scale_pointer = inv_grad_scale if inv_grad_scale is not None else norm_sq
-    common = dict(
-        G_DTYPE=_TRITON_DTYPES[tensors.grads[0].dtype],
-        S_DTYPE=_TRITON_DTYPES[state_dtype],
-        COMPUTE=_TRITON_DTYPES[compute],
-        HAS_GRAD_SCALE=inv_grad_scale is not None,
-        MAXIMIZE=hp.maximize,
-        BLOCK=BLOCK,
+    common = common_constexprs(
+        tensors.grads[0].dtype, state_dtype, compute, inv_grad_scale is not None, hp.maximize
     )
     if is_mars:
         span = BLOCK * NORM_CHUNKS_PER_PROGRAM
@@ -339,12 +439,9 @@ def _launch(
         *chunks,
         norm_sq,
         scale_pointer,
-        P_DTYPE=_TRITON_DTYPES[param_dtype],
-        IS_MARS=is_mars,
-        STORE_LAST_GRAD=store_last_grad,
-        AMSGRAD=hp.amsgrad,
-        SKIP_NONFINITE=is_mars and skip_nonfinite,
-        **common,
+        **update_constexprs(
+            common, param_dtype, is_mars, store_last_grad, hp.amsgrad, skip_nonfinite
+        ),
     )
     return norm_sq
 
