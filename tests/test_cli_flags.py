@@ -29,6 +29,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     (("sweep-vision",), "--data"): ["cifar:/images"],
     (("plot",), "--out"): ["figure.png"],
     (("prepare",), "--out"): ["other-shards"],
+    (("doctor",), "--out"): ["report.md"],
     "--opt-arg": ["gamma=0.05"],
     "--optimizers": ["adamw"],
     "--seeds": ["0", "1"],

@@ -702,6 +702,27 @@ def _run_prepare(plan: PreparePlan) -> int:
     return 0
 
 
+def _doctor_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    parser.add_argument(
+        "--model", choices=sorted(GPT_CONFIGS), default="gpt2-small", help="shapes to time"
+    )
+    parser.add_argument("--repeats", type=_positive_int, default=5)
+    parser.add_argument("--out", type=Path, help="also write the Markdown report here")
+
+
+def _run_doctor(options: Any) -> int:
+    from torch_mars.bench.doctor import run_doctor
+
+    return run_doctor(options)
+
+
+def _doctor_options(args: argparse.Namespace) -> Any:
+    from torch_mars.bench.doctor import DoctorOptions
+
+    return DoctorOptions(args.device, args.model, args.repeats, args.out)
+
+
 @dataclass(frozen=True)
 class Command:
     """One ``torch-mars`` command: its words (``("bench", "step")``), help, flags, the
@@ -789,6 +810,13 @@ COMMANDS: tuple[Command, ...] = (
         _bench_distributed_flags,
         lambda args: DistributedBenchOptions(**_bench_options(args), processes=args.processes),
         run_distributed_bench,
+    ),
+    Command(
+        ("doctor",),
+        "check this install: versions, every step path against float64, step timings",
+        _doctor_flags,
+        _doctor_options,
+        _run_doctor,
     ),
     Command(
         ("prepare",),
