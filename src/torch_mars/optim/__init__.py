@@ -19,6 +19,7 @@ from torch_mars.optim.functional import (
 from torch_mars.optim.mars import MARS, routes_to_mars, state_buffer_names
 from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize
 from torch_mars.optim.param_groups import mars_param_groups
+from torch_mars.optim.step_in_backward import StepInBackward
 from torch_mars.optim.step_types import (
     MARS_TYPES,
     AdamWHyperparams,
@@ -35,6 +36,7 @@ __all__ = [
     "Implementation",
     "MarsHyperparams",
     "MarsType",
+    "StepInBackward",
     "StepTensors",
     "adamw_step",
     "default_foreach",

@@ -3,7 +3,7 @@ specialization the launcher can ask for (:func:`~.triton_step.launch_specializat
 and a cubin for ``sm_80`` or ``sm_90``, and the bundled ``cuobjdump`` reads each cubin's
 registers, local memory (register spills), stack and shared memory.
 
-    python -m torch_mars.kernels.triton_compile [--arch 80 90] [--all] [--jobs 2] [--json FILE]
+    python -m torch_mars.bench.triton_compile [--arch 80 90] [--all] [--jobs 2] [--json FILE]
 
 By default it compiles a covering set (every variant for fp32 parameters and state; for the
 other dtype pairs, every kernel with all flags off and all on); ``--all`` compiles all of them.
