@@ -8,6 +8,7 @@ Nothing here imports the harness, the models or the data, so ``optim/``, ``kerne
 ``distributed/`` can be copied into a project on their own.
 """
 
+from torch_mars.optim.correction import MarsCorrection
 from torch_mars.optim.functional import (
     IMPLEMENTATIONS,
     Implementation,
@@ -34,6 +35,7 @@ __all__ = [
     "MARS_TYPES",
     "AdamWHyperparams",
     "Implementation",
+    "MarsCorrection",
     "MarsHyperparams",
     "MarsType",
     "StepInBackward",
