@@ -17,6 +17,7 @@ RULE_CASES = (
     ("mars-adamw", True),
     ("mars-lion", True),
     ("mars-shampoo", True),
+    ("mars-m", True),
     ("mars-adamw", False),
 )
 

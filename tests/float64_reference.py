@@ -107,14 +107,16 @@ class ReferenceMARS:
             lr, wd = cfg.lr, cfg.weight_decay
             if cfg.mars_type == "mars-lion":
                 self.params[i] = x - lr * (wd * x + torch.sign(st["m"]))
-            elif cfg.mars_type == "mars-shampoo" and x.ndim >= 2:
+            elif cfg.mars_type in ("mars-shampoo", "mars-m") and x.ndim >= 2:
                 if x.numel() == 0:
                     continue
                 matrix = st["m"].reshape(x.shape[0], -1)
                 rows, cols = matrix.shape
-                direction = orthogonalize_bf16(matrix, cfg.ns_steps) * math.sqrt(
-                    max(1, rows / cols)
-                )
+                if cfg.mars_type == "mars-m":  # Moonlight's scale, as in the MARS-M paper
+                    scale = 0.2 * math.sqrt(max(rows, cols))
+                else:
+                    scale = math.sqrt(max(1, rows / cols))
+                direction = orthogonalize_bf16(matrix, cfg.ns_steps) * scale
                 self.params[i] = x - lr * (direction.reshape(x.shape) + wd * x)
             else:
                 st["v"] = b2 * st["v"] + (1 - b2) * c * c

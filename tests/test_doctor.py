@@ -24,7 +24,7 @@ def test_doctor_writes_a_report_with_every_section(tmp_path, capsys):
         "## One optimizer step",
     ):
         assert text in report
-    for rule in ("mars-adamw", "mars-lion", "mars-shampoo"):
+    for rule in ("mars-adamw", "mars-lion", "mars-shampoo", "mars-m"):
         for path in ("loop", "foreach", "fused (compiled)"):
             assert f"| {rule} | {path} |" in report
     assert "| NO |" not in report

@@ -208,7 +208,7 @@ def nonfinite_skips(world: int, placement) -> dict[str, tuple[bool, bool, list[i
     first kept its value, whether the second moved, and the skip counts."""
     mesh = init_device_mesh("cpu", (world,))
     results = {}
-    for mars_type in ("mars-adamw", "mars-lion", "mars-shampoo"):
+    for mars_type in ("mars-adamw", "mars-lion", "mars-shampoo", "mars-m"):
         generator = torch.Generator().manual_seed(0)
         params = [
             torch.nn.Parameter(

@@ -177,6 +177,6 @@ def test_on_cuda_skips_match_the_cpu_loop(options, mars_type):
         return [p.detach().cpu() for p in params]
 
     # Newton-Schulz runs in bf16, whose matmuls round differently on the GPU.
-    tolerance = {"rtol": 1e-2, "atol": 2e-3} if mars_type == "mars-shampoo" else {}
+    tolerance = {"rtol": 1e-2, "atol": 2e-3} if mars_type in ("mars-shampoo", "mars-m") else {}
     for a, b in zip(run("cpu", PATHS["loop"]), run("cuda", options), strict=True):
         torch.testing.assert_close(b, a, **tolerance)

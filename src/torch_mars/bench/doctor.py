@@ -28,7 +28,7 @@ SHAPES = [(48, 32), (32,), (16, 4, 3, 3), (64, 24)]
 STEPS = 6
 # Relative error allowed against the float64 loop, per rule: float64 round-off for the
 # element-wise rules; Newton-Schulz runs in bf16, whose matmuls round differently per path.
-TOLERANCES = {"mars-adamw": 1e-9, "mars-lion": 1e-9, "mars-shampoo": 2e-2}
+TOLERANCES = {"mars-adamw": 1e-9, "mars-lion": 1e-9, "mars-shampoo": 2e-2, "mars-m": 2e-2}
 TIMED_ROWS = (
     "adamw-foreach",
     "adamw-fused",

@@ -23,6 +23,7 @@ from torch import nn
 from torch_mars.bench.table import markdown_table
 from torch_mars.optim import MARS, mars_param_groups
 from torch_mars.optim.newton_schulz import batched_shampoo_directions
+from torch_mars.optim.step_types import ORTHOGONAL_RULES
 from torch_mars.train.optimizers import CombinedOptimizer
 
 BASELINE = "adamw-fused"
@@ -51,7 +52,7 @@ def _muon(model: nn.Module) -> CombinedOptimizer:
 def _mars(model: nn.Module, mars_type: str, **flags: object) -> MARS:
     # As in the harness: Shampoo sends embeddings to AdamW (Newton-Schulz on a vocabulary-sized
     # matrix is neither useful nor cheap); the other rules take them.
-    embeddings = "adamw" if mars_type == "mars-shampoo" else "mars"
+    embeddings = "adamw" if mars_type in ORTHOGONAL_RULES else "mars"
     return MARS(mars_param_groups(model, embeddings=embeddings), mars_type=mars_type, **flags)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from torch import nn
 
 from torch_mars.optim import MARS, mars_param_groups
+from torch_mars.optim.step_types import ORTHOGONAL_RULES
 
 
 def mars_kwargs_from_args(args: Any, **overrides: Any) -> dict[str, Any]:
@@ -51,9 +52,9 @@ def mars_kwargs_from_args(args: Any, **overrides: Any) -> dict[str, Any]:
 def mars_for_trainer(model: nn.Module, args: Any, **overrides: Any) -> MARS:
     """MARS over ``mars_param_groups(model)`` with the settings of ``args`` (see
     :func:`mars_kwargs_from_args`); norms and biases take no weight decay, as in the Trainer's
-    own AdamW. ``mars_type="mars-shampoo"`` also sends the embeddings to AdamW."""
+    own AdamW. ``mars_type="mars-shampoo"`` or ``"mars-m"`` also sends the embeddings to AdamW."""
     kwargs = mars_kwargs_from_args(args, **overrides)
-    embeddings = "adamw" if kwargs.get("mars_type") == "mars-shampoo" else "mars"
+    embeddings = "adamw" if kwargs.get("mars_type") in ORTHOGONAL_RULES else "mars"
     groups = mars_param_groups(
         model, embeddings=embeddings, adamw_options={"weight_decay": 0.0, "weight_decay_1d": 0.0}
     )

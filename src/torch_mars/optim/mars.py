@@ -29,6 +29,7 @@ from torch_mars.optim.step_types import (
     Scalar,
     StepTensors,
     adamw_1d_hyperparams,
+    elementwise_rule,
     group_indices,
     mars_hyperparams,
     validate_group,
@@ -105,7 +106,10 @@ class MARS(Optimizer):
         gamma: variance-reduction strength, >= 0 (float or one-element tensor); 0 gives AdamW /
             Lion / Muon-style Shampoo.
         is_approx: approximate mode (previous step's gradient) or exact mode (needs a closure).
-        mars_type: ``"mars-adamw"``, ``"mars-lion"`` or ``"mars-shampoo"``.
+        mars_type: ``"mars-adamw"``, ``"mars-lion"``, ``"mars-shampoo"`` or ``"mars-m"``
+            (MARS-M, Liu, Yuan and Gu, arXiv 2510.21800: the Shampoo rule's Newton-Schulz step
+            scaled by ``0.2 sqrt(max(rows, cols))`` as in Moonlight, so that its lr and weight
+            decay are AdamW's; docs/algorithm.md gives the authors' settings).
         optimize_1d: route ``ndim < 2`` tensors to MARS too.
         reference_routing: route only ``ndim == 2`` tensors to MARS, as the authors' code does,
             so that 4-D conv weights take plain AdamW; for comparisons with their vision
@@ -116,7 +120,7 @@ class MARS(Optimizer):
         weight_decay_1d: weight decay of the AdamW-routed tensors, >= 0 (a group that sets
             ``weight_decay`` and not this takes its ``weight_decay``).
         maximize: maximise the objective instead of minimising it.
-        ns_steps: Newton-Schulz iterations of ``mars-shampoo``, >= 1.
+        ns_steps: Newton-Schulz iterations of ``mars-shampoo`` and ``mars-m``, >= 1.
         transposed_matrices: the group's 2-D weights are stored as ``(in, out)``, as
             transformers' ``Conv1D`` stores them (:func:`mars_param_groups` sets it for those);
             ``mars-shampoo``'s ``sqrt(max(1, rows/cols))`` then takes rows from ``shape[1]``.
@@ -605,11 +609,7 @@ def state_buffer_names(param: Tensor, group: dict[str, Any]) -> tuple[str, ...]:
     ``prev_param`` in the exact mode."""
     use_mars = routes_to_mars(param, group)
     names = ["exp_avg"]
-    takes_adam_rule = (
-        not use_mars
-        or group["mars_type"] == "mars-adamw"
-        or (group["mars_type"] == "mars-shampoo" and param.ndim < 2)
-    )
+    takes_adam_rule = not use_mars or elementwise_rule(group["mars_type"], param.ndim) == "adam"
     if takes_adam_rule:
         names.append("exp_avg_sq")
         if group["amsgrad"]:

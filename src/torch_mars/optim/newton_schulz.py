@@ -15,8 +15,8 @@ from torch_mars.optim.step_types import (
     group_by_device_and_dtype,
     hyperparams_on_device,
     matrix_shape,
+    orthogonal_update_scale,
     reduction_dtype,
-    shampoo_scale,
     update_coefficients,
 )
 
@@ -62,9 +62,10 @@ def newton_schulz_orthogonalize(matrix: Tensor, steps: int) -> Tensor:
 
 
 def batched_shampoo_directions(
-    exp_avgs: list[Tensor], steps: int, transposed: bool = False
+    exp_avgs: list[Tensor], steps: int, transposed: bool = False, mars_type: str = "mars-shampoo"
 ) -> list[Tensor]:
-    """``NS(M) * sqrt(max(1, rows/cols))`` of each ``M = m.reshape(shape[0], -1)``.
+    """``NS(M) * scale`` of each ``M = m.reshape(shape[0], -1)``, the scale of ``mars_type``
+    (:func:`~torch_mars.optim.step_types.orthogonal_update_scale`).
 
     Tensors of the same shape, dtype and device are stacked and orthogonalised together, one
     chain of batched matmuls per shape instead of one per tensor. ``transposed``: the matrices
@@ -83,7 +84,7 @@ def batched_shampoo_directions(
             continue
         stacked = torch.stack([exp_avgs[i].reshape(rows, cols) for i in indices])
         orthogonal = newton_schulz_orthogonalize(stacked, steps)
-        orthogonal.mul_(shampoo_scale(shape, transposed))
+        orthogonal.mul_(orthogonal_update_scale(mars_type, shape, transposed))
         for index, matrix in zip(indices, orthogonal.unbind(0), strict=True):
             directions[index] = matrix.view(shape)
     return directions  # type: ignore[return-value]
@@ -101,7 +102,9 @@ def apply_shampoo_directions(
     whose step is skipped (their ``p`` is left as it is)."""
 
     def directions_of(momenta: list[Tensor]) -> list[Tensor]:
-        return batched_shampoo_directions(momenta, hp.ns_steps, hp.transposed_matrices)
+        return batched_shampoo_directions(
+            momenta, hp.ns_steps, hp.transposed_matrices, hp.mars_type
+        )
 
     for indices in group_by_device_and_dtype(matrices.params):
         group = matrices.select(indices)

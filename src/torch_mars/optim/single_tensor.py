@@ -25,8 +25,8 @@ from torch_mars.optim.step_types import (
     finite_gates,
     is_shampoo_matrix,
     matrix_shape,
+    orthogonal_update_scale,
     reduction_dtype,
-    shampoo_scale,
     update_coefficients,
 )
 
@@ -100,8 +100,11 @@ def lion_rule_(
     add_scaled_(param, exp_avg.sign(), -k.lr)
 
 
-def shampoo_direction(exp_avg: Tensor, ns_steps: int, transposed: bool = False) -> Tensor:
-    """``NS(M) * sqrt(max(1, rows/cols))`` for ``M = m`` viewed as ``(shape[0], -1)``.
+def shampoo_direction(
+    exp_avg: Tensor, ns_steps: int, transposed: bool = False, mars_type: str = "mars-shampoo"
+) -> Tensor:
+    """``NS(M) * scale`` for ``M = m`` viewed as ``(shape[0], -1)``, with the scale of
+    ``mars_type`` (:func:`~torch_mars.optim.step_types.orthogonal_update_scale`).
 
     Returns a tensor of ``exp_avg``'s shape; zeros for a tensor with no elements.
     """
@@ -109,17 +112,19 @@ def shampoo_direction(exp_avg: Tensor, ns_steps: int, transposed: bool = False) 
         return torch.zeros_like(exp_avg)
     matrix = exp_avg.reshape(matrix_shape(exp_avg.shape))
     orthogonal = newton_schulz_orthogonalize(matrix, ns_steps)
-    return orthogonal.mul_(shampoo_scale(exp_avg.shape, transposed)).view_as(exp_avg)
+    scale = orthogonal_update_scale(mars_type, exp_avg.shape, transposed)
+    return orthogonal.mul_(scale).view_as(exp_avg)
 
 
 def shampoo_rule_(
     param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams, k: UpdateCoefficients
 ) -> None:
-    """``m <- b1 m + (1-b1) c;  p <- p (1 - lr wd) - lr NS(m) sqrt(max(1, rows/cols))``."""
+    """``m <- b1 m + (1-b1) c;  p <- p (1 - lr wd) - lr NS(m) scale`` (``mars-shampoo``:
+    ``sqrt(max(1, rows/cols))``; ``mars-m``: ``0.2 sqrt(max(rows, cols))``)."""
     exp_avg.lerp_(c, k.momentum_weight)
     if hp.weight_decay != 0.0:
         param.mul_(k.weight_decay_factor)
-    direction = shampoo_direction(exp_avg, hp.ns_steps, hp.transposed_matrices)
+    direction = shampoo_direction(exp_avg, hp.ns_steps, hp.transposed_matrices, hp.mars_type)
     add_scaled_(param, direction, -k.lr)
 
 

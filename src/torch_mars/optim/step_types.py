@@ -25,8 +25,12 @@ from torch import Tensor
 
 Scalar = float | Tensor
 
-MarsType = Literal["mars-adamw", "mars-lion", "mars-shampoo"]
-MARS_TYPES: tuple[str, ...] = ("mars-adamw", "mars-lion", "mars-shampoo")
+MarsType = Literal["mars-adamw", "mars-lion", "mars-shampoo", "mars-m"]
+MARS_TYPES: tuple[str, ...] = ("mars-adamw", "mars-lion", "mars-shampoo", "mars-m")
+# The rules whose matrices step by the Newton-Schulz orthogonalisation of their momentum; they
+# differ only in the scale of that step (:func:`orthogonal_update_scale`).
+ORTHOGONAL_RULES: tuple[str, ...] = ("mars-shampoo", "mars-m")
+MARS_M_SCALE = 0.2
 STATE_DTYPES: tuple[torch.dtype | None, ...] = (None, torch.float32, torch.bfloat16)
 
 
@@ -62,7 +66,7 @@ class MarsHyperparams(AdamWHyperparams):
         gamma: strength of the variance-reduction correction (0 turns MARS into its base rule);
             a float or a one-element tensor.
         mars_type: which preconditioned rule consumes the corrected gradient.
-        ns_steps: Newton-Schulz iterations of ``mars-shampoo``.
+        ns_steps: Newton-Schulz iterations of ``mars-shampoo`` and ``mars-m``.
         transposed_matrices: the 2-D weights are stored as ``(in, out)``; ``mars-shampoo``'s
             scale then reads the output dimension from ``shape[1]``.
         skip_nonfinite: a tensor whose ``||c||`` is not finite keeps its parameter and state
@@ -438,8 +442,9 @@ def elementwise_rule(mars_type: str, ndim: int) -> str:
 
 
 def is_shampoo_matrix(mars_type: str, ndim: int) -> bool:
-    """Whether a MARS-routed tensor takes the Newton-Schulz step (``mars-shampoo``, ndim >= 2)."""
-    return mars_type == "mars-shampoo" and ndim >= 2
+    """Whether a MARS-routed tensor takes the Newton-Schulz step (``mars-shampoo`` or
+    ``mars-m``, ndim >= 2)."""
+    return mars_type in ORTHOGONAL_RULES and ndim >= 2
 
 
 def matrix_shape(shape: Sequence[int]) -> tuple[int, int]:
@@ -463,6 +468,22 @@ def shampoo_scale(shape: Sequence[int], transposed: bool = False) -> float:
     if transposed:
         rows, cols = cols, rows
     return math.sqrt(max(1.0, rows / cols)) if cols and rows else 1.0
+
+
+def orthogonal_update_scale(
+    mars_type: str, shape: Sequence[int], transposed: bool = False
+) -> float:
+    """The factor of ``NS(M)`` in the step of a matrix of ``shape`` (viewed as
+    ``(shape[0], -1)``, ``(rows, cols)``): ``sqrt(max(1, rows/cols))`` for ``mars-shampoo`` (as
+    in Muon; see :func:`shampoo_scale`), ``0.2 * sqrt(max(rows, cols))`` for ``mars-m`` (as in
+    Moonlight and the MARS-M paper, which gives the update an RMS close to AdamW's).
+
+    >>> round(orthogonal_update_scale("mars-m", (3072, 768)), 3)
+    11.085
+    """
+    if mars_type == "mars-m":
+        return MARS_M_SCALE * math.sqrt(max(matrix_shape(shape))) if math.prod(shape) else 1.0
+    return shampoo_scale(shape, transposed)
 
 
 def reduction_dtype(dtype: torch.dtype) -> torch.dtype:

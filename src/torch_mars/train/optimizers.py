@@ -7,6 +7,9 @@ Names:
   :func:`~torch_mars.mars_param_groups` (matrices and conv kernels on the MARS rule; norms and
   biases, and for ``mars-shampoo`` the embeddings, on its AdamW path), or over
   ``model.parameters()`` with ``reference_routing=True`` (the authors' routing).
+- ``mars-m``: :class:`torch_mars.MARS` with ``mars_type="mars-m"`` (MARS-M: Newton-Schulz on the
+  MARS momentum, scaled as in Moonlight), routed as ``mars-shampoo``; its AdamW path shares the
+  matrices' lr and weight decay, as in the authors' code.
 - ``adamw``: :class:`torch.optim.AdamW` (fused where the device has it); ``lion``: Lion.
 - ``nadamw``: :class:`torch.optim.NAdam` with decoupled weight decay: Adam with a Nesterov first
   moment. Unclipped approximate MARS's first moment unrolls to
@@ -38,12 +41,14 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from torch_mars.optim import MARS, mars_param_groups
+from torch_mars.optim.step_types import ORTHOGONAL_RULES
 from torch_mars.train.lion import Lion
 
 OPTIMIZER_NAMES: tuple[str, ...] = (
     "mars-adamw",
     "mars-lion",
     "mars-shampoo",
+    "mars-m",
     "adamw",
     "muon",
     "muon-nd",
@@ -55,6 +60,7 @@ MARS_RULE_OF: dict[str, str] = {
     "mars-adamw": "mars-adamw",
     "mars-lion": "mars-lion",
     "mars-shampoo": "mars-shampoo",
+    "mars-m": "mars-m",
     "muon-nd": "mars-shampoo",
 }
 
@@ -90,6 +96,8 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "lion": {"lr": 7.5e-4},
     "nadamw": {"lr": 3e-3},
     "mars-lion": {"lr": 5e-4, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
+    # Not tuned yet: AdamW's rate, which Moonlight's scale of the update is made to share.
+    "mars-m": {"lr": 4.5e-3, "lr_1d": 4.5e-3},
 }
 
 # MARS options that choose how a step runs, not what it computes; `--opt-arg fused=True`.
@@ -121,6 +129,15 @@ def default_hyperparams(name: str, model: str) -> dict[str, Any]:
             "lr": lrs.muon,
             "weight_decay": 0.0,
             "lr_1d": lrs.muon_adamw,
+        },
+        # MARS-M as the authors run it (MARS_M/optimizers/mars_m.py): momentum 0.95, weight decay
+        # 0.1 and the lr shared with the AdamW tensors; AdamW's lr, as Moonlight's scale intends.
+        "mars-m": {
+            **mars_common,
+            "lr": lrs.adamw,
+            "weight_decay": 0.1,
+            "lr_1d": lrs.adamw,
+            "weight_decay_1d": 0.1,
         },
         "muon-nd": {
             **{k: v for k, v in mars_common.items() if k != "gamma"},
@@ -247,7 +264,9 @@ def _construct(
         params: Any = (
             model.parameters()
             if settings.get("reference_routing")
-            else mars_param_groups(model, embeddings="adamw" if rule == "mars-shampoo" else "mars")
+            else mars_param_groups(
+                model, embeddings="adamw" if rule in ORTHOGONAL_RULES else "mars"
+            )
         )
         return MARS(params, mars_type=rule, is_approx=not exact, **settings)
     if name == "adamw":

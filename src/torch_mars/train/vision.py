@@ -70,6 +70,8 @@ VISION_DEFAULTS: dict[str, dict[str, Any]] = {
     "mars-adamw": {"lr": 3e-3, "betas": (0.95, 0.99), "gamma": 0.025, "weight_decay": 5e-4},
     "mars-lion": {"lr": 1e-4, "betas": (0.9, 0.99), "gamma": 0.025, "weight_decay": 5e-4},
     "mars-shampoo": {"lr": 2e-2, "betas": (0.95, 0.99), "gamma": 0.025, "weight_decay": 0.0},
+    # Moonlight's scale makes MARS-M's rate AdamW's; not tuned on images yet.
+    "mars-m": {"lr": 1e-3, "betas": (0.95, 0.99), "gamma": 0.025, "weight_decay": 5e-4},
     "muon-nd": {"lr": 2e-2, "betas": (0.95, 0.99), "weight_decay": 0.0, "lr_1d": 1e-3},
     "muon": {
         "lr": 2e-2,
