@@ -30,6 +30,8 @@ class ReferenceConfig:
     weight_decay_1d: float = 0.1
     maximize: bool = False
     ns_steps: int = 5
+    clip: bool = True
+    skip_nonfinite: bool = True  # the reference problems have finite gradients only
     lr0: float = field(default=0.0)
 
     def __post_init__(self) -> None:
@@ -100,7 +102,7 @@ class ReferenceMARS:
                     g_tilde = -g_tilde
             c = g + cfg.gamma * b1 / (1 - b1) * (g - g_tilde)
             norm = float(torch.sqrt((c * c).sum()))
-            if norm > 1:
+            if cfg.clip and norm > 1:
                 c = c / norm
             st["last"] = g
             st["m"] = b1 * st["m"] + (1 - b1) * c

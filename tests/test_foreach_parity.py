@@ -17,10 +17,16 @@ OPTIONS = [
     {"maximize": True},
     {"weight_decay": 0.1, "weight_decay_1d": 0.2},
     {"optimize_1d": True, "amsgrad": True, "weight_decay": 0.05},
+    {"clip": False},
+    {"clip": False, "skip_nonfinite": False},
 ]
 
 
-@pytest.mark.parametrize("options", OPTIONS, ids=["plain", "amsgrad", "maximize", "wd", "1d-all"])
+@pytest.mark.parametrize(
+    "options",
+    OPTIONS,
+    ids=["plain", "amsgrad", "maximize", "wd", "1d-all", "no-clip", "no-clip-no-skip"],
+)
 @pytest.mark.parametrize("is_approx", [True, False], ids=["approx", "exact"])
 @pytest.mark.parametrize("mars_type", MARS_TYPES)
 def test_foreach_matches_single_tensor(problem, mars_type, is_approx, options):

@@ -32,6 +32,8 @@ OPTIONS = {
     "plain": {},
     "amsgrad-wd": {"amsgrad": True, "weight_decay": 0.1, "weight_decay_1d": 0.2},
     "maximize-1d": {"maximize": True, "optimize_1d": True},
+    "no-clip": {"clip": False},
+    "no-clip-no-skip": {"clip": False, "skip_nonfinite": False},
 }
 TOLERANCES = {torch.float64: {"rtol": 1e-10, "atol": 1e-12}, torch.float32: {}}
 

@@ -38,10 +38,16 @@ SETTINGS = [
     {},
     {"amsgrad": True, "weight_decay": 0.1, "weight_decay_1d": 0.05},
     {"maximize": True, "betas": (0.9, 0.98), "betas_1d": (0.8, 0.9), "lr_1d": 0.01},
+    {"clip": False},
+    {"clip": False, "skip_nonfinite": False, "amsgrad": True},
 ]
 
 
-@pytest.mark.parametrize("settings", SETTINGS, ids=["defaults", "amsgrad-wd", "maximize-betas"])
+@pytest.mark.parametrize(
+    "settings",
+    SETTINGS,
+    ids=["defaults", "amsgrad-wd", "maximize-betas", "no-clip", "no-clip-no-skip"],
+)
 @pytest.mark.parametrize("optimize_1d", [False, True], ids=["1d-adamw", "1d-mars"])
 @pytest.mark.parametrize("is_approx", [True, False], ids=["approx", "exact"])
 @pytest.mark.parametrize("mars_type", MARS_TYPES)

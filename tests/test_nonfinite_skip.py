@@ -104,13 +104,15 @@ def test_a_nonfinite_tensor_keeps_its_state_and_the_others_step(
     assert int(opt.nonfinite_skips()) == 1
 
 
+@pytest.mark.parametrize("clip", [True, False], ids=["clip", "no-clip"])
 @pytest.mark.parametrize("path", [path_params(p) for p in PATHS])
-def test_every_path_skips_like_the_loop(use_path, path):
-    """Trajectories with skips agree across paths: they skip the same tensors at the same steps."""
+def test_every_path_skips_like_the_loop(use_path, path, clip):
+    """Trajectories with skips agree across paths: they skip the same tensors at the same steps,
+    with the clip and without it."""
 
     def run(options: dict) -> list[torch.Tensor]:
         params = [torch.zeros(shape, requires_grad=True) for shape in SHAPES]
-        opt = MARS(params, lr=0.05, gamma=0.3, **options)
+        opt = MARS(params, lr=0.05, gamma=0.3, clip=clip, **options)
         for step in range(5):
             take_step(params, opt, step, math.nan if step in (0, 2) else None)
         return [p.detach() for p in params]

@@ -50,6 +50,7 @@ def tensor_update(
     maximize: bool,
     store_last_grad: bool,
     skip_nonfinite: bool = False,
+    clip: bool = True,
 ) -> Tensor | None:
     """Update one tensor in place; the body of the compiled kernel. Returns the tensor's gate
     under ``skip_nonfinite`` (1: updated; 0: ``||c||`` not finite, nothing written but the
@@ -64,6 +65,7 @@ def tensor_update(
         inv_grad_scale: ``1 / grad_scale`` of a GradScaler, or None.
         rule: ``"adam"``, ``"lion"``, or ``"momentum"`` (update ``m`` only: Shampoo matrices).
         skip_nonfinite: leave the tensor as it is when ``||c||`` is not finite (MARS only).
+        clip: scale ``c`` to unit norm when ``||c|| > 1`` (MARS only).
     """
     compute = _compute_dtype(param.dtype)
     h = coefficients.to(compute)
@@ -77,7 +79,8 @@ def tensor_update(
     if last_grad is not None:
         c = torch.lerp(g, last_grad.to(compute), -h[_SCALE])
         norm = torch.linalg.vector_norm(c)
-        c = c / norm.clamp_min(1.0)
+        if clip:
+            c = c / norm.clamp_min(1.0)
         if skip_nonfinite:
             finite = torch.isfinite(norm)
             c = torch.where(finite, c, 0.0)
@@ -173,6 +176,7 @@ def _update_one(
     elements), else None."""
     param = tensors.params[i]
     skip = isinstance(hp, MarsHyperparams) and hp.skip_nonfinite
+    clip = not isinstance(hp, MarsHyperparams) or hp.clip
     if param.numel() == 0:
         return param.new_ones(()) if skip else None
     operands = (
@@ -194,6 +198,7 @@ def _update_one(
         hp.maximize,
         store_last_grad,
         skip,
+        clip,
     )
 
 

@@ -10,6 +10,7 @@ its tensor and offset, and an address table gives each tensor's ``p, g, g_tilde,
    chunk's ``sum(c^2)`` into its tensor's slot with an atomic add.
 2. ``_mars_update_kernel`` forms ``c`` again (``g`` and ``g_tilde`` are re-read, mostly from L2
    for tensors that fit), scales it by ``1 / max(1, ||c||)`` and applies the tensor's rule.
+   Without the clip and the non-finite skip, the norm kernel is not launched: one pass.
    Under ``skip_nonfinite`` a tensor whose ``||c||`` is not finite has every store masked off.
 
 Loads convert to float32 (float64 for float64 parameters) and stores convert back, so bf16/fp16
@@ -180,6 +181,7 @@ if TRITON_AVAILABLE:
         HAS_GRAD_SCALE: tl.constexpr,
         MAXIMIZE: tl.constexpr,
         SKIP_NONFINITE: tl.constexpr,
+        CLIP: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
         program = tl.program_id(0)
@@ -209,10 +211,10 @@ if TRITON_AVAILABLE:
             HAS_GRAD_SCALE,
             MAXIMIZE,
         )
-        if IS_MARS:
+        if IS_MARS and CLIP:
             c = c / tl.maximum(tl.sqrt(tl.load(norm_sq + tensor).to(COMPUTE)), 1.0)
-            if STORE_LAST_GRAD:
-                _store_tensor(addresses, tensor, COLUMN_LAST_G, offsets, mask, g, S_DTYPE)
+        if IS_MARS and STORE_LAST_GRAD:
+            _store_tensor(addresses, tensor, COLUMN_LAST_G, offsets, mask, g, S_DTYPE)
         m = _load_tensor(addresses, tensor, COLUMN_M, offsets, mask, S_DTYPE, COMPUTE)
         m = m + (1.0 - beta1) * (c - m)
         _store_tensor(addresses, tensor, COLUMN_M, offsets, mask, m, S_DTYPE)
@@ -273,9 +275,10 @@ def update_constexprs(
     store_last_grad: bool,
     amsgrad: bool,
     skip_nonfinite: bool,
+    clip: bool,
 ) -> dict[str, Any]:
     """The update kernel's compile-time arguments: ``common`` plus its own. The plain AdamW
-    path (``is_mars=False``) stores no last gradient and skips nothing."""
+    path (``is_mars=False``) stores no last gradient, skips and clips nothing."""
     return {
         **common,
         "P_DTYPE": _TRITON_DTYPES[param_dtype],
@@ -283,6 +286,7 @@ def update_constexprs(
         "STORE_LAST_GRAD": is_mars and store_last_grad,
         "AMSGRAD": amsgrad,
         "SKIP_NONFINITE": is_mars and skip_nonfinite,
+        "CLIP": is_mars and clip,
     }
 
 
@@ -321,7 +325,8 @@ def launch_specializations() -> list[Specialization]:
     """Every (kernel, dtypes, flags) variant :func:`_launch` can compile: for each parameter
     dtype (gradients in the same dtype) and state dtype, the norm kernel under each grad-scale
     and maximize flag, and the update kernel for MARS (last-gradient store, AMSGrad, grad
-    scale, maximize, non-finite skip) and for plain AdamW (AMSGrad, grad scale, maximize)."""
+    scale, maximize, non-finite skip, clip) and for plain AdamW (AMSGrad, grad scale,
+    maximize)."""
     flags = (False, True)
     specializations = []
     for param_dtype, state_dtype in _DTYPE_PAIRS:
@@ -338,10 +343,10 @@ def launch_specializations() -> list[Specialization]:
                     "_mars_norm_kernel", pointers | dict.fromkeys(norm, "constexpr"), norm
                 )
             )
-            variants = [(True, *rest) for rest in itertools.product(flags, flags, flags)]
-            variants += [(False, False, amsgrad, False) for amsgrad in flags]
-            for is_mars, store, amsgrad, skip in variants:
-                update = update_constexprs(common, param_dtype, is_mars, store, amsgrad, skip)
+            variants = [(True, *rest) for rest in itertools.product(flags, flags, flags, flags)]
+            variants += [(False, False, amsgrad, False, False) for amsgrad in flags]
+            for is_mars, store, amsgrad, skip, clip in variants:
+                update = update_constexprs(common, param_dtype, is_mars, store, amsgrad, skip, clip)
                 specializations.append(
                     Specialization(
                         "_mars_update_kernel", pointers | dict.fromkeys(update, "constexpr"), update
@@ -388,6 +393,7 @@ def _launch(
     store_last_grad: bool,
     inv_grad_scale: Tensor | None,
     skip_nonfinite: bool,
+    clip: bool,
 ) -> Tensor:
     """Both kernels over one (device, dtypes) group of non-empty tensors; returns the vector of
     their squared norms of ``c`` (zeros for plain AdamW)."""
@@ -418,7 +424,7 @@ def _launch(
     common = common_constexprs(
         tensors.grads[0].dtype, state_dtype, compute, inv_grad_scale is not None, hp.maximize
     )
-    if is_mars:
+    if is_mars and (clip or skip_nonfinite):
         span = BLOCK * NORM_CHUNKS_PER_PROGRAM
         norm_chunks = _chunk_table(numels, span, device)
         _mars_norm_kernel[(norm_chunks[0].numel(),)](
@@ -440,7 +446,7 @@ def _launch(
         norm_sq,
         scale_pointer,
         **update_constexprs(
-            common, param_dtype, is_mars, store_last_grad, hp.amsgrad, skip_nonfinite
+            common, param_dtype, is_mars, store_last_grad, hp.amsgrad, skip_nonfinite, clip
         ),
     )
     return norm_sq
@@ -491,6 +497,7 @@ def _launch_groups(
     store_last_grad: bool,
     inv_grad_scale: Tensor | None,
     skip_nonfinite: bool = False,
+    clip: bool = True,
 ) -> list[Tensor]:
     """Launch the kernels per (device, dtypes) group; returns each tensor's gate (1 where
     ``||c||`` is finite; 1 for tensors with no elements)."""
@@ -512,6 +519,7 @@ def _launch_groups(
                 store_last_grad,
                 inv_grad_scale,
                 skip_nonfinite,
+                clip,
             )
             dtype = tensors.params[nonempty[0]].dtype
             for i, gate in zip(nonempty, finite_gates(norm_sq, dtype).unbind(), strict=True):
@@ -547,6 +555,7 @@ def mars_elementwise_triton(
             store_last_grad,
             inv_grad_scale,
             hp.skip_nonfinite,
+            hp.clip,
         )
         for i, gate in zip(flat, flat_gates, strict=True):
             gates[i] = gate

@@ -146,6 +146,9 @@ class MARS(Optimizer):
             non-finite ``c`` flows into the update (one NaN entry spreads through the norm to
             the whole tensor). The 1-D AdamW tensors are never masked, as in
             ``torch.optim.AdamW``.
+        clip: scale ``c`` to unit norm when ``||c||_2 > 1``, per tensor (the paper's clip);
+            False leaves ``c`` unclipped. Without the clip and the skip, no path computes
+            ``||c||``: the fused kernels then make one pass instead of two.
 
     State per tensor: ``step`` (int), ``exp_avg``, ``exp_avg_sq`` (tensors on an Adam rule: not
     the Lion tensors or the Shampoo matrices), ``max_exp_avg_sq`` (AMSGrad),
@@ -190,6 +193,7 @@ class MARS(Optimizer):
         reference_routing: bool = False,
         transposed_matrices: bool = False,
         skip_nonfinite: bool = True,
+        clip: bool = True,
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -213,6 +217,7 @@ class MARS(Optimizer):
             "use_mars": None,
             "transposed_matrices": transposed_matrices,
             "skip_nonfinite": skip_nonfinite,
+            "clip": clip,
         }
         validate_group(defaults)
         super().__init__(params, defaults)
@@ -272,6 +277,7 @@ class MARS(Optimizer):
             group.setdefault("reference_routing", False)
             group.setdefault("transposed_matrices", False)
             group.setdefault("skip_nonfinite", True)
+            group.setdefault("clip", True)
             group.setdefault("lr_at_construction", group["lr"])
         self._shardings = {}
 

@@ -40,23 +40,29 @@ def _variance_reduced_gradients(
     beta1: Scalar,
     whole: WholeTensorOps | None = None,
     skip_nonfinite: bool = False,
+    clip: bool = True,
 ) -> tuple[list[Tensor], Tensor | None]:
-    """The clipped ``c`` of every tensor and, with ``skip_nonfinite``, their gates as one vector
-    (see :func:`~torch_mars.optim.single_tensor.variance_reduced_gradient`)."""
+    """The ``c`` of every tensor (clipped unless ``clip`` is False) and, with ``skip_nonfinite``,
+    their gates as one vector (see
+    :func:`~torch_mars.optim.single_tensor.variance_reduced_gradient`)."""
     weight = -correction_scale(gamma, beta1)
     if isinstance(weight, Tensor):
-        cs = torch._foreach_lerp(grads, last_grads, [weight] * len(grads))
+        cs = list(torch._foreach_lerp(grads, last_grads, [weight] * len(grads)))
     else:
-        cs = torch._foreach_lerp(grads, last_grads, weight)
+        cs = list(torch._foreach_lerp(grads, last_grads, weight))
+    if not (clip or skip_nonfinite):
+        return cs, None
     norms = torch._foreach_norm(cs, 2, dtype=reduction_dtype(cs[0].dtype))
     if whole is not None:
         norms = whole.whole_norms(norms)
     gates = finite_gates(torch.stack(norms), cs[0].dtype) if skip_nonfinite else None
-    torch._foreach_clamp_min_(norms, 1.0)
-    torch._foreach_div_(cs, norms)
+    if clip:
+        torch._foreach_clamp_min_(norms, 1.0)
+        torch._foreach_div_(cs, norms)
     if gates is not None:
-        for c in cs:  # no multi-tensor nan_to_num; a finite c has nothing to change
-            c.nan_to_num_(0.0, 0.0, 0.0)
+        # No multi-tensor nan_to_num or where; a finite c has nothing to change.
+        for index, (c, finite) in enumerate(zip(cs, gates.bool().unbind(), strict=True)):
+            cs[index] = c.nan_to_num_(0.0, 0.0, 0.0) if clip else torch.where(finite, c, 0.0)
     return cs, gates
 
 
@@ -131,7 +137,7 @@ def _mars_elementwise_one_group(
 ) -> Tensor | None:
     grads = torch._foreach_neg(tensors.grads) if hp.maximize else tensors.grads
     cs, gates = _variance_reduced_gradients(
-        grads, tensors.last_grads, hp.gamma, hp.beta1, whole, hp.skip_nonfinite
+        grads, tensors.last_grads, hp.gamma, hp.beta1, whole, hp.skip_nonfinite, hp.clip
     )
     k = update_coefficients(hp) if gates is None else update_coefficients(hp, gates).unbind()
     if store_last_grad:

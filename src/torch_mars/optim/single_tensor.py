@@ -32,13 +32,19 @@ from torch_mars.optim.step_types import (
 
 
 def variance_reduced_gradient(
-    grad: Tensor, last_grad: Tensor, gamma: Scalar, beta1: Scalar, skip_nonfinite: bool = False
+    grad: Tensor,
+    last_grad: Tensor,
+    gamma: Scalar,
+    beta1: Scalar,
+    skip_nonfinite: bool = False,
+    clip: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
-    """``c = g + gamma * beta1/(1-beta1) * (g - g_tilde)``, scaled to unit norm if ``||c||_2 > 1``.
+    """``c = g + gamma * beta1/(1-beta1) * (g - g_tilde)``, scaled to unit norm if ``||c||_2 > 1``
+    (unless ``clip`` is False).
 
     With ``skip_nonfinite``, also ``c``'s gate: 1 if ``||c||`` is finite, else 0, and then ``c``
-    becomes all zeros (``c / ||c||`` holds only NaN and zero entries, which ``nan_to_num``
-    zeroes; a finite ``c`` has none to change).
+    becomes all zeros (clipped, ``c / ||c||`` holds only NaN and zero entries, which
+    ``nan_to_num`` zeroes; a finite ``c`` has none to change).
 
     ``c`` is formed as ``lerp(g, g_tilde, -scale)``, one fused pass over both inputs.
 
@@ -51,11 +57,17 @@ def variance_reduced_gradient(
         dtype (None without ``skip_nonfinite``).
     """
     c = torch.lerp(grad, last_grad, -correction_scale(gamma, beta1))
+    if not (clip or skip_nonfinite):
+        return c, None
     norm = torch.linalg.vector_norm(c, dtype=reduction_dtype(c.dtype))
-    c.div_(norm.clamp_min(1.0))
+    if clip:
+        c.div_(norm.clamp_min(1.0))
     if not skip_nonfinite:
         return c, None
-    return c.nan_to_num_(0.0, 0.0, 0.0), finite_gates(norm, c.dtype)
+    gate = finite_gates(norm, c.dtype)
+    if clip:  # c / ||c|| holds only NaN and zero entries when ||c|| is not finite
+        return c.nan_to_num_(0.0, 0.0, 0.0), gate
+    return torch.where(gate > 0, c, 0.0), gate
 
 
 def adam_rule_(
@@ -138,7 +150,9 @@ def mars_step_single_tensor(
     for index, param in enumerate(tensors.params):
         grad = -tensors.grads[index] if hp.maximize else tensors.grads[index]
         last_grad = tensors.last_grads[index]
-        c, gate = variance_reduced_gradient(grad, last_grad, hp.gamma, hp.beta1, hp.skip_nonfinite)
+        c, gate = variance_reduced_gradient(
+            grad, last_grad, hp.gamma, hp.beta1, hp.skip_nonfinite, hp.clip
+        )
         k = update_coefficients(hp, gate)
         if store_last_grad:
             if gate is None:

@@ -71,6 +71,8 @@ class MarsHyperparams(AdamWHyperparams):
             scale then reads the output dimension from ``shape[1]``.
         skip_nonfinite: a tensor whose ``||c||`` is not finite keeps its parameter and state
             for the step (decided on the device, see :func:`update_coefficients`).
+        clip: scale ``c`` to unit norm when ``||c||_2 > 1`` (the paper's clip); False leaves
+            ``c`` as it is.
     """
 
     gamma: Scalar = 0.025
@@ -78,6 +80,7 @@ class MarsHyperparams(AdamWHyperparams):
     ns_steps: int = 5
     transposed_matrices: bool = False
     skip_nonfinite: bool = False
+    clip: bool = True
 
 
 HyperparamsT = TypeVar("HyperparamsT", AdamWHyperparams, MarsHyperparams)
@@ -157,6 +160,7 @@ def validate_group(group: Mapping[str, Any]) -> None:
         _check_flag(name, group[name])
     _check_flag("transposed_matrices", group.get("transposed_matrices", False))
     _check_flag("skip_nonfinite", group.get("skip_nonfinite", False))
+    _check_flag("clip", group.get("clip", True))
     for name in ("use_mars", "foreach", "fused"):
         _check_flag(name, group.get(name), allow_none=True)
     if group.get("foreach") and group.get("fused"):
@@ -192,6 +196,7 @@ def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
         ns_steps=group["ns_steps"],
         transposed_matrices=group.get("transposed_matrices", False),
         skip_nonfinite=group.get("skip_nonfinite", False),
+        clip=group.get("clip", True),
     )
 
 
