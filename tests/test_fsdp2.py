@@ -142,7 +142,9 @@ def dtensor_ops_collectives(count: int, world: int) -> int:
     return comm.get_total_counts()
 
 
-def shampoo_on_columns(world: int, state_dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+def shampoo_on_columns(
+    world: int, state_dtype: torch.dtype | None = None, **options
+) -> list[torch.Tensor]:
     """MARS-Shampoo, 3 steps, on weights split along dimension 1 (FSDP2's ``shard_placement_fn``
     can choose it): (4, 5) splits 3 + 2 columns, (3, 1) leaves rank 1 an empty shard."""
     mesh = init_device_mesh("cpu", (world,)) if world > 1 else None
@@ -155,7 +157,8 @@ def shampoo_on_columns(world: int, state_dtype: torch.dtype | None = None) -> li
                 weight if mesh is None else distribute_tensor(weight, mesh, [Shard(1)])
             )
         )
-    opt = MARS(params, lr=0.05, mars_type="mars-shampoo", state_dtype=state_dtype)
+    options = {"mars_type": "mars-shampoo", **options}
+    opt = MARS(params, lr=0.05, state_dtype=state_dtype, **options)
     for step in range(3):
         for index, param in enumerate(params):
             generator = torch.Generator().manual_seed(100 * step + index)
@@ -233,11 +236,15 @@ def nonfinite_skips(world: int, placement) -> dict[str, tuple[bool, bool, list[i
     return results
 
 
+ONE_BUFFER = {"mars_type": "mars-m", "clip": False, "one_buffer": True}
+
+
 def run_everything(rank: int, world: int) -> dict:
     results: dict = {case: train(*case, rank, world) for case in CASES}
     results["clip"] = clipped_momentum(world)
     results["columns"] = shampoo_on_columns(world)
     results["columns, bf16 state"] = shampoo_on_columns(world, torch.bfloat16)
+    results["columns, one buffer"] = shampoo_on_columns(world, **ONE_BUFFER)
     results["misplaced"] = misplaced_gradient_error(world)
     results["scaled"] = [scaled_fused_steps(world, scale) for scale in (1.0, 1024.0)]
     for mars_type in ("mars-adamw", "mars-lion", "mars-shampoo"):
@@ -260,6 +267,9 @@ def test_fsdp2_on_two_processes(tmp_path):
             )
 
     for single, two in zip(shampoo_on_columns(1), sharded["columns"], strict=True):
+        torch.testing.assert_close(two, single, rtol=1e-5, atol=1e-6)
+    single_one_buffer = shampoo_on_columns(1, **ONE_BUFFER)
+    for single, two in zip(single_one_buffer, sharded["columns, one buffer"], strict=True):
         torch.testing.assert_close(two, single, rtol=1e-5, atol=1e-6)
     single_bf16 = shampoo_on_columns(1, torch.bfloat16)
     for single, two in zip(single_bf16, sharded["columns, bf16 state"], strict=True):

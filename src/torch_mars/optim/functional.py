@@ -17,7 +17,11 @@ from typing import Literal
 
 from torch import Tensor
 
-from torch_mars.optim.multi_tensor import adamw_step_foreach, mars_elementwise_foreach
+from torch_mars.optim.multi_tensor import (
+    adamw_step_foreach,
+    mars_elementwise_foreach,
+    one_buffer_momenta_foreach,
+)
 from torch_mars.optim.newton_schulz import apply_shampoo_directions
 from torch_mars.optim.single_tensor import adamw_step_single_tensor, mars_step_single_tensor
 from torch_mars.optim.step_types import (
@@ -156,6 +160,8 @@ def mars_step(
         raise ValueError(
             f"whole-tensor ops on local shards need implementation='foreach', got {backend!r}"
         )
+    if hp.one_buffer and backend in ("compiled", "triton"):
+        raise ValueError("one_buffer runs on the single_tensor and foreach paths, not fused ones")
     if backend in ("compiled", "triton"):
         if backend == "triton":
             from torch_mars.kernels.triton_step import mars_elementwise_triton as elementwise
@@ -170,11 +176,17 @@ def mars_step(
             gates = mars_step_single_tensor(working, hp, store_last_grad)
             _write_back(pairs)
             return gates
-        gates = mars_elementwise_foreach(working, hp, store_last_grad, whole)
+        if hp.one_buffer:
+            momenta, gates = one_buffer_momenta_foreach(working, hp, whole)
+        else:
+            gates = mars_elementwise_foreach(working, hp, store_last_grad, whole)
     matrices = [i for i, p in enumerate(working.params) if is_shampoo_matrix(hp.mars_type, p.ndim)]
     if matrices:
         matrix_gates = None if gates is None else [gates[i] for i in matrices]
-        apply_shampoo_directions(working.select(matrices), hp, whole, matrix_gates)
+        selected = working.select(matrices)
+        if hp.one_buffer:  # Newton-Schulz of m_t, not of the buffer
+            selected.exp_avgs = [momenta[i] for i in matrices]
+        apply_shampoo_directions(selected, hp, whole, matrix_gates)
     _write_back(pairs)
     return gates
 

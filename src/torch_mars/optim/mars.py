@@ -149,6 +149,12 @@ class MARS(Optimizer):
         clip: scale ``c`` to unit norm when ``||c||_2 > 1``, per tensor (the paper's clip);
             False leaves ``c`` unclipped. Without the clip and the skip, no path computes
             ``||c||``: the fused kernels then make one pass instead of two.
+        one_buffer: with ``is_approx=True``, ``clip=False`` and a momentum-only rule
+            (``mars-lion``, ``mars-shampoo``, ``mars-m``; every MARS-routed tensor must take
+            it), keep one buffer per tensor and no ``last_grad``, as Muon does: the same
+            trajectory to round-off, a third less state. ``exp_avg`` then holds the buffer
+            ``u`` of ``m_t = gamma g_t + beta1 u_t``. The loop and foreach paths (FSDP2 too) run
+            it; ``fused=True`` refuses it. The skip tests ``||g||``.
 
     State per tensor: ``step`` (int), ``exp_avg``, ``exp_avg_sq`` (tensors on an Adam rule: not
     the Lion tensors or the Shampoo matrices), ``max_exp_avg_sq`` (AMSGrad),
@@ -194,6 +200,7 @@ class MARS(Optimizer):
         transposed_matrices: bool = False,
         skip_nonfinite: bool = True,
         clip: bool = True,
+        one_buffer: bool = False,
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -218,6 +225,7 @@ class MARS(Optimizer):
             "transposed_matrices": transposed_matrices,
             "skip_nonfinite": skip_nonfinite,
             "clip": clip,
+            "one_buffer": one_buffer,
         }
         validate_group(defaults)
         super().__init__(params, defaults)
@@ -245,6 +253,19 @@ class MARS(Optimizer):
             )
         super().add_param_group(group)
         added = self.param_groups[-1]
+        if added["one_buffer"] and any(
+            routes_to_mars(p, added) and elementwise_rule(added["mars_type"], p.ndim) == "adam"
+            for p in added["params"]
+        ):
+            self.param_groups.pop()
+            raise ValueError(
+                "one_buffer: a tensor of this group would take the Adam rule on c (a 1-D tensor "
+                "routed to mars-shampoo or mars-m), which needs last_grad; leave optimize_1d and "
+                "use_mars unset for 1-D tensors, or use one_buffer=False"
+            )
+        if added["one_buffer"] and added["fused"]:
+            self.param_groups.pop()
+            raise ValueError("one_buffer runs on the loop and foreach paths: leave fused unset")
         if added["lr_at_construction"] == 0 and any(
             not routes_to_mars(p, added) for p in added["params"]
         ):
@@ -278,6 +299,7 @@ class MARS(Optimizer):
             group.setdefault("transposed_matrices", False)
             group.setdefault("skip_nonfinite", True)
             group.setdefault("clip", True)
+            group.setdefault("one_buffer", False)
             group.setdefault("lr_at_construction", group["lr"])
         self._shardings = {}
 
@@ -543,7 +565,7 @@ class MARS(Optimizer):
                 continue
             use_mars = routes_to_mars(param, group)
             state = self.state[param]
-            if use_mars and state["step"] == 0:
+            if use_mars and state["step"] == 0 and "last_grad" in state:
                 first_grad = self._effective_grad(param, group, inv_grad_scale)
                 if group["skip_nonfinite"]:
                     # A non-finite g skips this step; g_tilde must stay finite for the next.
@@ -558,7 +580,7 @@ class MARS(Optimizer):
             if group["amsgrad"]:
                 target.max_exp_avg_sqs.append(state.get("max_exp_avg_sq"))
             target.steps.append(state["step"])
-            if use_mars:
+            if use_mars and "last_grad" in state:
                 target.last_grads.append(state["last_grad"])
         return mars_tensors, adamw_tensors
 
@@ -611,8 +633,8 @@ def _copy_locally(targets: list[Tensor], sources: list[Tensor]) -> None:
 def state_buffer_names(param: Tensor, group: dict[str, Any]) -> tuple[str, ...]:
     """The state buffers of ``param`` under ``group``'s settings: ``exp_avg``; ``exp_avg_sq``
     (and ``max_exp_avg_sq`` under AMSGrad) when its update divides by a second moment, which
-    the Lion tensors and the Shampoo matrices do not; ``last_grad`` when it takes the MARS rule;
-    ``prev_param`` in the exact mode."""
+    the Lion tensors and the Shampoo matrices do not; ``last_grad`` when it takes the MARS rule
+    (not under ``one_buffer``); ``prev_param`` in the exact mode."""
     use_mars = routes_to_mars(param, group)
     names = ["exp_avg"]
     takes_adam_rule = not use_mars or elementwise_rule(group["mars_type"], param.ndim) == "adam"
@@ -620,7 +642,7 @@ def state_buffer_names(param: Tensor, group: dict[str, Any]) -> tuple[str, ...]:
         names.append("exp_avg_sq")
         if group["amsgrad"]:
             names.append("max_exp_avg_sq")
-    if use_mars:
+    if use_mars and not group.get("one_buffer", False):
         names.append("last_grad")
     if not group["is_approx"]:
         names.append("prev_param")

@@ -28,6 +28,7 @@ from torch_mars.optim.step_types import (
     group_indices,
     hyperparams_on_device,
     is_shampoo_matrix,
+    one_buffer_coefficients,
     reduction_dtype,
     update_coefficients,
 )
@@ -170,6 +171,59 @@ def _mars_elementwise_one_group(
             [cs[i] for i in adam_indices], tensors.select(adam_indices), hp, k.select(adam_indices)
         )
     return gates
+
+
+def one_buffer_momenta_foreach(
+    tensors: StepTensors, hp: MarsHyperparams, whole: WholeTensorOps | None = None
+) -> tuple[list[Tensor], list[Tensor] | None]:
+    """The one-buffer form of the momentum with multi-tensor kernels
+    (:func:`~torch_mars.optim.step_types.one_buffer_coefficients`): updates each buffer
+    (``exp_avgs``) in place, applies the Lion step to Lion tensors, and returns every tensor's
+    ``m_t`` (for the Newton-Schulz step of the matrices) and, under ``hp.skip_nonfinite``, the
+    gates of ``||g||``. With ``whole``, the tensors are local shards."""
+    momenta: list[Tensor | None] = [None] * len(tensors)
+    gates: list[Tensor | None] = [None] * len(tensors)
+    for indices in group_by_device_and_dtype(tensors.params):
+        group = tensors.select(indices)
+        group_hp = hyperparams_on_device(hp, group.params[0].device)
+        grads = torch._foreach_neg(group.grads) if hp.maximize else list(group.grads)
+        group_gates = None
+        if hp.skip_nonfinite:
+            norms = torch._foreach_norm(grads, 2, dtype=reduction_dtype(grads[0].dtype))
+            if whole is not None:
+                norms = whole.whole_norms(norms)
+            group_gates = finite_gates(torch.stack(norms), grads[0].dtype)
+            finite = group_gates.bool().unbind()
+            grads = [torch.where(ok, g, 0.0) for g, ok in zip(grads, finite, strict=True)]
+        for same_step in _same_step_groups(group.steps):
+            a, beta1 = one_buffer_coefficients(group_hp, group.steps[same_step[0]] == 1)
+            buffers = [group.exp_avgs[i] for i in same_step]
+            step_grads = [grads[i] for i in same_step]
+            updated = torch._foreach_mul(buffers, beta1)
+            foreach_add_scaled_(updated, step_grads, a)
+            if group_gates is None:
+                torch._foreach_copy_(buffers, updated)
+            else:
+                for i, buffer, new in zip(same_step, buffers, updated, strict=True):
+                    torch.where(group_gates[i] > 0, new, buffer, out=buffer)
+            m = torch._foreach_mul(step_grads, group_hp.gamma)
+            foreach_add_scaled_(m, buffers, beta1)
+            for i, value in zip(same_step, m, strict=True):
+                momenta[indices[i]] = value
+        if group_gates is not None:
+            for i, gate in zip(indices, group_gates.unbind(), strict=True):
+                gates[i] = gate
+        if hp.mars_type == "mars-lion":
+            k = update_coefficients(group_hp, group_gates)
+            k = k.unbind() if group_gates is not None else k
+            _decay_weights(group.params, group_hp, k)
+            signs = torch._foreach_sign([momenta[i] for i in indices])
+            if isinstance(k.lr, list):
+                torch._foreach_mul_(signs, k.lr)
+                torch._foreach_sub_(group.params, signs)
+            else:
+                foreach_add_scaled_(group.params, signs, -k.lr)
+    return momenta, (gates if hp.skip_nonfinite else None)  # type: ignore[return-value]
 
 
 def mars_elementwise_foreach(

@@ -25,6 +25,7 @@ from torch_mars.optim.step_types import (
     finite_gates,
     is_shampoo_matrix,
     matrix_shape,
+    one_buffer_coefficients,
     orthogonal_update_scale,
     reduction_dtype,
     update_coefficients,
@@ -107,9 +108,35 @@ def lion_rule_(
 ) -> None:
     """``m <- b1 m + (1-b1) c;  p <- p (1 - lr wd) - lr sign(m)``."""
     exp_avg.lerp_(c, k.momentum_weight)
+    lion_step_(param, exp_avg, hp, k)
+
+
+def lion_step_(param: Tensor, m: Tensor, hp: MarsHyperparams, k: UpdateCoefficients) -> None:
+    """``p <- p (1 - lr wd) - lr sign(m)``."""
     if hp.weight_decay != 0.0:
         param.mul_(k.weight_decay_factor)
-    add_scaled_(param, exp_avg.sign(), -k.lr)
+    add_scaled_(param, m.sign(), -k.lr)
+
+
+def one_buffer_momentum(
+    grad: Tensor, buffer: Tensor, first: bool, hp: MarsHyperparams
+) -> tuple[Tensor, Tensor | None]:
+    """MARS's unclipped approximate momentum ``m_t`` from ``g_t`` and one buffer, updated in
+    place (:func:`~torch_mars.optim.step_types.one_buffer_coefficients`); with
+    ``hp.skip_nonfinite`` also the gate of ``||g||`` (the buffer keeps its value at gate 0).
+
+    Returns ``(m_t, gate)``: a new tensor of ``grad``'s shape, and a 0-d tensor or None.
+    """
+    gate = None
+    if hp.skip_nonfinite:
+        gate = finite_gates(
+            torch.linalg.vector_norm(grad, dtype=reduction_dtype(grad.dtype)), grad.dtype
+        )
+        grad = torch.where(gate > 0, grad, 0.0)
+    a, beta1 = one_buffer_coefficients(hp, first)
+    updated = buffer * beta1 + grad * a
+    buffer.copy_(updated if gate is None else torch.where(gate > 0, updated, buffer))
+    return grad * hp.gamma + buffer * beta1, gate
 
 
 def shampoo_direction(
@@ -134,9 +161,14 @@ def shampoo_rule_(
     """``m <- b1 m + (1-b1) c;  p <- p (1 - lr wd) - lr NS(m) scale`` (``mars-shampoo``:
     ``sqrt(max(1, rows/cols))``; ``mars-m``: ``0.2 sqrt(max(rows, cols))``)."""
     exp_avg.lerp_(c, k.momentum_weight)
+    shampoo_step_(param, exp_avg, hp, k)
+
+
+def shampoo_step_(param: Tensor, m: Tensor, hp: MarsHyperparams, k: UpdateCoefficients) -> None:
+    """``p <- p (1 - lr wd) - lr NS(m) scale``."""
     if hp.weight_decay != 0.0:
         param.mul_(k.weight_decay_factor)
-    direction = shampoo_direction(exp_avg, hp.ns_steps, hp.transposed_matrices, hp.mars_type)
+    direction = shampoo_direction(m, hp.ns_steps, hp.transposed_matrices, hp.mars_type)
     add_scaled_(param, direction, -k.lr)
 
 
@@ -149,6 +181,15 @@ def mars_step_single_tensor(
     gates: list[Tensor] = []
     for index, param in enumerate(tensors.params):
         grad = -tensors.grads[index] if hp.maximize else tensors.grads[index]
+        exp_avg = tensors.exp_avgs[index]
+        if hp.one_buffer:  # momentum-only rules, validated with the group
+            m, gate = one_buffer_momentum(grad, exp_avg, tensors.steps[index] == 1, hp)
+            k = update_coefficients(hp, gate)
+            step = lion_step_ if hp.mars_type == "mars-lion" else shampoo_step_
+            step(param, m, hp, k)
+            if gate is not None:
+                gates.append(gate)
+            continue
         last_grad = tensors.last_grads[index]
         c, gate = variance_reduced_gradient(
             grad, last_grad, hp.gamma, hp.beta1, hp.skip_nonfinite, hp.clip
@@ -159,7 +200,6 @@ def mars_step_single_tensor(
                 last_grad.copy_(grad)
             else:
                 torch.where(gate > 0, grad, last_grad, out=last_grad)
-        exp_avg = tensors.exp_avgs[index]
         if hp.mars_type == "mars-lion":
             lion_rule_(param, c, exp_avg, hp, k)
         elif is_shampoo_matrix(hp.mars_type, param.ndim):

@@ -73,6 +73,8 @@ class MarsHyperparams(AdamWHyperparams):
             for the step (decided on the device, see :func:`update_coefficients`).
         clip: scale ``c`` to unit norm when ``||c||_2 > 1`` (the paper's clip); False leaves
             ``c`` as it is.
+        one_buffer: keep one momentum-like buffer and no ``g_tilde`` (approximate mode, no
+            clip, momentum-only rules; see :func:`one_buffer_coefficients`).
     """
 
     gamma: Scalar = 0.025
@@ -81,6 +83,7 @@ class MarsHyperparams(AdamWHyperparams):
     transposed_matrices: bool = False
     skip_nonfinite: bool = False
     clip: bool = True
+    one_buffer: bool = False
 
 
 HyperparamsT = TypeVar("HyperparamsT", AdamWHyperparams, MarsHyperparams)
@@ -161,6 +164,18 @@ def validate_group(group: Mapping[str, Any]) -> None:
     _check_flag("transposed_matrices", group.get("transposed_matrices", False))
     _check_flag("skip_nonfinite", group.get("skip_nonfinite", False))
     _check_flag("clip", group.get("clip", True))
+    _check_flag("one_buffer", group.get("one_buffer", False))
+    if group.get("one_buffer", False):
+        if group["mars_type"] == "mars-adamw" or not group["is_approx"] or group["clip"]:
+            raise ValueError(
+                "one_buffer needs is_approx=True, clip=False and a momentum-only rule "
+                "(mars-lion, mars-shampoo, mars-m): it rebuilds the unclipped c from g and "
+                f"one buffer, got mars_type={group['mars_type']!r}, is_approx="
+                f"{group['is_approx']}, clip={group['clip']}"
+            )
+        beta1 = group["betas"][0]
+        if not isinstance(beta1, Tensor) and beta1 == 0.0:
+            raise ValueError("one_buffer needs betas[0] > 0 (its buffer is scaled by 1/beta1)")
     for name in ("use_mars", "foreach", "fused"):
         _check_flag(name, group.get(name), allow_none=True)
     if group.get("foreach") and group.get("fused"):
@@ -197,6 +212,7 @@ def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
         transposed_matrices=group.get("transposed_matrices", False),
         skip_nonfinite=group.get("skip_nonfinite", False),
         clip=group.get("clip", True),
+        one_buffer=group.get("one_buffer", False),
     )
 
 
@@ -335,6 +351,22 @@ def update_coefficients(hp: AdamWHyperparams, gates: Tensor | None = None) -> Up
         eps=torch.where(gates > 0, gates * hp.eps, math.inf),
         weight_decay_factor=1.0 - lr * hp.weight_decay,
     )
+
+
+def one_buffer_coefficients(hp: MarsHyperparams, first: bool) -> tuple[Scalar, Scalar]:
+    """``(a, beta1)`` of MARS's unclipped approximate momentum kept in one buffer ``u``::
+
+        u_t = beta1 u_{t-1} + a g_t,      m_t = gamma g_t + beta1 u_t
+
+    with ``a = (1 - gamma)(1 - beta1) / beta1``. Unrolled, ``m_t = beta1 m_{t-1} +
+    (1 - beta1 + gamma beta1) g_t - gamma beta1 g_{t-1}``, which is ``beta1 m_{t-1} +
+    (1 - beta1) c_t`` for ``c_t = g_t + gamma beta1/(1 - beta1) (g_t - g_{t-1})``: the two-buffer
+    momentum, without ``g_{t-1}``. On a tensor's first step (``u_0 = 0``) ``a = (1 - beta1 -
+    gamma) / beta1``, so that ``m_1 = (1 - beta1) g_1``, as ``g_tilde = g`` gives.
+    """
+    if first:
+        return (1.0 - hp.beta1 - hp.gamma) / hp.beta1, hp.beta1
+    return (1.0 - hp.gamma) * (1.0 - hp.beta1) / hp.beta1, hp.beta1
 
 
 def finite_gates(norms: Tensor, dtype: torch.dtype) -> Tensor:
