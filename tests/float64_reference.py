@@ -31,6 +31,7 @@ class ReferenceConfig:
     maximize: bool = False
     ns_steps: int = 5
     clip: bool = True
+    cautious: bool = False
     skip_nonfinite: bool = True  # the reference problems have finite gradients only
     lr0: float = field(default=0.0)
 
@@ -50,6 +51,15 @@ def orthogonalize_bf16(m: Tensor, steps: int) -> Tensor:
     if tall:
         x = x.T
     return x.to(torch.float64)
+
+
+def cautious(update: Tensor, g: Tensor) -> Tensor:
+    """C-AdamW's mask: entries whose sign disagrees with g's are dropped, the rest divided by
+    the kept fraction (at least 1e-3)."""
+    if update.numel() == 0:
+        return update
+    mask = (update * g > 0).to(update.dtype)
+    return update * mask / max(float(mask.mean()), 1e-3)
 
 
 class ReferenceMARS:
@@ -107,8 +117,9 @@ class ReferenceMARS:
             st["last"] = g
             st["m"] = b1 * st["m"] + (1 - b1) * c
             lr, wd = cfg.lr, cfg.weight_decay
+            masked = (lambda u, g=g: cautious(u, g)) if cfg.cautious else (lambda u: u)
             if cfg.mars_type == "mars-lion":
-                self.params[i] = x - lr * (wd * x + torch.sign(st["m"]))
+                self.params[i] = x - lr * (wd * x + masked(torch.sign(st["m"])))
             elif cfg.mars_type in ("mars-shampoo", "mars-m") and x.ndim >= 2:
                 if x.numel() == 0:
                     continue
@@ -119,10 +130,10 @@ class ReferenceMARS:
                 else:
                     scale = math.sqrt(max(1, rows / cols))
                 direction = orthogonalize_bf16(matrix, cfg.ns_steps) * scale
-                self.params[i] = x - lr * (direction.reshape(x.shape) + wd * x)
+                self.params[i] = x - lr * (masked(direction.reshape(x.shape)) + wd * x)
             else:
                 st["v"] = b2 * st["v"] + (1 - b2) * c * c
                 st["vmax"] = torch.maximum(st["vmax"], st["v"])
                 v = st["vmax"] if cfg.amsgrad else st["v"]
                 u = (st["m"] / (1 - b1**t)) / (torch.sqrt(v / (1 - b2**t)) + cfg.eps)
-                self.params[i] = x - lr * (wd * x + u)
+                self.params[i] = x - lr * (wd * x + masked(u))

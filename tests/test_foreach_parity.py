@@ -19,13 +19,14 @@ OPTIONS = [
     {"optimize_1d": True, "amsgrad": True, "weight_decay": 0.05},
     {"clip": False},
     {"clip": False, "skip_nonfinite": False},
+    {"cautious": True, "maximize": True, "optimize_1d": True},
 ]
 
 
 @pytest.mark.parametrize(
     "options",
     OPTIONS,
-    ids=["plain", "amsgrad", "maximize", "wd", "1d-all", "no-clip", "no-clip-no-skip"],
+    ids=["plain", "amsgrad", "maximize", "wd", "1d-all", "no-clip", "no-clip-no-skip", "cautious"],
 )
 @pytest.mark.parametrize("is_approx", [True, False], ids=["approx", "exact"])
 @pytest.mark.parametrize("mars_type", MARS_TYPES)

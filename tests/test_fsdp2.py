@@ -245,6 +245,10 @@ def run_everything(rank: int, world: int) -> dict:
     results["columns"] = shampoo_on_columns(world)
     results["columns, bf16 state"] = shampoo_on_columns(world, torch.bfloat16)
     results["columns, one buffer"] = shampoo_on_columns(world, **ONE_BUFFER)
+    for rule in ("mars-shampoo", "mars-adamw", "mars-lion"):
+        results["columns, cautious", rule] = shampoo_on_columns(
+            world, mars_type=rule, cautious=True
+        )
     results["misplaced"] = misplaced_gradient_error(world)
     results["scaled"] = [scaled_fused_steps(world, scale) for scale in (1.0, 1024.0)]
     for mars_type in ("mars-adamw", "mars-lion", "mars-shampoo"):
@@ -268,6 +272,11 @@ def test_fsdp2_on_two_processes(tmp_path):
 
     for single, two in zip(shampoo_on_columns(1), sharded["columns"], strict=True):
         torch.testing.assert_close(two, single, rtol=1e-5, atol=1e-6)
+    # Cautious masks take the kept fraction of the whole tensor (one more all_reduce).
+    for rule in ("mars-shampoo", "mars-adamw", "mars-lion"):
+        single = shampoo_on_columns(1, mars_type=rule, cautious=True)
+        for one, two in zip(single, sharded["columns, cautious", rule], strict=True):
+            torch.testing.assert_close(two, one, rtol=1e-5, atol=1e-6)
     single_one_buffer = shampoo_on_columns(1, **ONE_BUFFER)
     for single, two in zip(single_one_buffer, sharded["columns, one buffer"], strict=True):
         torch.testing.assert_close(two, single, rtol=1e-5, atol=1e-6)

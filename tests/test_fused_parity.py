@@ -34,6 +34,7 @@ OPTIONS = {
     "maximize-1d": {"maximize": True, "optimize_1d": True},
     "no-clip": {"clip": False},
     "no-clip-no-skip": {"clip": False, "skip_nonfinite": False},
+    "cautious": {"cautious": True, "maximize": True, "weight_decay": 0.1},
 }
 TOLERANCES = {torch.float64: {"rtol": 1e-10, "atol": 1e-12}, torch.float32: {}}
 

@@ -40,13 +40,14 @@ SETTINGS = [
     {"maximize": True, "betas": (0.9, 0.98), "betas_1d": (0.8, 0.9), "lr_1d": 0.01},
     {"clip": False},
     {"clip": False, "skip_nonfinite": False, "amsgrad": True},
+    {"cautious": True, "weight_decay": 0.1},
 ]
 
 
 @pytest.mark.parametrize(
     "settings",
     SETTINGS,
-    ids=["defaults", "amsgrad-wd", "maximize-betas", "no-clip", "no-clip-no-skip"],
+    ids=["defaults", "amsgrad-wd", "maximize-betas", "no-clip", "no-clip-no-skip", "cautious"],
 )
 @pytest.mark.parametrize("optimize_1d", [False, True], ids=["1d-adamw", "1d-mars"])
 @pytest.mark.parametrize("is_approx", [True, False], ids=["approx", "exact"])

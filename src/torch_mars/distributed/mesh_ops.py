@@ -60,6 +60,14 @@ class ShardedMeshOps:
         dist.all_reduce(squares, group=self.group)
         return list(squares.sqrt_().unbind())
 
+    def whole_sums(self, local_sums: Tensor) -> Tensor:
+        """Per-tensor sums over the whole tensors: one ``all_reduce`` of the local rows."""
+        if self.world == 1:
+            return local_sums
+        total = local_sums.clone()
+        dist.all_reduce(total, group=self.group)
+        return total
+
     def shampoo_directions(
         self,
         params: list[Tensor],

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from torch_mars.optim.step_types import (
+    CAUTIOUS_MIN_FRACTION,
     AdamWHyperparams,
     MarsHyperparams,
     StepTensors,
@@ -51,6 +52,7 @@ def tensor_update(
     store_last_grad: bool,
     skip_nonfinite: bool = False,
     clip: bool = True,
+    cautious: bool = False,
 ) -> Tensor | None:
     """Update one tensor in place; the body of the compiled kernel. Returns the tensor's gate
     under ``skip_nonfinite`` (1: updated; 0: ``||c||`` not finite, nothing written but the
@@ -66,6 +68,7 @@ def tensor_update(
         rule: ``"adam"``, ``"lion"``, or ``"momentum"`` (update ``m`` only: Shampoo matrices).
         skip_nonfinite: leave the tensor as it is when ``||c||`` is not finite (MARS only).
         clip: scale ``c`` to unit norm when ``||c|| > 1`` (MARS only).
+        cautious: mask the Adam and Lion updates against ``g`` (C-AdamW; MARS only).
     """
     compute = _compute_dtype(param.dtype)
     h = coefficients.to(compute)
@@ -95,7 +98,8 @@ def tensor_update(
         return gate
     p = param.to(compute) * k.weight_decay_factor
     if rule == "lion":
-        param.copy_(p - k.lr * torch.sign(m))
+        update = torch.sign(m)
+        param.copy_(p - k.lr * (_cautious(update, g) if cautious else update))
         return gate
     assert exp_avg_sq is not None
     v = exp_avg_sq.to(compute) * k.second_moment_decay + (1.0 - h[_BETA2]) * c * c
@@ -104,8 +108,16 @@ def tensor_update(
         v = torch.maximum(max_exp_avg_sq.to(compute), v)
         max_exp_avg_sq.copy_(v)
     denom = torch.sqrt(v) / h[_BC2_SQRT] + k.eps
-    param.copy_(p - (h[_LR] / h[_BC1]) * m / denom)
+    update = m / denom
+    param.copy_(p - (h[_LR] / h[_BC1]) * (_cautious(update, g) if cautious else update))
     return gate
+
+
+def _cautious(update: Tensor, grad: Tensor) -> Tensor:
+    """Out-of-place :func:`~torch_mars.optim.step_types.cautious_` (the compiled graph
+    allocates no buffer for it)."""
+    mask = (update * grad > 0).to(update.dtype)
+    return update * mask / mask.mean().clamp_min(CAUTIOUS_MIN_FRACTION)
 
 
 @functools.cache
@@ -177,6 +189,7 @@ def _update_one(
     param = tensors.params[i]
     skip = isinstance(hp, MarsHyperparams) and hp.skip_nonfinite
     clip = not isinstance(hp, MarsHyperparams) or hp.clip
+    cautious = isinstance(hp, MarsHyperparams) and hp.cautious
     if param.numel() == 0:
         return param.new_ones(()) if skip else None
     operands = (
@@ -199,6 +212,7 @@ def _update_one(
         store_last_grad,
         skip,
         clip,
+        cautious,
     )
 
 

@@ -155,6 +155,14 @@ class MARS(Optimizer):
             trajectory to round-off, a third less state. ``exp_avg`` then holds the buffer
             ``u`` of ``m_t = gamma g_t + beta1 u_t``. The loop and foreach paths (FSDP2 too) run
             it; ``fused=True`` refuses it. The skip tests ``||g||``.
+        cautious: C-AdamW's mask (Liang et al., arXiv 2411.16085) on every MARS rule: the
+            entries of the update (``m_hat / (sqrt(v_hat) + eps)``, ``sign(m)`` or
+            ``NS(m)``) whose sign differs from the gradient ``g``'s are dropped and the rest
+            divided by the kept fraction of the whole tensor. The mask compares with ``g``, not
+            ``c``: ``g`` is the fresh observation C-AdamW defines it with, and it is still at
+            hand after Newton-Schulz, where ``c`` is gone. The 1-D AdamW tensors are not
+            masked. Under ``fused=True`` on CUDA the MARS tensors take the compiled per-tensor
+            kernel instead of the multi-tensor Triton kernels.
 
     State per tensor: ``step`` (int), ``exp_avg``, ``exp_avg_sq`` (tensors on an Adam rule: not
     the Lion tensors or the Shampoo matrices), ``max_exp_avg_sq`` (AMSGrad),
@@ -201,6 +209,7 @@ class MARS(Optimizer):
         skip_nonfinite: bool = True,
         clip: bool = True,
         one_buffer: bool = False,
+        cautious: bool = False,
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -226,6 +235,7 @@ class MARS(Optimizer):
             "skip_nonfinite": skip_nonfinite,
             "clip": clip,
             "one_buffer": one_buffer,
+            "cautious": cautious,
         }
         validate_group(defaults)
         super().__init__(params, defaults)
@@ -300,6 +310,7 @@ class MARS(Optimizer):
             group.setdefault("skip_nonfinite", True)
             group.setdefault("clip", True)
             group.setdefault("one_buffer", False)
+            group.setdefault("cautious", False)
             group.setdefault("lr_at_construction", group["lr"])
         self._shardings = {}
 

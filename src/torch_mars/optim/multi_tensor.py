@@ -24,6 +24,7 @@ from torch_mars.optim.step_types import (
     correction_scale,
     finite_gates,
     foreach_add_scaled_,
+    foreach_cautious_,
     group_by_device_and_dtype,
     group_indices,
     hyperparams_on_device,
@@ -109,8 +110,15 @@ def _same_step_groups(steps: list[int]) -> list[list[int]]:
 
 
 def _adam_rule_foreach(
-    update_inputs: list[Tensor], tensors: StepTensors, hp: AdamWHyperparams, k: UpdateCoefficients
+    update_inputs: list[Tensor],
+    tensors: StepTensors,
+    hp: AdamWHyperparams,
+    k: UpdateCoefficients,
+    cautious_grads: list[Tensor] | None = None,
+    whole: WholeTensorOps | None = None,
 ) -> None:
+    """Adam on ``update_inputs``; with ``cautious_grads``, each update is masked against them
+    (:func:`~torch_mars.optim.step_types.foreach_cautious_`)."""
     second_moments = _update_moments(update_inputs, tensors, hp, k)
     _decay_weights(tensors.params, hp, k)
     for indices in _same_step_groups(tensors.steps):
@@ -123,8 +131,10 @@ def _adam_rule_foreach(
         torch._foreach_div_(denoms, bias_correction2_sqrt)
         torch._foreach_add_(denoms, k.select(indices).eps if isinstance(k.eps, list) else k.eps)
         step_size = -hp.lr / bias_correction1
-        if isinstance(step_size, Tensor):
+        if isinstance(step_size, Tensor) or cautious_grads is not None:
             updates = torch._foreach_div(exp_avgs, denoms)
+            if cautious_grads is not None:
+                foreach_cautious_(updates, [cautious_grads[i] for i in indices], whole)
             foreach_add_scaled_(params, updates, step_size)
         else:
             torch._foreach_addcdiv_(params, exp_avgs, denoms, step_size)
@@ -153,6 +163,8 @@ def _mars_elementwise_one_group(
         torch._foreach_lerp_(tensors.exp_avgs, cs, _lerp_weights(k.momentum_weight, n))
         _decay_weights(tensors.params, hp, k)
         signs = torch._foreach_sign(tensors.exp_avgs)
+        if hp.cautious:
+            foreach_cautious_(signs, list(grads), whole)
         if isinstance(k.lr, list):
             torch._foreach_mul_(signs, k.lr)
             torch._foreach_sub_(tensors.params, signs)
@@ -168,7 +180,12 @@ def _mars_elementwise_one_group(
         torch._foreach_lerp_(momenta, [cs[i] for i in matrices], weights)
     if adam_indices:
         _adam_rule_foreach(
-            [cs[i] for i in adam_indices], tensors.select(adam_indices), hp, k.select(adam_indices)
+            [cs[i] for i in adam_indices],
+            tensors.select(adam_indices),
+            hp,
+            k.select(adam_indices),
+            [grads[i] for i in adam_indices] if hp.cautious else None,
+            whole,
         )
     return gates
 
@@ -218,6 +235,8 @@ def one_buffer_momenta_foreach(
             k = k.unbind() if group_gates is not None else k
             _decay_weights(group.params, group_hp, k)
             signs = torch._foreach_sign([momenta[i] for i in indices])
+            if hp.cautious:
+                foreach_cautious_(signs, grads, whole)
             if isinstance(k.lr, list):
                 torch._foreach_mul_(signs, k.lr)
                 torch._foreach_sub_(group.params, signs)

@@ -12,6 +12,7 @@ from torch_mars.optim.step_types import (
     StepTensors,
     WholeTensorOps,
     foreach_add_scaled_,
+    foreach_cautious_,
     group_by_device_and_dtype,
     hyperparams_on_device,
     matrix_shape,
@@ -121,6 +122,9 @@ def apply_shampoo_directions(
         else:
             directions = whole.shampoo_directions(group.params, group.exp_avgs, directions_of)
         directions = [d.to(p.dtype) for d, p in zip(directions, group.params, strict=True)]
+        if hp.cautious:
+            grads = torch._foreach_neg(group.grads) if hp.maximize else list(group.grads)
+            foreach_cautious_(directions, grads, whole)
         if gates is None:
             foreach_add_scaled_(group.params, directions, -hp.lr)
         else:

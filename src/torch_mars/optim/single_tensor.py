@@ -21,6 +21,7 @@ from torch_mars.optim.step_types import (
     addcdiv_scaled_,
     addcmul_scaled_,
     bias_corrections,
+    cautious_,
     correction_scale,
     finite_gates,
     is_shampoo_matrix,
@@ -80,6 +81,7 @@ def adam_rule_(
     step: int,
     hp: AdamWHyperparams,
     k: UpdateCoefficients | None = None,
+    cautious_grad: Tensor | None = None,
 ) -> None:
     """Decoupled-weight-decay Adam on ``update_input`` (the gradient, or MARS's ``c``)::
 
@@ -87,6 +89,8 @@ def adam_rule_(
     p <- p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
 
     ``k``: the coefficients with the tensor's skip gate folded in (default: ungated ``hp``).
+    ``cautious_grad``: mask the update with :func:`~torch_mars.optim.step_types.cautious_`
+    against this gradient.
     """
     k = k or update_coefficients(hp)
     exp_avg.lerp_(update_input, k.momentum_weight)
@@ -100,22 +104,34 @@ def adam_rule_(
     denom = (second_moment.sqrt() / bias_correction2_sqrt).add_(k.eps)
     if hp.weight_decay != 0.0:
         param.mul_(k.weight_decay_factor)
-    addcdiv_scaled_(param, exp_avg, denom, -hp.lr / bias_correction1)
+    if cautious_grad is None:
+        addcdiv_scaled_(param, exp_avg, denom, -hp.lr / bias_correction1)
+    else:
+        add_scaled_(param, cautious_(exp_avg / denom, cautious_grad), -hp.lr / bias_correction1)
 
 
 def lion_rule_(
-    param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams, k: UpdateCoefficients
+    param: Tensor,
+    c: Tensor,
+    exp_avg: Tensor,
+    hp: MarsHyperparams,
+    k: UpdateCoefficients,
+    grad: Tensor,
 ) -> None:
     """``m <- b1 m + (1-b1) c;  p <- p (1 - lr wd) - lr sign(m)``."""
     exp_avg.lerp_(c, k.momentum_weight)
-    lion_step_(param, exp_avg, hp, k)
+    lion_step_(param, exp_avg, hp, k, grad)
 
 
-def lion_step_(param: Tensor, m: Tensor, hp: MarsHyperparams, k: UpdateCoefficients) -> None:
-    """``p <- p (1 - lr wd) - lr sign(m)``."""
+def lion_step_(
+    param: Tensor, m: Tensor, hp: MarsHyperparams, k: UpdateCoefficients, grad: Tensor
+) -> None:
+    """``p <- p (1 - lr wd) - lr sign(m)`` (the sign masked against ``grad`` under
+    ``hp.cautious``)."""
     if hp.weight_decay != 0.0:
         param.mul_(k.weight_decay_factor)
-    add_scaled_(param, m.sign(), -k.lr)
+    update = m.sign()
+    add_scaled_(param, cautious_(update, grad) if hp.cautious else update, -k.lr)
 
 
 def one_buffer_momentum(
@@ -156,19 +172,29 @@ def shampoo_direction(
 
 
 def shampoo_rule_(
-    param: Tensor, c: Tensor, exp_avg: Tensor, hp: MarsHyperparams, k: UpdateCoefficients
+    param: Tensor,
+    c: Tensor,
+    exp_avg: Tensor,
+    hp: MarsHyperparams,
+    k: UpdateCoefficients,
+    grad: Tensor,
 ) -> None:
     """``m <- b1 m + (1-b1) c;  p <- p (1 - lr wd) - lr NS(m) scale`` (``mars-shampoo``:
     ``sqrt(max(1, rows/cols))``; ``mars-m``: ``0.2 sqrt(max(rows, cols))``)."""
     exp_avg.lerp_(c, k.momentum_weight)
-    shampoo_step_(param, exp_avg, hp, k)
+    shampoo_step_(param, exp_avg, hp, k, grad)
 
 
-def shampoo_step_(param: Tensor, m: Tensor, hp: MarsHyperparams, k: UpdateCoefficients) -> None:
-    """``p <- p (1 - lr wd) - lr NS(m) scale``."""
+def shampoo_step_(
+    param: Tensor, m: Tensor, hp: MarsHyperparams, k: UpdateCoefficients, grad: Tensor
+) -> None:
+    """``p <- p (1 - lr wd) - lr NS(m) scale`` (masked against ``grad`` under
+    ``hp.cautious``)."""
     if hp.weight_decay != 0.0:
         param.mul_(k.weight_decay_factor)
     direction = shampoo_direction(m, hp.ns_steps, hp.transposed_matrices, hp.mars_type)
+    if hp.cautious:
+        cautious_(direction, grad)
     add_scaled_(param, direction, -k.lr)
 
 
@@ -186,7 +212,7 @@ def mars_step_single_tensor(
             m, gate = one_buffer_momentum(grad, exp_avg, tensors.steps[index] == 1, hp)
             k = update_coefficients(hp, gate)
             step = lion_step_ if hp.mars_type == "mars-lion" else shampoo_step_
-            step(param, m, hp, k)
+            step(param, m, hp, k, grad)
             if gate is not None:
                 gates.append(gate)
             continue
@@ -201,9 +227,9 @@ def mars_step_single_tensor(
             else:
                 torch.where(gate > 0, grad, last_grad, out=last_grad)
         if hp.mars_type == "mars-lion":
-            lion_rule_(param, c, exp_avg, hp, k)
+            lion_rule_(param, c, exp_avg, hp, k, grad)
         elif is_shampoo_matrix(hp.mars_type, param.ndim):
-            shampoo_rule_(param, c, exp_avg, hp, k)
+            shampoo_rule_(param, c, exp_avg, hp, k, grad)
         else:
             max_exp_avg_sq = tensors.max_exp_avg_sqs[index] if hp.amsgrad else None
             adam_rule_(
@@ -215,6 +241,7 @@ def mars_step_single_tensor(
                 tensors.steps[index],
                 hp,
                 k,
+                grad if hp.cautious else None,
             )
         if gate is not None:
             gates.append(gate)

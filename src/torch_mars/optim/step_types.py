@@ -75,6 +75,8 @@ class MarsHyperparams(AdamWHyperparams):
             ``c`` as it is.
         one_buffer: keep one momentum-like buffer and no ``g_tilde`` (approximate mode, no
             clip, momentum-only rules; see :func:`one_buffer_coefficients`).
+        cautious: keep only the update's entries whose sign agrees with ``g``'s, rescaled by
+            the kept fraction (C-AdamW; see :func:`cautious_`).
     """
 
     gamma: Scalar = 0.025
@@ -84,6 +86,7 @@ class MarsHyperparams(AdamWHyperparams):
     skip_nonfinite: bool = False
     clip: bool = True
     one_buffer: bool = False
+    cautious: bool = False
 
 
 HyperparamsT = TypeVar("HyperparamsT", AdamWHyperparams, MarsHyperparams)
@@ -165,6 +168,7 @@ def validate_group(group: Mapping[str, Any]) -> None:
     _check_flag("skip_nonfinite", group.get("skip_nonfinite", False))
     _check_flag("clip", group.get("clip", True))
     _check_flag("one_buffer", group.get("one_buffer", False))
+    _check_flag("cautious", group.get("cautious", False))
     if group.get("one_buffer", False):
         if group["mars_type"] == "mars-adamw" or not group["is_approx"] or group["clip"]:
             raise ValueError(
@@ -213,6 +217,7 @@ def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
         skip_nonfinite=group.get("skip_nonfinite", False),
         clip=group.get("clip", True),
         one_buffer=group.get("one_buffer", False),
+        cautious=group.get("cautious", False),
     )
 
 
@@ -369,6 +374,42 @@ def one_buffer_coefficients(hp: MarsHyperparams, first: bool) -> tuple[Scalar, S
     return (1.0 - hp.gamma) * (1.0 - hp.beta1) / hp.beta1, hp.beta1
 
 
+CAUTIOUS_MIN_FRACTION = 1e-3
+
+
+def cautious_(update: Tensor, grad: Tensor) -> Tensor:
+    """C-AdamW's mask, in place: zero the entries of ``update`` whose sign differs from ``g``'s
+    and divide the rest by the kept fraction (at least :data:`CAUTIOUS_MIN_FRACTION`), so the
+    update's size is kept. The sign of ``update`` is that of the momentum for the Adam and Lion
+    rules, and of ``NS(m)`` for the Newton-Schulz rules.
+
+    >>> cautious_(torch.tensor([1.0, -2.0, 3.0, 4.0]), torch.tensor([1.0, 1.0, -1.0, 1.0]))
+    tensor([2., -0., 0., 8.])
+    """
+    mask = (update * grad > 0).to(update.dtype)
+    fraction = mask.mean(dtype=reduction_dtype(update.dtype)).clamp_min(CAUTIOUS_MIN_FRACTION)
+    return update.mul_(mask).div_(fraction.to(update.dtype))
+
+
+def foreach_cautious_(
+    updates: list[Tensor], grads: list[Tensor], whole: WholeTensorOps | None = None
+) -> None:
+    """:func:`cautious_` on lists (local shards with ``whole``, whose kept fraction is that of
+    the whole tensor)."""
+    masks = torch._foreach_mul(updates, grads)
+    torch._foreach_sign_(masks)
+    torch._foreach_clamp_min_(masks, 0.0)
+    kept = torch.stack(torch._foreach_norm(masks, 1, dtype=reduction_dtype(masks[0].dtype)))
+    sizes = torch.tensor([float(u.numel()) for u in updates], dtype=kept.dtype)
+    sizes = sizes.to(kept.device, non_blocking=True)
+    counts = torch.stack([kept, sizes], dim=1)
+    if whole is not None:
+        counts = whole.whole_sums(counts)
+    fractions = (counts[:, 0] / counts[:, 1].clamp_min(1.0)).clamp_min(CAUTIOUS_MIN_FRACTION)
+    torch._foreach_mul_(updates, masks)
+    torch._foreach_div_(updates, list(fractions.to(updates[0].dtype).unbind()))
+
+
 def finite_gates(norms: Tensor, dtype: torch.dtype) -> Tensor:
     """1 where ``norms`` is finite, 0 where it is not (NaN, inf), in ``dtype``."""
     return torch.isfinite(norms).to(dtype)
@@ -385,6 +426,11 @@ class WholeTensorOps(Protocol):
 
     def whole_norms(self, local_norms: list[Tensor]) -> list[Tensor]:
         """The 2-norms of the whole tensors, given the 0-d norms of the local shards."""
+        ...
+
+    def whole_sums(self, local_sums: Tensor) -> Tensor:
+        """Sums over the whole tensors of per-shard sums: ``local_sums`` has one row of values
+        per tensor (any number of columns); the result has its shape."""
         ...
 
     def shampoo_directions(
