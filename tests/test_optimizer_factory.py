@@ -165,3 +165,27 @@ def test_every_name_builds_for_both_tasks_and_nadamw_decays_decoupled():
     nadamw = build_optimizer("nadamw", tiny_gpt(), default_hyperparams("nadamw", "mini"))
     assert isinstance(nadamw.optimizer, torch.optim.NAdam)
     assert all(g["decoupled_weight_decay"] for g in nadamw.optimizer.param_groups)
+
+
+def test_the_harness_builds_mars_m_and_takes_the_new_mars_flags():
+    """`--optimizers mars-m` and `--opt-arg mars-adamw:cautious=True` (and clip, one_buffer)
+    reach the optimizer."""
+    from torch_mars.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["compare", "--optimizers", "mars-m", "mars-adamw", "--opt-arg", "mars-adamw:cautious=True",
+         "--opt-arg", "mars-m:clip=False", "--opt-arg", "mars-m:one_buffer=True"]
+    )  # fmt: skip
+    plan = args.command_entry.configure(args)
+    settings = plan.hyperparams
+    mars_m = build_optimizer(
+        "mars-m", tiny_gpt(), {**default_hyperparams("mars-m", "tiny"), **settings["mars-m"]}
+    )
+    cautious = build_optimizer(
+        "mars-adamw",
+        tiny_gpt(),
+        {**default_hyperparams("mars-adamw", "tiny"), **settings["mars-adamw"]},
+    )
+    assert {g["mars_type"] for g in mars_m.optimizer.param_groups} == {"mars-m"}
+    assert all(g["one_buffer"] and not g["clip"] for g in mars_m.optimizer.param_groups)
+    assert all(g["cautious"] for g in cautious.optimizer.param_groups)
