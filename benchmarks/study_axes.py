@@ -12,6 +12,8 @@ Axes (AdamW, MARS-AdamW, Muon, MARS-Shampoo at their stage-B betas/gamma/momentu
 on a 5-point 1.5x grid at every point):
 - ``batch``: 4 and 64 sequences per step at the same 819,200 tokens (16 is the study itself);
   the grid is centred on the batch-16 lr times sqrt(batch / 16).
+Each lr grid of the axes gains a 1.5x point beyond an edge that holds the best lr, up to three
+times (as in study_compare's stage A); the gain is then read at each optimizer's tuned lr.
 - ``tokens``: the `tiny` config (24,736 non-embedding parameters) trained for 1x, 4x and 8x of
   20 tokens per parameter, AdamW against MARS-AdamW on a 7-point grid.
 
@@ -36,6 +38,7 @@ from torch_mars.train.trainer import TrainConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STEP = 1.5
+EXTENSIONS = 3
 TOKENS_PER_STEP = DEFAULT_COMPARE.batch_size * 128
 BATCHES = (4, 64)
 AXIS_OPTIMIZERS = ("adamw", "mars-adamw", "muon", "mars-shampoo")
@@ -63,6 +66,29 @@ def sweep(folder: Path, base: TrainConfig, grid: dict, jobs: int) -> SweepReport
     )
     report = run_sweep(plan, progress)
     write_report(plan, report)
+    return report
+
+
+def sweep_lr_with_edges(
+    folder: Path, base: TrainConfig, lrs: dict[str, list[float]], fixed: dict, jobs: int
+) -> SweepReport:
+    """The lr sweep of study_compare's stage A: an optimizer whose best lr is at an edge of its
+    grid gets one more 1.5x point on that side, up to three times; then its winner's seeds."""
+    grids = {name: list(values) for name, values in lrs.items()}
+    for _ in range(EXTENSIONS + 1):
+        grid = {name: {"lr": tuple(values), **fixed[name]} for name, values in grids.items()}
+        report = sweep(folder, base, grid, jobs)
+        extended = False
+        for name, winner in report.winners.items():
+            lr = winner.hyperparams["lr"]
+            if lr == grids[name][0]:
+                grids[name].insert(0, float(f"{lr / STEP:.2g}"))
+                extended = True
+            elif lr == grids[name][-1]:
+                grids[name].append(float(f"{lr * STEP:.2g}"))
+                extended = True
+        if not extended:
+            break
     return report
 
 
@@ -111,16 +137,11 @@ def batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dic
         sized = dataclasses.replace(
             base, batch_size=batch, steps=steps, eval_interval=max(1, steps // 10)
         )
-        grid = {
-            name: {
-                "lr": grid_around(
-                    winners[name]["lr"] * (batch / DEFAULT_COMPARE.batch_size) ** 0.5
-                ),
-                **fixed_axes(winners[name]),
-            }
-            for name in AXIS_OPTIMIZERS
-        }
-        results[batch] = summary_of(sweep(folder / f"batch-{batch}", sized, grid, jobs))
+        scale = (batch / DEFAULT_COMPARE.batch_size) ** 0.5
+        lrs = {name: list(grid_around(winners[name]["lr"] * scale)) for name in AXIS_OPTIMIZERS}
+        fixed = {name: fixed_axes(winners[name]) for name in AXIS_OPTIMIZERS}
+        report = sweep_lr_with_edges(folder / f"batch-{batch}", sized, lrs, fixed, jobs)
+        results[batch] = summary_of(report)
     return results
 
 
@@ -132,10 +153,11 @@ def tokens_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> di
         sized = dataclasses.replace(
             base, model="tiny", steps=steps, eval_interval=max(1, steps // 10)
         )
-        grid = {
-            name: {"lr": TINY_LRS, **fixed_axes(winners[name])} for name in ("adamw", "mars-adamw")
-        }
-        results[multiple] = summary_of(sweep(folder / f"tokens-{multiple}x", sized, grid, jobs))
+        names = ("adamw", "mars-adamw")
+        lrs = {name: list(TINY_LRS) for name in names}
+        fixed = {name: fixed_axes(winners[name]) for name in names}
+        report = sweep_lr_with_edges(folder / f"tokens-{multiple}x", sized, lrs, fixed, jobs)
+        results[multiple] = summary_of(report)
     return results
 
 
