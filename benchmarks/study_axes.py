@@ -32,13 +32,13 @@ import dataclasses
 import json
 from pathlib import Path
 
+from study_compare import EXTENSIONS, STEP, extend_at_edges
+
 from torch_mars.train.compare import DEFAULT_COMPARE
 from torch_mars.train.sweep import SweepPlan, SweepReport, run_sweep, write_report
 from torch_mars.train.trainer import TrainConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
-STEP = 1.5
-EXTENSIONS = 3
 TOKENS_PER_STEP = DEFAULT_COMPARE.batch_size * 128
 BATCHES = (4, 64)
 AXIS_OPTIMIZERS = ("adamw", "mars-adamw", "muon", "mars-shampoo")
@@ -78,16 +78,8 @@ def sweep_lr_with_edges(
     for _ in range(EXTENSIONS + 1):
         grid = {name: {"lr": tuple(values), **fixed[name]} for name, values in grids.items()}
         report = sweep(folder, base, grid, jobs)
-        extended = False
-        for name, winner in report.winners.items():
-            lr = winner.hyperparams["lr"]
-            if lr == grids[name][0]:
-                grids[name].insert(0, float(f"{lr / STEP:.2g}"))
-                extended = True
-            elif lr == grids[name][-1]:
-                grids[name].append(float(f"{lr * STEP:.2g}"))
-                extended = True
-        if not extended:
+        best = {name: winner.hyperparams["lr"] for name, winner in report.winners.items()}
+        if not extend_at_edges(grids, best):
             break
     return report
 

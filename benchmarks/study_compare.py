@@ -64,6 +64,20 @@ def progress(done: int, total: int) -> None:
     print(f"{done}/{total} runs", flush=True)
 
 
+def extend_at_edges(grids: dict[str, list[float]], best: dict[str, float]) -> bool:
+    """Give each grid whose best lr is at an edge one more 1.5x point on that side; whether any
+    grid grew."""
+    extended = False
+    for name, lr in best.items():
+        if lr == grids[name][0]:
+            grids[name].insert(0, float(f"{lr / STEP:.2g}"))
+            extended = True
+        elif lr == grids[name][-1]:
+            grids[name].append(float(f"{lr * STEP:.2g}"))
+            extended = True
+    return extended
+
+
 def stage_a(folder: Path, base: TrainConfig, jobs: int, optimizers: list[str]) -> dict[str, float]:
     grids = {name: list(LR_GRIDS[name]) for name in optimizers}
     for _ in range(EXTENSIONS + 1):
@@ -78,15 +92,7 @@ def stage_a(folder: Path, base: TrainConfig, jobs: int, optimizers: list[str]) -
         report = run_sweep(plan, progress)
         write_report(plan, report)
         lrs = {name: winner.hyperparams["lr"] for name, winner in report.winners.items()}
-        extended = False
-        for name, lr in lrs.items():
-            if lr == grids[name][0]:
-                grids[name].insert(0, float(f"{lr / STEP:.2g}"))
-                extended = True
-            elif lr == grids[name][-1]:
-                grids[name].append(float(f"{lr * STEP:.2g}"))
-                extended = True
-        if not extended:
+        if not extend_at_edges(grids, lrs):
             break
     print(format_sweep_table(report))
     return lrs

@@ -110,19 +110,6 @@ def adam_rule_(
         add_scaled_(param, cautious_(exp_avg / denom, cautious_grad), -hp.lr / bias_correction1)
 
 
-def lion_rule_(
-    param: Tensor,
-    c: Tensor,
-    exp_avg: Tensor,
-    hp: MarsHyperparams,
-    k: UpdateCoefficients,
-    grad: Tensor,
-) -> None:
-    """``m <- b1 m + (1-b1) c;  p <- p (1 - lr wd) - lr sign(m)``."""
-    exp_avg.lerp_(c, k.momentum_weight)
-    lion_step_(param, exp_avg, hp, k, grad)
-
-
 def lion_step_(
     param: Tensor, m: Tensor, hp: MarsHyperparams, k: UpdateCoefficients, grad: Tensor
 ) -> None:
@@ -171,25 +158,11 @@ def shampoo_direction(
     return orthogonal.mul_(scale).view_as(exp_avg)
 
 
-def shampoo_rule_(
-    param: Tensor,
-    c: Tensor,
-    exp_avg: Tensor,
-    hp: MarsHyperparams,
-    k: UpdateCoefficients,
-    grad: Tensor,
-) -> None:
-    """``m <- b1 m + (1-b1) c;  p <- p (1 - lr wd) - lr NS(m) scale`` (``mars-shampoo``:
-    ``sqrt(max(1, rows/cols))``; ``mars-m``: ``0.2 sqrt(max(rows, cols))``)."""
-    exp_avg.lerp_(c, k.momentum_weight)
-    shampoo_step_(param, exp_avg, hp, k, grad)
-
-
 def shampoo_step_(
     param: Tensor, m: Tensor, hp: MarsHyperparams, k: UpdateCoefficients, grad: Tensor
 ) -> None:
-    """``p <- p (1 - lr wd) - lr NS(m) scale`` (masked against ``grad`` under
-    ``hp.cautious``)."""
+    """``p <- p (1 - lr wd) - lr NS(m) scale`` (``mars-shampoo``: ``sqrt(max(1, rows/cols))``;
+    ``mars-m``: ``0.2 sqrt(max(rows, cols))``), masked against ``grad`` under ``hp.cautious``."""
     if hp.weight_decay != 0.0:
         param.mul_(k.weight_decay_factor)
     direction = shampoo_direction(m, hp.ns_steps, hp.transposed_matrices, hp.mars_type)
@@ -226,10 +199,10 @@ def mars_step_single_tensor(
                 last_grad.copy_(grad)
             else:
                 torch.where(gate > 0, grad, last_grad, out=last_grad)
-        if hp.mars_type == "mars-lion":
-            lion_rule_(param, c, exp_avg, hp, k, grad)
-        elif is_shampoo_matrix(hp.mars_type, param.ndim):
-            shampoo_rule_(param, c, exp_avg, hp, k, grad)
+        if hp.mars_type == "mars-lion" or is_shampoo_matrix(hp.mars_type, param.ndim):
+            exp_avg.lerp_(c, k.momentum_weight)  # m <- b1 m + (1-b1) c
+            step = lion_step_ if hp.mars_type == "mars-lion" else shampoo_step_
+            step(param, exp_avg, hp, k, grad)
         else:
             max_exp_avg_sq = tensors.max_exp_avg_sqs[index] if hp.amsgrad else None
             adam_rule_(
