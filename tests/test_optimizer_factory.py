@@ -189,3 +189,24 @@ def test_the_harness_builds_mars_m_and_takes_the_new_mars_flags():
     assert {g["mars_type"] for g in mars_m.optimizer.param_groups} == {"mars-m"}
     assert all(g["one_buffer"] and not g["clip"] for g in mars_m.optimizer.param_groups)
     assert all(g["cautious"] for g in cautious.optimizer.param_groups)
+
+
+def test_a_run_config_accepts_the_mars_options_and_state_dtype_by_name():
+    """`--opt-arg cautious=True`, `clip`, `one_buffer`, `skip_nonfinite` and
+    `state_dtype=bfloat16` pass the run's validation and reach MARS."""
+    from torch_mars.train.trainer import TrainConfig
+
+    options = {"cautious": True, "skip_nonfinite": False, "state_dtype": "bfloat16"}
+    settings = TrainConfig(optimizer="mars-adamw", model="tiny", hyperparams=options)
+    built = build_optimizer("mars-adamw", tiny_gpt(), settings.resolved_hyperparams())
+    group = built.optimizer.param_groups[0]
+    assert group["cautious"] and not group["skip_nonfinite"]
+    assert group["state_dtype"] == torch.bfloat16
+    with pytest.raises(ValueError, match="state_dtype must be one of"):
+        build_optimizer(
+            "mars-adamw",
+            tiny_gpt(),
+            {**default_hyperparams("mars-adamw", "tiny"), "state_dtype": "int8"},
+        )
+    with pytest.raises(ValueError, match="unknown hyperparameters"):
+        TrainConfig(optimizer="adamw", hyperparams={"cautious": True}).resolved_hyperparams()

@@ -100,8 +100,18 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "mars-m": {"lr": 4.5e-3, "lr_1d": 4.5e-3},
 }
 
-# MARS options that choose how a step runs, not what it computes; `--opt-arg fused=True`.
-MARS_IMPLEMENTATION_FLAGS = ("foreach", "fused")
+# MARS options beyond the defaults that `--opt-arg` may set: how a step runs (foreach, fused),
+# what its state is stored in (state_dtype: "bfloat16" or "float32"), and the rule's switches.
+MARS_OPTIONS = (
+    "foreach",
+    "fused",
+    "state_dtype",
+    "cautious",
+    "clip",
+    "one_buffer",
+    "skip_nonfinite",
+)
+STATE_DTYPES_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 # Floor of the schedule where no min_lr is given (the CPU-sized models): a tenth of the peak lr.
 DEFAULT_MIN_LR_RATIO = 0.1
@@ -257,6 +267,14 @@ def _construct(
 ) -> Optimizer | CombinedOptimizer:
     if name in MARS_RULE_OF:
         rule = MARS_RULE_OF[name]
+        state_dtype = settings.get("state_dtype")
+        if isinstance(state_dtype, str):  # --opt-arg state_dtype=bfloat16 (JSON-safe in configs)
+            if state_dtype.removeprefix("torch.") not in STATE_DTYPES_BY_NAME:
+                raise ValueError(
+                    f"{name}: state_dtype must be one of {sorted(STATE_DTYPES_BY_NAME)}, "
+                    f"got {state_dtype!r}"
+                )
+            settings["state_dtype"] = STATE_DTYPES_BY_NAME[state_dtype.removeprefix("torch.")]
         if name == "muon-nd":
             settings["gamma"] = settings.get("gamma", 0.0)
             if settings["gamma"] != 0.0:

@@ -40,7 +40,7 @@ from torch_mars.train.checkpoint import (
 from torch_mars.train.diagnostics import MarsDiagnostics
 from torch_mars.train.metrics import MetricsLogger
 from torch_mars.train.optimizers import (
-    MARS_IMPLEMENTATION_FLAGS,
+    MARS_OPTIONS,
     MARS_RULE_OF,
     build_optimizer,
     default_hyperparams,
@@ -133,7 +133,7 @@ class TrainConfig:
         settings = default_hyperparams(self.optimizer, self.model)
         allowed = set(settings) | {"min_lr"}
         if self.optimizer in MARS_RULE_OF:
-            allowed |= set(MARS_IMPLEMENTATION_FLAGS)
+            allowed |= set(MARS_OPTIONS)
         unknown = set(self.hyperparams) - allowed
         if unknown:
             raise ValueError(
