@@ -441,7 +441,8 @@ class MARS(Optimizer):
         counts = [
             state["nonfinite_skips"] for state in self.state.values() if "nonfinite_skips" in state
         ]
-        device = self.param_groups[0]["params"][0].device
+        params = [p for group in self.param_groups for p in group["params"]]
+        device = params[0].device if params else torch.device("cpu")
         if not counts:
             return torch.zeros((), dtype=torch.int64, device=device)
         return sum(count.to(device) for count in counts)  # type: ignore[return-value]
