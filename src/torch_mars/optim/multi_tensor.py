@@ -25,6 +25,7 @@ from torch_mars.optim.step_types import (
     finite_gates,
     foreach_add_scaled_,
     foreach_cautious_,
+    foreach_step_,
     group_by_device_and_dtype,
     group_indices,
     hyperparams_on_device,
@@ -165,11 +166,7 @@ def _mars_elementwise_one_group(
         signs = torch._foreach_sign(tensors.exp_avgs)
         if hp.cautious:
             foreach_cautious_(signs, list(grads), whole)
-        if isinstance(k.lr, list):
-            torch._foreach_mul_(signs, k.lr)
-            torch._foreach_sub_(tensors.params, signs)
-        else:
-            foreach_add_scaled_(tensors.params, signs, -k.lr)
+        foreach_step_(tensors.params, signs, k.lr)
         return gates
     shampoo = [is_shampoo_matrix(hp.mars_type, p.ndim) for p in tensors.params]
     matrices = [i for i, is_matrix in enumerate(shampoo) if is_matrix]
@@ -237,11 +234,7 @@ def one_buffer_momenta_foreach(
             signs = torch._foreach_sign([momenta[i] for i in indices])
             if hp.cautious:
                 foreach_cautious_(signs, grads, whole)
-            if isinstance(k.lr, list):
-                torch._foreach_mul_(signs, k.lr)
-                torch._foreach_sub_(group.params, signs)
-            else:
-                foreach_add_scaled_(group.params, signs, -k.lr)
+            foreach_step_(group.params, signs, k.lr)
     return momenta, (gates if hp.skip_nonfinite else None)  # type: ignore[return-value]
 
 

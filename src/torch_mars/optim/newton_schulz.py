@@ -11,8 +11,8 @@ from torch_mars.optim.step_types import (
     MarsHyperparams,
     StepTensors,
     WholeTensorOps,
-    foreach_add_scaled_,
     foreach_cautious_,
+    foreach_step_,
     group_by_device_and_dtype,
     hyperparams_on_device,
     matrix_shape,
@@ -125,8 +125,4 @@ def apply_shampoo_directions(
         if hp.cautious:
             grads = torch._foreach_neg(group.grads) if hp.maximize else list(group.grads)
             foreach_cautious_(directions, grads, whole)
-        if gates is None:
-            foreach_add_scaled_(group.params, directions, -hp.lr)
-        else:
-            torch._foreach_mul_(directions, k.lr)
-            torch._foreach_sub_(group.params, directions)
+        foreach_step_(group.params, directions, k.lr)

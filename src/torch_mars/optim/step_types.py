@@ -492,6 +492,19 @@ def foreach_add_scaled_(targets: list[Tensor], tensors: list[Tensor], scale: Sca
         torch._foreach_add_(targets, tensors, alpha=scale)
 
 
+def foreach_step_(
+    targets: list[Tensor], directions: list[Tensor], lr: Scalar | list[Tensor]
+) -> None:
+    """``targets[i] -= lr * directions[i]``, with ``lr`` shared or one gated 0-d tensor per
+    entry (:meth:`UpdateCoefficients.unbind`); ``directions`` are temporaries, scaled in place
+    in the per-entry case."""
+    if isinstance(lr, list):
+        torch._foreach_mul_(directions, lr)
+        torch._foreach_sub_(targets, directions)
+    else:
+        foreach_add_scaled_(targets, directions, -lr)
+
+
 def addcmul_scaled_(target: Tensor, tensor1: Tensor, tensor2: Tensor, scale: Scalar) -> Tensor:
     """``target += scale * tensor1 * tensor2`` in place (``addcmul_`` for a float ``scale``)."""
     if isinstance(scale, Tensor):
