@@ -18,6 +18,8 @@ REQUIRED: dict[tuple[str, ...], list[str]] = {
     ("sweep-vision",): ["--data", "fashion-mnist:/images"],
     ("plot",): ["runs/a"],
     ("prepare",): ["notes.txt", "--out", "shards"],
+    ("export-hf",): ["runs/a", "hf"],
+    ("eval",): ["runs/a", "--tasks", "hellaswag"],
 }
 
 # A value other than the default for every flag ((command, flag) first, then the flag alone).
@@ -30,6 +32,11 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     (("plot",), "--out"): ["figure.png"],
     (("prepare",), "--out"): ["other-shards"],
     (("doctor",), "--out"): ["report.md"],
+    (("eval",), "--device"): ["cuda"],
+    "--tasks": ["arc_easy"],
+    "--include-path": ["."],
+    "--limit": ["5"],
+    "--num-fewshot": ["2"],
     "--opt-arg": ["gamma=0.05"],
     "--optimizers": ["adamw"],
     "--seeds": ["0", "1"],

@@ -9,6 +9,8 @@ torch-mars plot runs/compare-*      # redraw curves.png from saved runs of eithe
 torch-mars bench step               # step time of every MARS path vs torch AdamW and Muon
 torch-mars bench distributed        # the step on FSDP2 shards, 2 gloo processes
 torch-mars prepare notes.txt --out data/notes --tokenizer-dir gpt2/   # GPT-2 token shards
+torch-mars export-hf runs/train-mars-adamw hf-model   # a transformers GPT-2 folder
+torch-mars eval runs/train-mars-adamw --tasks hellaswag arc_easy   # lm-eval on the exported run
 
 This module only parses: each command (:data:`COMMANDS`) turns its flags into one
 configuration, which its runner executes. A command takes exactly the flags it reads.
@@ -724,6 +726,77 @@ def _doctor_options(args: argparse.Namespace) -> Any:
 
 
 @dataclass(frozen=True)
+class ExportPlan:
+    """``export-hf``: the run whose GPT to export, the output folder, GPT-2's BPE files."""
+
+    run_dir: Path
+    out: Path
+    tokenizer_dir: Path | None
+
+
+def _tokenizer_dir_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tokenizer-dir",
+        type=Path,
+        help="for runs on token shards: folder with GPT-2's encoder.json and vocab.bpe "
+        "(default: fetch GPT-2's tokenizer from the hub)",
+    )
+
+
+def _export_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a text run's folder")
+    parser.add_argument("out", type=Path, metavar="OUT", help="the transformers folder to write")
+    _tokenizer_dir_flag(parser)
+
+
+def _run_export(plan: ExportPlan) -> int:
+    from torch_mars.integrations.hf_export import export_hf
+
+    exported = export_hf(plan.run_dir, plan.out, plan.tokenizer_dir)
+    print(
+        f"{exported.folder}: transformers GPT-2 with the {exported.tokenizer} tokenizer "
+        f"(max |logit difference| to ours {exported.max_logit_difference:.2g})"
+    )
+    return 0
+
+
+def _eval_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a text run's folder")
+    parser.add_argument(
+        "--tasks", nargs="+", required=True, help="lm-eval task names (hellaswag, arc_easy, ...)"
+    )
+    parser.add_argument("--include-path", type=Path, help="a folder of your own task YAML files")
+    parser.add_argument("--limit", type=_positive_int, help="at most this many documents per task")
+    parser.add_argument("--num-fewshot", type=int, help="examples per prompt (default: the task's)")
+    parser.add_argument("--batch-size", type=_positive_int, default=8)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    _tokenizer_dir_flag(parser)
+
+
+def _eval_plan(args: argparse.Namespace) -> tuple[Path, Any, Path | None]:
+    from torch_mars.integrations.lm_evaluation import EvalPlan
+
+    plan = EvalPlan(
+        tuple(args.tasks),
+        args.include_path,
+        args.limit,
+        args.num_fewshot,
+        args.batch_size,
+        args.device,
+    )
+    return args.run_dir, plan, args.tokenizer_dir
+
+
+def _run_eval(configured: tuple[Path, Any, Path | None]) -> int:
+    from torch_mars.integrations.lm_evaluation import RESULTS_FILE, evaluate_run, results_table
+
+    run_dir, plan, tokenizer_dir = configured
+    print(results_table(evaluate_run(run_dir, plan, tokenizer_dir)))
+    print(f"results: {run_dir / RESULTS_FILE}")
+    return 0
+
+
+@dataclass(frozen=True)
 class Command:
     """One ``torch-mars`` command: its words (``("bench", "step")``), help, flags, the
     configuration its flags make, and the runner of that configuration."""
@@ -827,6 +900,20 @@ COMMANDS: tuple[Command, ...] = (
         ),
         _run_prepare,
     ),
+    Command(
+        ("export-hf",),
+        "write a text run's GPT as a transformers GPT-2 folder (safetensors, tokenizer)",
+        _export_flags,
+        lambda args: ExportPlan(args.run_dir, args.out, args.tokenizer_dir),
+        _run_export,
+    ),
+    Command(
+        ("eval",),
+        "evaluate a text run with lm-eval (HellaSwag, ARC, PIQA, or your own tasks)",
+        _eval_flags,
+        _eval_plan,
+        _run_eval,
+    ),
 )
 
 
@@ -867,6 +954,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         FloatingPointError,
         RunFolderBusy,
         TimeoutError,
+        ImportError,
     ) as error:
         print(f"torch-mars {' '.join(command.words)}: error: {error}", file=sys.stderr)
         return 2

@@ -241,14 +241,25 @@ class MARS(Optimizer):
         super().__init__(params, defaults)
         if any(g["fused"] and fused_backend(g["params"]) == "triton" for g in self.param_groups):
             require_triton()
-        # torch.amp.GradScaler then hands over grad_scale/found_inf instead of unscaling.
-        self._step_supports_amp_scaling = any(g["fused"] for g in self.param_groups)
         self._shardings: dict[int, tuple[tuple[int, ...], GroupSharding | None]] = {}
+
+    @property
+    def _step_supports_amp_scaling(self) -> bool:
+        """Read by ``torch.amp.GradScaler``: with a fused group it hands over grad_scale/found_inf
+        instead of unscaling. A property, so that it survives deepcopy and pickle (torch's
+        ``__getstate__`` keeps only defaults, state and param_groups) and follows groups added
+        later."""
+        return any(g["fused"] for g in self.param_groups)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate ``param_group`` (defaults filled in) and add it; nothing changes on error."""
         group = dict(param_group)
         params = group["params"]
+        if isinstance(params, set):
+            raise TypeError(
+                "a param group's params must be an ordered collection (a list): a set's order "
+                "changes between runs, and the state dict is matched to parameters by order"
+            )
         group["params"] = [params] if isinstance(params, Tensor) else list(params)
         if "weight_decay" in group and "weight_decay_1d" not in group:
             group["weight_decay_1d"] = group["weight_decay"]
@@ -531,11 +542,12 @@ class MARS(Optimizer):
             for param, grad in current_grads.items():
                 param.grad = grad
         for param in exact_params:
-            if "prev_param" in self.state[param]:
+            if "prev_param" in self.state.get(param, {}):
                 self.state[param]["prev_param"].copy_(param)
 
     def _has_previous_parameters(self, param: Tensor) -> bool:
-        state = self.state[param]
+        # .get: reading must not add an empty entry to the defaultdict for a tensor never stepped.
+        state = self.state.get(param, {})
         return "prev_param" in state and state["step"] > 0
 
     def _step_group(

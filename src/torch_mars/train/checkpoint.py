@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+# The single-file checkpoint in a run folder.
+CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_FORMAT = "torch-mars-checkpoint/2"
 # Version 1 had no content hash; it still loads, unchecked.
 READABLE_FORMATS = ("torch-mars-checkpoint/1", CHECKPOINT_FORMAT)

@@ -32,6 +32,7 @@ from torch_mars.distributed import load_sharded_checkpoint, save_sharded_checkpo
 from torch_mars.models import GPT, gpt_config
 from torch_mars.optim import MARS
 from torch_mars.train.checkpoint import (
+    CHECKPOINT_FILE,
     CheckpointError,
     load_checkpoint,
     save_checkpoint,
@@ -55,7 +56,6 @@ from torch_mars.train.run_record import (
 )
 from torch_mars.train.schedules import TEXT_SCHEDULES, Schedule, scale_learning_rates
 
-CHECKPOINT_FILE = "checkpoint.pt"
 SHARDED_CHECKPOINT_PREFIX = "checkpoint-step"
 
 
