@@ -32,7 +32,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from study_compare import EXTENSIONS, STEP, extend_at_edges
+from study_compare import EXTENSIONS, STEP, extend_at_edges, tiny_budget
 
 from torch_mars.train.compare import DEFAULT_COMPARE
 from torch_mars.train.sweep import SweepPlan, SweepReport, run_sweep, write_report
@@ -43,8 +43,6 @@ TOKENS_PER_STEP = DEFAULT_COMPARE.batch_size * 128
 BATCHES = (4, 64)
 AXIS_OPTIMIZERS = ("adamw", "mars-adamw", "muon", "mars-shampoo")
 PAIRS = {"mars-adamw": "adamw", "mars-shampoo": "muon"}
-TINY_NON_EMBEDDING = 24_736
-TINY_BLOCK = 32
 TOKEN_MULTIPLES = (1, 4, 8)
 TINY_LRS = (1.3e-3, 2e-3, 3e-3, 4.5e-3, 6.7e-3, 1e-2, 1.5e-2)
 BETAS = ((0.9, 0.95), (0.95, 0.99))
@@ -140,11 +138,7 @@ def batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dic
 def tokens_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
     results = {}
     for multiple in TOKEN_MULTIPLES:
-        tokens = 20 * TINY_NON_EMBEDDING * multiple
-        steps = tokens // (DEFAULT_COMPARE.batch_size * TINY_BLOCK)
-        sized = dataclasses.replace(
-            base, model="tiny", steps=steps, eval_interval=max(1, steps // 10)
-        )
+        sized = tiny_budget(base, multiple)
         names = ("adamw", "mars-adamw")
         lrs = {name: list(TINY_LRS) for name in names}
         fixed = {name: fixed_axes(winners[name]) for name in names}

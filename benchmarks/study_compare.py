@@ -10,11 +10,16 @@ over momentum {0.9, 0.95}; Lion over betas {(0.9, 0.99), (0.95, 0.98)}. Search s
 optimizer's winner then runs seeds 0, 1 and 2, reported as mean and std.
 
     python benchmarks/study_compare.py [--jobs 2] [--stage a|b|all] [--optimizers NAME ...]
-        [--folder study-compare] [--data stdlib]
+        [--folder study-compare] [--data stdlib] [--tiny-multiple N]
 
 ``--folder`` names the study under benchmarks/results/ (one study per machine: the runs use the
 device ``auto`` picks, CUDA where there is one). ``--data stdlib:FOLDER`` trains on another
 Python's standard library, e.g. the 3.11 one on a machine with another version.
+``--tiny-multiple N`` trains the `tiny` GPT for N x 20 tokens per parameter instead (the tokens
+axis of benchmarks/study_axes.py), where the Newton-Schulz rules are cheap on a CPU:
+
+    python benchmarks/study_compare.py --optimizers muon mars-m --tiny-multiple 4 \
+        --folder study-mars-m-tiny4x
 
 Finished runs are never rerun, so a subset of the optimizers can run first (the Newton-Schulz
 pair is slow on some CPUs). Each stage's report (sweep.json, summary.md, figures) covers the
@@ -44,8 +49,10 @@ LR_GRIDS = {
     "mars-lion": (1e-4, 1.5e-4, 2.2e-4, 3.3e-4, 5e-4, 7.5e-4, 1.1e-3),
     "muon": (1.3e-2, 2e-2, 3e-2, 4.5e-2, 6.7e-2, 1e-1),
     "mars-shampoo": (1.3e-2, 2e-2, 3e-2, 4.5e-2, 6.7e-2, 1e-1),
+    # Moonlight's scale makes the update's RMS AdamW's, so the grid sits on AdamW's rates.
+    "mars-m": (3e-3, 4.5e-3, 6.7e-3, 1e-2, 1.5e-2, 2.2e-2),
 }
-MARS_RULES = ("mars-adamw", "mars-shampoo", "mars-lion")
+MARS_RULES = ("mars-adamw", "mars-shampoo", "mars-lion", "mars-m")
 MARS_BETAS = ((0.95, 0.99), (0.9, 0.95))
 EXTENSIONS = 3
 GAMMAS = (0.0, 0.025, 0.05, 0.1)
@@ -53,11 +60,17 @@ OTHER_AXES = {
     "adamw": {"betas": MARS_BETAS},
     "muon": {"momentum": (0.9, 0.95)},
     "lion": {"betas": ((0.9, 0.99), (0.95, 0.98))},
-    **{
-        name: {"betas": MARS_BETAS, "gamma": GAMMAS}
-        for name in ("mars-adamw", "mars-shampoo", "mars-lion")
-    },
+    **{name: {"betas": MARS_BETAS, "gamma": GAMMAS} for name in MARS_RULES},
 }
+# The tiny GPT's non-embedding parameters and context, for budgets in tokens per parameter.
+TINY_NON_EMBEDDING = 24_736
+TINY_BLOCK = 32
+
+
+def tiny_budget(base: TrainConfig, multiple: int) -> TrainConfig:
+    """``base`` on the `tiny` GPT trained for ``multiple`` x 20 tokens per parameter."""
+    steps = 20 * TINY_NON_EMBEDDING * multiple // (base.batch_size * TINY_BLOCK)
+    return dataclasses.replace(base, model="tiny", steps=steps, eval_interval=max(1, steps // 10))
 
 
 def progress(done: int, total: int) -> None:
@@ -119,9 +132,16 @@ def main() -> None:
     parser.add_argument("--optimizers", nargs="+", choices=list(LR_GRIDS), default=list(LR_GRIDS))
     parser.add_argument("--folder", default="study-compare")
     parser.add_argument("--data", default=DEFAULT_COMPARE.data)
+    parser.add_argument(
+        "--tiny-multiple",
+        type=int,
+        help="instead of the compare budget: the tiny GPT at this many x 20 tokens/parameter",
+    )
     args = parser.parse_args()
     folder = RESULTS / args.folder
     base = dataclasses.replace(DEFAULT_COMPARE, data=args.data)
+    if args.tiny_multiple:
+        base = tiny_budget(base, args.tiny_multiple)
     if args.stage in ("a", "all"):
         lrs = stage_a(folder, base, args.jobs, args.optimizers)
     else:

@@ -1,8 +1,9 @@
 """``one_buffer=True``: the unclipped approximate momentum kept in one buffer, without
 ``last_grad``, equals the two-buffer form in float64 to round-off (the momentum itself for the
 Newton-Schulz rules, whose bf16 orthogonalisation would amplify round-off; the whole trajectory
-for Lion), on the loop and foreach paths, with and without non-finite steps; it holds a third
-less state; and what it cannot do is refused."""
+for Lion), on the loop, foreach and fused paths (the compiled kernel, which the Triton path
+hands one_buffer to), with and without non-finite steps; it holds a third less state; and what
+it cannot do is refused."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import math
 import pytest
 import torch
 
+import torch_mars.optim.functional as functional
 from torch_mars import MARS
+from torch_mars.kernels import TRITON_AVAILABLE
 
 SHAPES = [(6, 4), (5, 3), (4, 2, 3)]
-PATHS = {"loop": {"foreach": False}, "foreach": {"foreach": True}}
+PATHS = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
 
 def gradients(step: int, nan_at: set[int]) -> list[torch.Tensor]:
@@ -67,6 +70,24 @@ def test_one_buffer_equals_two_buffers_in_float64(path, mars_type, nan_at):
     assert int(one_opt.nonfinite_skips()) == len(nan_at)
 
 
+@pytest.mark.skipif(not TRITON_AVAILABLE, reason="needs triton")
+def test_the_triton_path_hands_one_buffer_to_the_compiled_kernel(monkeypatch):
+    """On CUDA ``fused=True`` picks Triton; its entry point runs one_buffer in the compiled
+    kernel, and the result is the loop's."""
+    monkeypatch.setattr(functional, "fused_backend", lambda tensors: "triton")
+    results = []
+    for flags in ({"foreach": False}, {"fused": True}):
+        params = [torch.ones(s, dtype=torch.float64, requires_grad=True) for s in SHAPES]
+        opt = MARS(params, lr=0.01, mars_type="mars-m", clip=False, one_buffer=True, **flags)
+        for step in range(4):
+            for p, g in zip(params, gradients(step, set()), strict=True):
+                p.grad = g
+            opt.step()
+        results.append(params)
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+
+
 def test_one_buffer_keeps_a_third_less_state():
     def state_bytes(one_buffer: bool) -> int:
         params = [torch.zeros(64, 32, requires_grad=True)]
@@ -85,7 +106,6 @@ def test_one_buffer_keeps_a_third_less_state():
         ({"mars_type": "mars-adamw", "clip": False}, "momentum-only rule"),
         ({"mars_type": "mars-lion"}, "clip=False"),
         ({"mars_type": "mars-lion", "clip": False, "is_approx": False}, "is_approx=True"),
-        ({"mars_type": "mars-m", "clip": False, "fused": True}, "loop and foreach"),
         ({"mars_type": "mars-m", "clip": False, "optimize_1d": True}, "Adam rule on c"),
         ({"mars_type": "mars-lion", "clip": False, "betas": (0.0, 0.9)}, "betas\\[0\\] > 0"),
     ],

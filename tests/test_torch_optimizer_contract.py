@@ -34,7 +34,7 @@ CONFIGS: dict[str, dict] = {
     "mars-m": {"mars_type": "mars-m", "weight_decay": 0.1},
     "cautious-optimize-1d": {"cautious": True, "optimize_1d": True},
 }
-FUSED_CONFIGS = ("adamw", "lion", "shampoo-exact", "mars-m")
+FUSED_CONFIGS = ("adamw", "lion", "lion-one-buffer", "shampoo-exact", "mars-m")
 
 
 def params_and_problem(steps: int = 4) -> tuple[list[torch.Tensor], RandomProblem]:

@@ -26,11 +26,13 @@ from torch_mars.optim.step_types import (
     bias_corrections,
     correction_scale,
     elementwise_rule,
+    one_buffer_coefficients,
     update_coefficients,
 )
 
-# Layout of the coefficient vector handed to the compiled graph.
-_LR, _BETA1, _BETA2, _EPS, _WD, _SCALE, _BC1, _BC2_SQRT = range(8)
+# Layout of the coefficient vector handed to the compiled graph. Under one_buffer, _SCALE holds
+# the buffer's coefficient ``a`` (step_types.one_buffer_coefficients) and _GAMMA is gamma.
+_LR, _BETA1, _BETA2, _EPS, _WD, _SCALE, _BC1, _BC2_SQRT, _GAMMA = range(9)
 VARIANT_LIMIT = 256
 
 
@@ -53,6 +55,7 @@ def tensor_update(
     skip_nonfinite: bool = False,
     clip: bool = True,
     cautious: bool = False,
+    one_buffer: bool = False,
 ) -> Tensor | None:
     """Update one tensor in place; the body of the compiled kernel. Returns the tensor's gate
     under ``skip_nonfinite`` (1: updated; 0: ``||c||`` not finite, nothing written but the
@@ -62,13 +65,16 @@ def tensor_update(
         param, grad, exp_avg: tensors of one shape (flat views in the compiled path).
         last_grad: ``g_tilde`` for the MARS rule, or None for plain AdamW (``c = g``, no clip).
         exp_avg_sq, max_exp_avg_sq: ``v`` and its AMSGrad maximum (None when unused).
-        coefficients: float64 vector ``[lr, beta1, beta2, eps, wd, scale, bc1, bc2_sqrt]`` with
-            ``scale = gamma beta1/(1-beta1)`` and the bias corrections of this step.
+        coefficients: float64 vector ``[lr, beta1, beta2, eps, wd, scale, bc1, bc2_sqrt,
+            gamma]`` with ``scale = gamma beta1/(1-beta1)`` (the buffer's ``a`` under
+            ``one_buffer``) and the bias corrections of this step.
         inv_grad_scale: ``1 / grad_scale`` of a GradScaler, or None.
         rule: ``"adam"``, ``"lion"``, or ``"momentum"`` (update ``m`` only: Shampoo matrices).
         skip_nonfinite: leave the tensor as it is when ``||c||`` is not finite (MARS only).
         clip: scale ``c`` to unit norm when ``||c|| > 1`` (MARS only).
         cautious: mask the Adam and Lion updates against ``g`` (C-AdamW; MARS only).
+        one_buffer: ``exp_avg`` is the one buffer ``u`` (:func:`one_buffer_update`) and
+            ``last_grad``, when given, receives ``m_t`` for Newton-Schulz (rule ``"momentum"``).
     """
     compute = _compute_dtype(param.dtype)
     h = coefficients.to(compute)
@@ -77,6 +83,8 @@ def tensor_update(
         g = g * inv_grad_scale.to(compute)
     if maximize:
         g = -g
+    if one_buffer:
+        return one_buffer_update(param, g, exp_avg, last_grad, h, rule, skip_nonfinite, cautious)
     c = g
     gate = None
     if last_grad is not None:
@@ -113,6 +121,41 @@ def tensor_update(
     return gate
 
 
+def one_buffer_update(
+    param: Tensor,
+    g: Tensor,
+    buffer: Tensor,
+    momentum_out: Tensor | None,
+    h: Tensor,
+    rule: str,
+    skip_nonfinite: bool,
+    cautious: bool,
+) -> Tensor | None:
+    """:func:`tensor_update` under ``one_buffer`` (no clip, no ``g_tilde``): ``u <- beta1 u +
+    a g`` and ``m_t = gamma g + beta1 u`` (:func:`~torch_mars.optim.step_types.
+    one_buffer_coefficients`), then Lion's update, or ``m_t`` into ``momentum_out`` for
+    Newton-Schulz. Under ``skip_nonfinite`` the gate is that of ``||g||``."""
+    gate = None
+    if skip_nonfinite:
+        finite = torch.isfinite(torch.linalg.vector_norm(g))
+        g = torch.where(finite, g, 0.0)
+        gate = finite.to(g.dtype)
+    u = buffer.to(g.dtype)
+    updated = u * h[_BETA1] + g * h[_SCALE]
+    u = updated if gate is None else torch.where(finite, updated, u)
+    buffer.copy_(u)
+    m = g * h[_GAMMA] + u * h[_BETA1]
+    if rule == "momentum":
+        assert momentum_out is not None
+        momentum_out.copy_(m)
+        return gate
+    k = update_coefficients(AdamWHyperparams(h[_LR], h[_BETA1], h[_BETA2], h[_EPS], h[_WD]), gate)
+    update = torch.sign(m)
+    p = param.to(g.dtype) * k.weight_decay_factor
+    param.copy_(p - k.lr * (_cautious(update, g) if cautious else update))
+    return gate
+
+
 def _cautious(update: Tensor, grad: Tensor) -> Tensor:
     """Out-of-place :func:`~torch_mars.optim.step_types.cautious_` (the compiled graph
     allocates no buffer for it)."""
@@ -143,7 +186,10 @@ def coefficient_values(hp: AdamWHyperparams, scale: object, step: int) -> list[o
 
 
 def _coefficients(hp: AdamWHyperparams, scale: object, step: int) -> Tensor:
-    values = coefficient_values(hp, scale, step)
+    gamma = hp.gamma if isinstance(hp, MarsHyperparams) else 0.0
+    if isinstance(hp, MarsHyperparams) and hp.one_buffer:
+        scale, _ = one_buffer_coefficients(hp, step == 1)
+    values = [*coefficient_values(hp, scale, step), gamma]
     return torch.tensor([float(v) for v in values], dtype=torch.float64)
 
 
@@ -190,6 +236,7 @@ def _update_one(
     skip = isinstance(hp, MarsHyperparams) and hp.skip_nonfinite
     clip = not isinstance(hp, MarsHyperparams) or hp.clip
     cautious = isinstance(hp, MarsHyperparams) and hp.cautious
+    one_buffer = isinstance(hp, MarsHyperparams) and hp.one_buffer
     if param.numel() == 0:
         return param.new_ones(()) if skip else None
     operands = (
@@ -213,6 +260,7 @@ def _update_one(
         skip,
         clip,
         cautious,
+        one_buffer,
     )
 
 
@@ -224,8 +272,9 @@ def mars_elementwise_compiled(
 ) -> list[Tensor] | None:
     """The element-wise part of a MARS step, tensor by tensor: everything but Newton-Schulz
     (Shampoo matrices get their momentum only; see :func:`~torch_mars.optim.functional.mars_step`).
-    Non-contiguous tensors run the same function eagerly. Returns each tensor's gate under
-    ``hp.skip_nonfinite``, else None."""
+    Under ``hp.one_buffer``, ``tensors.last_grads`` are the outputs of ``m_t`` for the
+    Newton-Schulz matrices (None for the others). Non-contiguous tensors run the same function
+    eagerly. Returns each tensor's gate under ``hp.skip_nonfinite``, else None."""
     scale = correction_scale(hp.gamma, hp.beta1)
     return _run(
         tensors,

@@ -535,10 +535,11 @@ def mars_elementwise_triton(
 ) -> list[Tensor] | None:
     """The element-wise part of a MARS step with the Triton kernels: everything but
     Newton-Schulz (see :func:`torch_mars.optim.functional.mars_step`). Returns each tensor's
-    gate under ``hp.skip_nonfinite``, else None. Cautious updates need each tensor's kept
-    fraction before its update, which these two passes do not have: under ``hp.cautious`` the
-    tensors take the compiled per-tensor kernel (inductor's own Triton on CUDA)."""
-    if hp.cautious:
+    gate under ``hp.skip_nonfinite``, else None. Two options take the compiled per-tensor
+    kernel (inductor's own Triton on CUDA) instead: cautious updates, which need each tensor's
+    kept fraction before its update (these two passes do not have it), and ``hp.one_buffer``,
+    whose Newton-Schulz matrices need ``m_t`` written out rather than kept."""
+    if hp.cautious or hp.one_buffer:
         return mars_elementwise_compiled(tensors, hp, store_last_grad, inv_grad_scale)
     flat = [i for i in range(len(tensors)) if _flat_addressable(tensors, i)]
     strided = [i for i in range(len(tensors)) if i not in set(flat)]

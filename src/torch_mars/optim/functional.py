@@ -12,9 +12,11 @@ tensor arguments in place and agree to float round-off.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Literal
 
+import torch
 from torch import Tensor
 
 from torch_mars.optim.multi_tensor import (
@@ -160,13 +162,17 @@ def mars_step(
         raise ValueError(
             f"whole-tensor ops on local shards need implementation='foreach', got {backend!r}"
         )
-    if hp.one_buffer and backend in ("compiled", "triton"):
-        raise ValueError("one_buffer runs on the single_tensor and foreach paths, not fused ones")
     if backend in ("compiled", "triton"):
         if backend == "triton":
             from torch_mars.kernels.triton_step import mars_elementwise_triton as elementwise
         else:
             from torch_mars.kernels.compiled_step import mars_elementwise_compiled as elementwise
+        if hp.one_buffer:  # the kernels write m_t of the Newton-Schulz matrices here
+            momenta = [
+                torch.empty_like(m) if is_shampoo_matrix(hp.mars_type, p.ndim) else None
+                for p, m in zip(tensors.params, tensors.exp_avgs, strict=True)
+            ]
+            tensors = dataclasses.replace(tensors, last_grads=momenta)
         gates = elementwise(tensors, hp, store_last_grad, inv_grad_scale)
         working, pairs = tensors, []
     else:

@@ -153,8 +153,8 @@ class MARS(Optimizer):
             (``mars-lion``, ``mars-shampoo``, ``mars-m``; every MARS-routed tensor must take
             it), keep one buffer per tensor and no ``last_grad``, as Muon does: the same
             trajectory to round-off, a third less state. ``exp_avg`` then holds the buffer
-            ``u`` of ``m_t = gamma g_t + beta1 u_t``. The loop and foreach paths (FSDP2 too) run
-            it; ``fused=True`` refuses it. The skip tests ``||g||``.
+            ``u`` of ``m_t = gamma g_t + beta1 u_t``. Every path runs it (on CUDA, ``fused=True``
+            takes the compiled per-tensor kernel for it). The skip tests ``||g||``.
         cautious: C-AdamW's mask (Liang et al., arXiv 2411.16085) on every MARS rule: the
             entries of the update (``m_hat / (sqrt(v_hat) + eps)``, ``sign(m)`` or
             ``NS(m)``) whose sign differs from the gradient ``g``'s are dropped and the rest
@@ -284,9 +284,6 @@ class MARS(Optimizer):
                 "routed to mars-shampoo or mars-m), which needs last_grad; leave optimize_1d and "
                 "use_mars unset for 1-D tensors, or use one_buffer=False"
             )
-        if added["one_buffer"] and added["fused"]:
-            self.param_groups.pop()
-            raise ValueError("one_buffer runs on the loop and foreach paths: leave fused unset")
         if added["lr_at_construction"] == 0 and any(
             not routes_to_mars(p, added) for p in added["params"]
         ):
