@@ -155,32 +155,56 @@ def gain_in_stds(results: dict, mars: str) -> float | None:
     return (base["mean"] - results[mars]["mean"]) / base["std"] if base["std"] else None
 
 
+def gap_points(results: dict, mars: str) -> list[tuple[float, float, float, float]]:
+    """``(x, gap, spread, gap in base std)`` per axis point where both ``mars`` and its base
+    ran: gap = base mean - MARS mean (positive: MARS ahead), spread = sqrt(std_base^2 +
+    std_mars^2)."""
+    points = []
+    for x in sorted(results, key=float):
+        pair = results[x]
+        if mars in pair and PAIRS[mars] in pair:
+            base, ours = pair[PAIRS[mars]], pair[mars]
+            spread = (base["std"] ** 2 + ours["std"] ** 2) ** 0.5
+            points.append((float(x), base["mean"] - ours["mean"], spread, gain_in_stds(pair, mars)))
+    return points
+
+
 def plot_axes(axes: dict, path: Path) -> None:
+    """One panel per axis that has results: each MARS rule's gap to its base in nats (error
+    bars: the two stds combined), labelled with the gap in the base's std."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for mars in PAIRS:
-        batches = sorted(axes.get("batch", {}), key=int)
-        gains = [gain_in_stds(axes["batch"][b], mars) for b in batches]
-        shown = [(int(b), g) for b, g in zip(batches, gains, strict=True) if g is not None]
-        if shown:
-            left.plot(*zip(*shown, strict=True), marker="o", label=f"{mars} - {PAIRS[mars]}")
-    left.set_xscale("log", base=2)
-    left.set_xlabel("sequences per step (same tokens)")
-    left.set_ylabel("gain over the base (base std)")
-    left.axhline(0, color="grey", linewidth=0.8)
-    left.legend()
-    multiples = sorted(axes.get("tokens", {}), key=int)
-    gains = [gain_in_stds(axes["tokens"][m], "mars-adamw") for m in multiples]
-    shown = [(int(m), g) for m, g in zip(multiples, gains, strict=True) if g is not None]
-    if shown:
-        right.plot(*zip(*shown, strict=True), marker="o", label="mars-adamw - adamw (tiny)")
-    right.set_xlabel("tokens per parameter / 20")
-    right.axhline(0, color="grey", linewidth=0.8)
-    right.legend()
+    panels = {
+        "batch": ("sequences per step (same tokens)", True),
+        "tokens": ("tokens per parameter / 20 (tiny)", False),
+    }
+    shown = [name for name in panels if axes.get(name)]
+    if not shown:
+        return
+    figure, subplots = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4), squeeze=False)
+    for panel, name in zip(subplots[0], shown, strict=True):
+        for mars in PAIRS:
+            points = gap_points(axes[name], mars)
+            if not points:
+                continue
+            xs, gaps, spreads, stds = zip(*points, strict=True)
+            panel.errorbar(
+                xs, gaps, yerr=spreads, marker="o", capsize=3, label=f"{PAIRS[mars]} - {mars}"
+            )
+            for x, gap, in_std in zip(xs, gaps, stds, strict=True):
+                if in_std is not None:
+                    panel.annotate(f"{in_std:.1f} sd", (x, gap), textcoords="offset points",
+                                   xytext=(6, 4))  # fmt: skip
+        label, log = panels[name]
+        if log:
+            panel.set_xscale("log", base=2)
+        panel.set_xlabel(label)
+        panel.set_ylabel("final val loss gap (nats/byte; > 0: MARS ahead)")
+        panel.axhline(0, color="grey", linewidth=0.8)
+        panel.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 

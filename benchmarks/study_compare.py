@@ -35,6 +35,7 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 from torch_mars.train.compare import DEFAULT_COMPARE
 from torch_mars.train.sweep import SweepPlan, format_sweep_table, run_sweep, write_report
@@ -91,8 +92,12 @@ def extend_at_edges(grids: dict[str, list[float]], best: dict[str, float]) -> bo
     return extended
 
 
-def stage_a(folder: Path, base: TrainConfig, jobs: int, optimizers: list[str]) -> dict[str, float]:
-    grids = {name: list(LR_GRIDS[name]) for name in optimizers}
+def stage_a(
+    folder: Path, base: Any, jobs: int, lr_grids: dict[str, tuple[float, ...]]
+) -> dict[str, float]:
+    """Each optimizer on its lr grid (extended at an edge that holds the best lr, up to
+    :data:`EXTENSIONS` times), search seed 0; returns each one's best lr."""
+    grids = {name: list(grid) for name, grid in lr_grids.items()}
     for _ in range(EXTENSIONS + 1):
         plan = SweepPlan(
             base=base,
@@ -111,10 +116,14 @@ def stage_a(folder: Path, base: TrainConfig, jobs: int, optimizers: list[str]) -
     return lrs
 
 
-def stage_b(folder: Path, base: TrainConfig, jobs: int, lrs: dict[str, float]) -> None:
+def stage_b(
+    folder: Path, base: Any, jobs: int, lrs: dict[str, float], axes: dict[str, dict]
+) -> None:
+    """Each optimizer at its stage-A lr over its other ``axes``, search seed 0; each winner on
+    seeds 0, 1 and 2."""
     plan = SweepPlan(
         base=base,
-        grid={name: {"lr": (lr,), **OTHER_AXES[name]} for name, lr in lrs.items()},
+        grid={name: {"lr": (lr,), **axes[name]} for name, lr in lrs.items()},
         search_seeds=(0,),
         seeds=(0, 1, 2),
         sweep_dir=folder / "betas",
@@ -143,12 +152,12 @@ def main() -> None:
     if args.tiny_multiple:
         base = tiny_budget(base, args.tiny_multiple)
     if args.stage in ("a", "all"):
-        lrs = stage_a(folder, base, args.jobs, args.optimizers)
+        lrs = stage_a(folder, base, args.jobs, {name: LR_GRIDS[name] for name in args.optimizers})
     else:
         lrs = json.loads((folder / "lr" / "sweep.json").read_text())["winners"]
         lrs = {name: point["lr"] for name, point in lrs.items() if name in args.optimizers}
     if args.stage in ("b", "all"):
-        stage_b(folder, base, args.jobs, lrs)
+        stage_b(folder, base, args.jobs, lrs, OTHER_AXES)
 
 
 if __name__ == "__main__":
