@@ -28,6 +28,10 @@ def _worker(rank: int, fn: Callable[[int, int], Any], init_file: str, out_file: 
     result = fn(rank, WORLD)
     if rank == 0:
         torch.save(result, out_file)
+    # Both ranks leave together: a rank that tears gloo down while its peer is still inside the
+    # group can make the peer's next collective or its own teardown abort (seen as a rare
+    # SIGABRT in CI).
+    dist.barrier()
     dist.destroy_process_group()
 
 
