@@ -19,7 +19,7 @@ REQUIRED: dict[tuple[str, ...], list[str]] = {
     ("plot",): ["runs/a"],
     ("prepare",): ["notes.txt", "--out", "shards"],
     ("export-hf",): ["runs/a", "hf"],
-    ("eval",): ["runs/a", "--tasks", "hellaswag"],
+    ("eval",): ["runs/a", "--tasks", "hellaswag", "--include-path", "."],
 }
 
 # A value other than the default for every flag ((command, flag) first, then the flag alone).
@@ -34,7 +34,8 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     (("doctor",), "--out"): ["report.md"],
     (("eval",), "--device"): ["cuda"],
     "--tasks": ["arc_easy"],
-    "--include-path": ["."],
+    "--include-path": ["tests"],
+    "--no-builtin-tasks": [],
     "--limit": ["5"],
     "--num-fewshot": ["2"],
     "--opt-arg": ["gamma=0.05"],

@@ -69,7 +69,7 @@ def log_likelihood(model, context: str, continuation: str) -> float:
 
 def test_lm_eval_scores_the_exported_run_with_our_log_likelihoods(trained_run, tiny_task, tmp_path):
     exported = export_hf(trained_run, tmp_path / "hf")
-    plan = EvalPlan(("tiny_mc",), include_path=tiny_task, batch_size=2)
+    plan = EvalPlan(("tiny_mc",), include_path=tiny_task, batch_size=2, builtin_tasks=False)
     results = evaluate_hf_folder(exported.folder, plan, log_samples=True)
     model, _ = load_run_model(trained_run)
     correct = 0
@@ -83,7 +83,7 @@ def test_lm_eval_scores_the_exported_run_with_our_log_likelihoods(trained_run, t
 
 def test_eval_command_writes_the_results_into_the_run(trained_run, tiny_task, capsys):
     arguments = ["eval", str(trained_run), "--tasks", "tiny_mc", "--include-path", str(tiny_task)]
-    assert main([*arguments, "--limit", "2"]) == 0
+    assert main([*arguments, "--limit", "2", "--no-builtin-tasks"]) == 0
     assert "tiny_mc" in capsys.readouterr().out
     record = json.loads((trained_run / RESULTS_FILE).read_text())
     assert record["plan"] == {"tasks": ["tiny_mc"], "limit": 2, "device": "cpu"}
@@ -98,6 +98,7 @@ def test_eval_command_writes_the_results_into_the_run(trained_run, tiny_task, ca
         ({"limit": 0}, "limit must be >= 1"),
         ({"num_fewshot": -1}, "num_fewshot must be >= 0"),
         ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"builtin_tasks": False}, "takes tasks from include_path"),
     ],
 )
 def test_a_bad_plan_is_a_clear_error(changes, message):

@@ -766,6 +766,11 @@ def _eval_flags(parser: argparse.ArgumentParser) -> None:
         "--tasks", nargs="+", required=True, help="lm-eval task names (hellaswag, arc_easy, ...)"
     )
     parser.add_argument("--include-path", type=Path, help="a folder of your own task YAML files")
+    parser.add_argument(
+        "--no-builtin-tasks",
+        action="store_true",
+        help="take tasks from --include-path only (skips indexing lm-eval's own, ~17 s)",
+    )
     parser.add_argument("--limit", type=_positive_int, help="at most this many documents per task")
     parser.add_argument("--num-fewshot", type=int, help="examples per prompt (default: the task's)")
     parser.add_argument("--batch-size", type=_positive_int, default=8)
@@ -783,6 +788,7 @@ def _eval_plan(args: argparse.Namespace) -> tuple[Path, Any, Path | None]:
         args.num_fewshot,
         args.batch_size,
         args.device,
+        not args.no_builtin_tasks,
     )
     return args.run_dir, plan, args.tokenizer_dir
 
