@@ -47,8 +47,11 @@ def test_cpu_model_defaults_are_the_tuned_studys_winners():
     root = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     studies = {"study-compare": ("adamw", "mars-adamw", "lion", "mars-lion")}
     studies["study-compare-h100"] = ("muon", "mars-shampoo")
+    # MARS-M's study on tiny, with its weight-decay control (benchmarks/study_mars_m_controls.py).
+    studies["study-mars-m-tiny4x/weight-decay"] = ("mars-m",)
     for study, names in studies.items():
-        winners = json.loads((root / study / "betas" / "sweep.json").read_text())["winners"]
+        folder = root / study if "/" in study else root / study / "betas"
+        winners = json.loads((folder / "sweep.json").read_text())["winners"]
         for name in names:
             defaults = default_hyperparams(name, "mini")
             for key, value in winners[name].items():
