@@ -59,7 +59,7 @@ def _mars(model: nn.Module, mars_type: str, **flags: object) -> MARS:
 def default_candidates(include_state_bf16: bool = True) -> list[Candidate]:
     """torch AdamW foreach/fused, torch Muon, every MARS rule in each implementation,
     MARS-AdamW in each implementation with ``skip_nonfinite=False``, and unclipped MARS-Lion with
-    two buffers and with one (``one_buffer=True``)."""
+    two buffers and with one (``one_buffer=True``), foreach and fused."""
     candidates = [
         Candidate("adamw-foreach", lambda m: torch.optim.AdamW(m.parameters(), foreach=True)),
         Candidate(BASELINE, lambda m: torch.optim.AdamW(m.parameters(), fused=True)),
@@ -86,13 +86,16 @@ def default_candidates(include_state_bf16: bool = True) -> list[Candidate]:
                 lambda m, f=flags: _mars(m, "mars-adamw", skip_nonfinite=False, **f),
             )
         )
-    for label, flags in {"no-clip": {}, "one-buffer": {"one_buffer": True}}.items():
-        candidates.append(
-            Candidate(
-                f"mars-lion-foreach-{label}",
-                lambda m, f=flags: _mars(m, "mars-lion", foreach=True, clip=False, **f),
+    for path in ("foreach", "fused"):
+        for label, flags in {"no-clip": {}, "one-buffer": {"one_buffer": True}}.items():
+            candidates.append(
+                Candidate(
+                    f"mars-lion-{path}-{label}",
+                    lambda m, f={**flags, **implementations[path]}: _mars(
+                        m, "mars-lion", clip=False, **f
+                    ),
+                )
             )
-        )
     if include_state_bf16:
         candidates.append(
             Candidate(
