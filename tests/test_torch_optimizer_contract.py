@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch import nn
 
-from problems import MIXED_SHAPES, RandomProblem, mse_step, run_mars
+from problems import MIXED_SHAPES, RandomProblem, mse_step, run_mars, take_step
 from torch_mars import MARS
 
 CONFIGS: dict[str, dict] = {
@@ -52,11 +52,7 @@ def train(opt: MARS, params: list[torch.Tensor], problem: RandomProblem, steps: 
             loss.backward()
             return loss
 
-        if is_approx:
-            closure()
-            opt.step()
-        else:
-            opt.step(closure)
+        take_step(opt, closure, is_approx)
 
 
 def assert_same_state(a: MARS, b: MARS) -> None:
@@ -220,7 +216,7 @@ def test_mixed_dtypes_in_one_group_keep_their_dtypes(name):
         return loss
 
     for _ in range(2):
-        opt.step(closure) if not CONFIGS[name].get("is_approx", True) else (closure(), opt.step())
+        take_step(opt, closure, CONFIGS[name].get("is_approx", True))
     for p, b in zip(params, before, strict=True):
         assert p.dtype == b.dtype and not torch.equal(p, b)
         assert all(
