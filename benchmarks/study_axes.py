@@ -16,6 +16,9 @@ Each lr grid of the axes gains a 1.5x point beyond an edge that holds the best l
 times (as in study_compare's stage A); the gain is then read at each optimizer's tuned lr.
 - ``tokens``: the `tiny` config (24,736 non-embedding parameters) trained for 1x, 4x and 8x of
   20 tokens per parameter, AdamW against MARS-AdamW on a 7-point grid.
+- ``batch-tiny``: the batch axis where a CPU affords it: AdamW against MARS-AdamW on `tiny` at
+  4x 20 tokens per parameter with 4, 16 and 64 sequences per step (the same tokens; 16 is the
+  tokens axis's 4x point), each grid centred on that point's tuned lr times sqrt(batch / 16).
 
     python benchmarks/study_axes.py [--jobs 6] [--folder study-axes-h100] [--data stdlib]
         [--winners study-compare-h100] [--stages controls batch tokens]
@@ -44,6 +47,9 @@ BATCHES = (4, 64)
 AXIS_OPTIMIZERS = ("adamw", "mars-adamw", "muon", "mars-shampoo")
 PAIRS = {"mars-adamw": "adamw", "mars-shampoo": "muon"}
 TOKEN_MULTIPLES = (1, 4, 8)
+TINY_BATCHES = (4, 16, 64)
+TINY_BATCH_MULTIPLE = 4
+TINY_PAIR = ("adamw", "mars-adamw")
 TINY_LRS = (1.3e-3, 2e-3, 3e-3, 4.5e-3, 6.7e-3, 1e-2, 1.5e-2)
 BETAS = ((0.9, 0.95), (0.95, 0.99))
 
@@ -120,12 +126,20 @@ def fixed_axes(point: dict) -> dict:
     return {k: (tuple(v) if isinstance(v, list) else v,) for k, v in point.items() if k != "lr"}
 
 
+def at_batch(base: TrainConfig, batch: int) -> TrainConfig:
+    """``base`` with ``batch`` sequences per step and as many validation sequences as ``base``
+    (eval_batches scaled by the inverse), so every point of an axis is scored on the same
+    number of tokens."""
+    sequences = base.eval_batches * base.batch_size
+    return dataclasses.replace(base, batch_size=batch, eval_batches=max(1, sequences // batch))
+
+
 def batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
     results = {}
     for batch in BATCHES:
         steps = DEFAULT_COMPARE.steps * DEFAULT_COMPARE.batch_size // batch
         sized = dataclasses.replace(
-            base, batch_size=batch, steps=steps, eval_interval=max(1, steps // 10)
+            at_batch(base, batch), steps=steps, eval_interval=max(1, steps // 10)
         )
         scale = (batch / DEFAULT_COMPARE.batch_size) ** 0.5
         lrs = {name: list(grid_around(winners[name]["lr"] * scale)) for name in AXIS_OPTIMIZERS}
@@ -135,16 +149,40 @@ def batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dic
     return results
 
 
+def tokens_sweep(
+    folder: Path, base: TrainConfig, winners: dict, multiple: int, jobs: int
+) -> dict[str, dict]:
+    """AdamW against MARS-AdamW on `tiny` for ``multiple`` x 20 tokens per parameter."""
+    sized = tiny_budget(base, multiple)
+    lrs = {name: list(TINY_LRS) for name in TINY_PAIR}
+    fixed = {name: fixed_axes(winners[name]) for name in TINY_PAIR}
+    return summary_of(sweep_lr_with_edges(folder / f"tokens-{multiple}x", sized, lrs, fixed, jobs))
+
+
 def tokens_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
-    results = {}
-    for multiple in TOKEN_MULTIPLES:
-        sized = tiny_budget(base, multiple)
-        names = ("adamw", "mars-adamw")
-        lrs = {name: list(TINY_LRS) for name in names}
-        fixed = {name: fixed_axes(winners[name]) for name in names}
-        report = sweep_lr_with_edges(folder / f"tokens-{multiple}x", sized, lrs, fixed, jobs)
-        results[multiple] = summary_of(report)
-    return results
+    return {
+        multiple: tokens_sweep(folder, base, winners, multiple, jobs)
+        for multiple in TOKEN_MULTIPLES
+    }
+
+
+def tiny_batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
+    """The batch axis on `tiny`. Batch 16 is the tokens axis's sweep (resumed: nothing reruns);
+    the other batches centre their grids on its tuned lrs and keep its other settings."""
+    results = {
+        DEFAULT_COMPARE.batch_size: tokens_sweep(folder, base, winners, TINY_BATCH_MULTIPLE, jobs)
+    }
+    tuned = {name: point["point"] for name, point in results[DEFAULT_COMPARE.batch_size].items()}
+    for batch in TINY_BATCHES:
+        if batch == DEFAULT_COMPARE.batch_size:
+            continue
+        sized = tiny_budget(at_batch(base, batch), TINY_BATCH_MULTIPLE)
+        scale = (batch / DEFAULT_COMPARE.batch_size) ** 0.5
+        lrs = {name: list(grid_around(tuned[name]["lr"] * scale)) for name in TINY_PAIR}
+        fixed = {name: fixed_axes(tuned[name]) for name in TINY_PAIR}
+        report = sweep_lr_with_edges(folder / f"batch-tiny-{batch}", sized, lrs, fixed, jobs)
+        results[batch] = summary_of(report)
+    return dict(sorted(results.items()))
 
 
 def gain_in_stds(results: dict, mars: str) -> float | None:
@@ -180,6 +218,7 @@ def plot_axes(axes: dict, path: Path) -> None:
     panels = {
         "batch": ("sequences per step (same tokens)", True),
         "tokens": ("tokens per parameter / 20 (tiny)", False),
+        "batch-tiny": ("sequences per step (tiny, 4 x 20 tokens/param)", True),
     }
     shown = [name for name in panels if axes.get(name)]
     if not shown:
@@ -218,7 +257,7 @@ def main() -> None:
     parser.add_argument(
         "--stages",
         nargs="+",
-        choices=("controls", "batch", "tokens"),
+        choices=("controls", "batch", "tokens", "batch-tiny"),
         default=["controls", "batch", "tokens"],
     )
     args = parser.parse_args()
@@ -227,7 +266,12 @@ def main() -> None:
     winners = json.loads((RESULTS / args.winners / "betas" / "sweep.json").read_text())["winners"]
     axes_file = folder / "axes.json"
     axes = json.loads(axes_file.read_text()) if axes_file.exists() else {}
-    stages = {"controls": controls, "batch": batch_axis, "tokens": tokens_axis}
+    stages = {
+        "controls": controls,
+        "batch": batch_axis,
+        "tokens": tokens_axis,
+        "batch-tiny": tiny_batch_axis,
+    }
     for stage in args.stages:
         axes[stage] = stages[stage](folder, base, winners, args.jobs)
         folder.mkdir(parents=True, exist_ok=True)

@@ -49,6 +49,7 @@ def test_cpu_model_defaults_are_the_tuned_studys_winners():
     studies["study-compare-h100"] = ("muon", "mars-shampoo")
     # MARS-M's study on tiny, with its weight-decay control (benchmarks/study_mars_m_controls.py).
     studies["study-mars-m-tiny4x/weight-decay"] = ("mars-m",)
+    studies["study-axes/nadamw"] = ("nadamw",)
     for study, names in studies.items():
         folder = root / study if "/" in study else root / study / "betas"
         winners = json.loads((folder / "sweep.json").read_text())["winners"]
