@@ -42,22 +42,40 @@ def test_gpt2_small_defaults_are_the_papers():
     assert default_hyperparams("mars-adamw", "gpt2-large")["lr"] == 2e-3
 
 
+STUDY_RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+def assert_defaults_are_winners(defaults: dict, winners: dict, where: tuple) -> None:
+    for key, value in winners.items():
+        expected = tuple(value) if isinstance(value, list) else value
+        assert defaults[key] == expected, (*where, key)
+
+
 def test_cpu_model_defaults_are_the_tuned_studys_winners():
     """The `compare` defaults are the winners recorded by benchmarks/study_compare.py."""
-    root = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     studies = {"study-compare": ("adamw", "mars-adamw", "lion", "mars-lion")}
     studies["study-compare-h100"] = ("muon", "mars-shampoo")
     # MARS-M's study on tiny, with its weight-decay control (benchmarks/study_mars_m_controls.py).
     studies["study-mars-m-tiny4x/weight-decay"] = ("mars-m",)
     studies["study-axes/nadamw"] = ("nadamw",)
     for study, names in studies.items():
-        folder = root / study if "/" in study else root / study / "betas"
+        folder = STUDY_RESULTS / study if "/" in study else STUDY_RESULTS / study / "betas"
         winners = json.loads((folder / "sweep.json").read_text())["winners"]
         for name in names:
-            defaults = default_hyperparams(name, "mini")
-            for key, value in winners[name].items():
-                expected = tuple(value) if isinstance(value, list) else value
-                assert defaults[key] == expected, (study, name, key)
+            assert_defaults_are_winners(
+                default_hyperparams(name, "mini"), winners[name], (study, name)
+            )
+
+
+def test_vision_defaults_are_the_vision_studys_winners():
+    """`compare-vision`'s defaults are the winners recorded by benchmarks/study_vision.py."""
+    from torch_mars.train.vision import VISION_DEFAULTS
+
+    sweep = STUDY_RESULTS / "study-vision" / "betas" / "sweep.json"
+    winners = json.loads(sweep.read_text())["winners"]
+    assert set(winners) == {"adamw", "mars-adamw", "muon-nd", "mars-shampoo"}
+    for name, point in winners.items():
+        assert_defaults_are_winners(VISION_DEFAULTS[name], point, ("study-vision", name))
 
 
 @pytest.mark.parametrize("name", OPTIMIZER_NAMES)

@@ -402,6 +402,7 @@ def plot_lr_curves(report: SweepReport, out_path: Path) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     spec = TASK_METRICS[report.task]
     lines: dict[str, list[tuple[float, float]]] = {}
@@ -420,6 +421,10 @@ def plot_lr_curves(report: SweepReport, out_path: Path) -> Path | None:
     for label, points in lines.items():
         axis.plot(*zip(*points, strict=True), marker="o", markersize=3, label=label)
     axis.set_xscale("log")
+    # Tick the grid's own rates: log-scale minor labels overlap on grids spaced 1.5x.
+    rates = sorted({lr for points in lines.values() for lr, _ in points})
+    axis.set_xticks(rates, [f"{lr:.2g}" for lr in rates], rotation=45)
+    axis.xaxis.set_minor_formatter(NullFormatter())
     axis.set_xlabel("peak learning rate")
     axis.set_ylabel(f"final {spec.label}" + (" (%)" if spec.percent else ""))
     seeds = ", ".join(map(str, report.search_seeds))
