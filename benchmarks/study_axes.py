@@ -240,6 +240,8 @@ def plot_axes(axes: dict, path: Path) -> None:
         label, log = panels[name]
         if log:
             panel.set_xscale("log", base=2)
+            ticks = sorted(float(x) for x in axes[name])
+            panel.set_xticks(ticks, [f"{x:g}" for x in ticks])
         panel.set_xlabel(label)
         panel.set_ylabel("final val loss gap (nats/byte; > 0: MARS ahead)")
         panel.axhline(0, color="grey", linewidth=0.8)
