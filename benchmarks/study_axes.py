@@ -15,8 +15,10 @@ on a 5-point 1.5x grid at every point):
 Each lr grid of the axes gains a 1.5x point beyond an edge that holds the best lr, up to three
 times (as in study_compare's stage A); the gain is then read at each optimizer's tuned lr.
 - ``tokens``: the `tiny` config (24,736 non-embedding parameters) trained for 1x, 4x and 8x of
-  20 tokens per parameter, AdamW against MARS-AdamW on a 7-point grid.
-- ``batch-tiny``: the batch axis where a CPU affords it: AdamW against MARS-AdamW on `tiny` at
+  20 tokens per parameter, on a 7-point grid for the Adam pair and a 5-point one for the
+  Newton-Schulz pair. The axis optimizers that ``--winners`` tuned take part: the Adam pair
+  from the CPU study, all four from ``--winners study-compare-h100``.
+- ``batch-tiny``: the batch axis where a CPU affords it: the same optimizers on `tiny` at
   4x 20 tokens per parameter with 4, 16 and 64 sequences per step (the same tokens; 16 is the
   tokens axis's 4x point), each grid centred on that point's tuned lr times sqrt(batch / 16).
 
@@ -49,8 +51,15 @@ PAIRS = {"mars-adamw": "adamw", "mars-shampoo": "muon"}
 TOKEN_MULTIPLES = (1, 4, 8)
 TINY_BATCHES = (4, 16, 64)
 TINY_BATCH_MULTIPLE = 4
-TINY_PAIR = ("adamw", "mars-adamw")
-TINY_LRS = (1.3e-3, 2e-3, 3e-3, 4.5e-3, 6.7e-3, 1e-2, 1.5e-2)
+ADAM_TINY_LRS = (1.3e-3, 2e-3, 3e-3, 4.5e-3, 6.7e-3, 1e-2, 1.5e-2)
+# Muon's tuned rate on `tiny` at 4x (docs/results.md, MARS-M against Muon) was 3e-2.
+NEWTON_SCHULZ_TINY_LRS = (1.3e-2, 2e-2, 3e-2, 4.5e-2, 6.7e-2)
+TINY_LRS = {
+    "adamw": ADAM_TINY_LRS,
+    "mars-adamw": ADAM_TINY_LRS,
+    "muon": NEWTON_SCHULZ_TINY_LRS,
+    "mars-shampoo": NEWTON_SCHULZ_TINY_LRS,
+}
 BETAS = ((0.9, 0.95), (0.95, 0.99))
 
 
@@ -152,10 +161,12 @@ def batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dic
 def tokens_sweep(
     folder: Path, base: TrainConfig, winners: dict, multiple: int, jobs: int
 ) -> dict[str, dict]:
-    """AdamW against MARS-AdamW on `tiny` for ``multiple`` x 20 tokens per parameter."""
+    """The axis optimizers that ``winners`` tuned, on `tiny` for ``multiple`` x 20 tokens per
+    parameter."""
     sized = tiny_budget(base, multiple)
-    lrs = {name: list(TINY_LRS) for name in TINY_PAIR}
-    fixed = {name: fixed_axes(winners[name]) for name in TINY_PAIR}
+    names = [name for name in AXIS_OPTIMIZERS if name in winners]
+    lrs = {name: list(TINY_LRS[name]) for name in names}
+    fixed = {name: fixed_axes(winners[name]) for name in names}
     return summary_of(sweep_lr_with_edges(folder / f"tokens-{multiple}x", sized, lrs, fixed, jobs))
 
 
@@ -178,8 +189,8 @@ def tiny_batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -
             continue
         sized = tiny_budget(at_batch(base, batch), TINY_BATCH_MULTIPLE)
         scale = (batch / DEFAULT_COMPARE.batch_size) ** 0.5
-        lrs = {name: list(grid_around(tuned[name]["lr"] * scale)) for name in TINY_PAIR}
-        fixed = {name: fixed_axes(tuned[name]) for name in TINY_PAIR}
+        lrs = {name: list(grid_around(point["lr"] * scale)) for name, point in tuned.items()}
+        fixed = {name: fixed_axes(point) for name, point in tuned.items()}
         report = sweep_lr_with_edges(folder / f"batch-tiny-{batch}", sized, lrs, fixed, jobs)
         results[batch] = summary_of(report)
     return dict(sorted(results.items()))
