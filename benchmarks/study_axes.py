@@ -236,23 +236,31 @@ def plot_axes(axes: dict, path: Path) -> None:
         return
     figure, subplots = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4), squeeze=False)
     for panel, name in zip(subplots[0], shown, strict=True):
-        for mars in PAIRS:
+        label, log = panels[name]
+        low, high = min(map(float, axes[name])), max(map(float, axes[name]))
+        for pair, mars in enumerate(PAIRS):
             points = gap_points(axes[name], mars)
             if not points:
                 continue
             xs, gaps, spreads, stds = zip(*points, strict=True)
-            panel.errorbar(
+            # The pairs share x values: the second is drawn 2% of the axis to the right, so
+            # that the error bars do not hide each other.
+            if log:
+                xs = tuple(x * (high / low) ** (0.02 * pair) for x in xs)
+            else:
+                xs = tuple(x + (high - low) * 0.02 * pair for x in xs)
+            line = panel.errorbar(
                 xs, gaps, yerr=spreads, marker="o", capsize=3, label=f"{PAIRS[mars]} - {mars}"
             )
             for x, gap, in_std in zip(xs, gaps, stds, strict=True):
                 if in_std is not None:
                     panel.annotate(f"{in_std:.1f} sd", (x, gap), textcoords="offset points",
-                                   xytext=(6, 4))  # fmt: skip
-        label, log = panels[name]
+                                   xytext=(6 + 4 * pair, 4), color=line[0].get_color())  # fmt: skip
+        panel.margins(x=0.12)
         if log:
             panel.set_xscale("log", base=2)
-            ticks = sorted(float(x) for x in axes[name])
-            panel.set_xticks(ticks, [f"{x:g}" for x in ticks])
+        ticks = sorted(float(x) for x in axes[name])
+        panel.set_xticks(ticks, [f"{x:g}" for x in ticks])
         panel.set_xlabel(label)
         panel.set_ylabel("final val loss gap (nats/byte; > 0: MARS ahead)")
         panel.axhline(0, color="grey", linewidth=0.8)
