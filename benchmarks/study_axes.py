@@ -12,8 +12,6 @@ Axes (AdamW, MARS-AdamW, Muon, MARS-Shampoo at their stage-B betas/gamma/momentu
 on a 5-point 1.5x grid at every point):
 - ``batch``: 4 and 64 sequences per step at the same 819,200 tokens (16 is the study itself);
   the grid is centred on the batch-16 lr times sqrt(batch / 16).
-Each lr grid of the axes gains a 1.5x point beyond an edge that holds the best lr, up to three
-times (as in study_compare's stage A); the gain is then read at each optimizer's tuned lr.
 - ``tokens``: the `tiny` config (24,736 non-embedding parameters) trained for 1x, 4x and 8x of
   20 tokens per parameter, on a 7-point grid for the Adam pair and a 5-point one for the
   Newton-Schulz pair. The axis optimizers that ``--winners`` tuned take part: the Adam pair
@@ -21,9 +19,11 @@ times (as in study_compare's stage A); the gain is then read at each optimizer's
 - ``batch-tiny``: the batch axis where a CPU affords it: the same optimizers on `tiny` at
   4x 20 tokens per parameter with 4, 16 and 64 sequences per step (the same tokens; 16 is the
   tokens axis's 4x point), each grid centred on that point's tuned lr times sqrt(batch / 16).
+Each lr grid of the axes gains a 1.5x point beyond an edge that holds the best lr, up to three
+times (as in study_compare's stage A); the gain is then read at each optimizer's tuned lr.
 
     python benchmarks/study_axes.py [--jobs 6] [--folder study-axes-h100] [--data stdlib]
-        [--winners study-compare-h100] [--stages controls batch tokens]
+        [--winners study-compare-h100] [--stages controls batch tokens batch-tiny]
 
 Writes benchmarks/results/FOLDER/<sweep>/ (run folders, sweep.json, summary.md, figures), then
 ``axes.json`` and ``axes.png`` (each MARS rule's gain over its base, in units of the base's
