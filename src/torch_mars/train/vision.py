@@ -213,14 +213,16 @@ class VisionTrainer:
     def evaluate(self, batch_size: int = 500) -> tuple[float, float]:
         """Mean cross-entropy and accuracy on the test split."""
         self.model.eval()
-        loss_sum, correct = 0.0, 0
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device)
         for start in range(0, len(self.test_set), batch_size):
             images = self.test_set.images[start : start + batch_size]
             labels = self.test_set.labels[start : start + batch_size].to(self.device)
             logits = self.model(self._inputs(images))
-            loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
-            correct += int((logits.argmax(1) == labels).sum())
-        return loss_sum / len(self.test_set), correct / len(self.test_set)
+            loss_sum += F.cross_entropy(logits, labels, reduction="sum")
+            correct += (logits.argmax(1) == labels).sum()
+        total_loss, total_correct = torch.stack([loss_sum, correct]).tolist()
+        return total_loss / len(self.test_set), total_correct / len(self.test_set)
 
     def _train_epoch(self, epoch: int, bar: tqdm) -> tuple[float, float]:
         """One pass over the training images (scheduled lr per step); returns the mean training
@@ -229,7 +231,10 @@ class VisionTrainer:
         self.model.train()
         generator = torch.Generator().manual_seed(config.seed * 100_003 + epoch)
         order = torch.randperm(len(self.train_set), generator=generator)
-        loss_sum, correct, seen = 0.0, 0, 0
+        # Summed on the device and read once per epoch: no host sync inside the loop.
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device)
+        seen = 0
         for start in range(0, len(order), config.batch_size):
             index = order[start : start + config.batch_size]
             images = self.train_set.images[index]
@@ -243,12 +248,13 @@ class VisionTrainer:
             loss = F.cross_entropy(logits, labels)
             loss.backward()
             self.optimizer.step()
-            loss_sum += float(loss.detach()) * len(index)
-            correct += int((logits.argmax(1) == labels).sum())
+            loss_sum += loss.detach() * len(index)
+            correct += (logits.argmax(1) == labels).sum()
             seen += len(index)
             bar.update(1)
-        check_finite(config.optimizer, loss_sum / seen, f"epoch {epoch + 1}")
-        return loss_sum / seen, correct / seen
+        total_loss, total_correct = torch.stack([loss_sum, correct]).tolist()
+        check_finite(config.optimizer, total_loss / seen, f"epoch {epoch + 1}")
+        return total_loss / seen, total_correct / seen
 
     def train(self) -> RunResult:
         """Train for ``epochs`` and return the result; the loop reads top to bottom: train an
