@@ -87,7 +87,8 @@ _PAPER_LRS: dict[str, _PaperLRs] = {
 # benchmarks/study_compare.py: lr on 1.5x grids, then betas, gamma and Muon's momentum), the
 # same on a 2-core CPU and on an H100 for the Adam and Lion pairs (the Newton-Schulz pair ran
 # on the H100). NAdamW's is its control sweep's winner (benchmarks/study_axes.py); lr_1d was not
-# swept.
+# swept. The study ran on `mini`; `tiny` shares these, though its own lr optima are higher
+# (the tokens axis in docs/results.md).
 _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "adamw": {"lr": 4.5e-3},
     "mars-adamw": {"lr": 6.7e-3, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
