@@ -67,6 +67,19 @@ def test_cpu_model_defaults_are_the_tuned_studys_winners():
             )
 
 
+def test_tiny_defaults_are_the_tokens_axiss_winners_where_it_tuned_them():
+    """`tiny` takes the winners of study_axes.py's tokens axis at 4x; the rest are mini's."""
+    sweep = STUDY_RESULTS / "study-axes" / "tokens-4x" / "sweep.json"
+    winners = json.loads(sweep.read_text())["winners"]
+    assert set(winners) == {"adamw", "mars-adamw", "muon", "mars-shampoo"}
+    for name, point in winners.items():
+        assert_defaults_are_winners(
+            default_hyperparams(name, "tiny"), point, ("study-axes/tokens-4x", name)
+        )
+    for name in ("lion", "mars-lion", "nadamw", "muon-nd", "mars-m"):
+        assert default_hyperparams(name, "tiny") == default_hyperparams(name, "mini")
+
+
 def test_vision_defaults_are_the_vision_studys_winners():
     """`compare-vision`'s defaults are the winners recorded by benchmarks/study_vision.py."""
     from torch_mars.train.vision import VISION_DEFAULTS

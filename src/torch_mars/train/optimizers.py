@@ -87,8 +87,7 @@ _PAPER_LRS: dict[str, _PaperLRs] = {
 # benchmarks/study_compare.py: lr on 1.5x grids, then betas, gamma and Muon's momentum), the
 # same on a 2-core CPU and on an H100 for the Adam and Lion pairs (the Newton-Schulz pair ran
 # on the H100). NAdamW's is its control sweep's winner (benchmarks/study_axes.py); lr_1d was not
-# swept. The study ran on `mini`; `tiny` shares these, though its own lr optima are higher
-# (the tokens axis in docs/results.md).
+# swept.
 _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "adamw": {"lr": 4.5e-3},
     "mars-adamw": {"lr": 6.7e-3, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
@@ -108,6 +107,16 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
         "weight_decay": 0.0,
         "lr_1d": 4.5e-3,
     },
+}
+
+# `tiny` on top of those: the winners of the study's tokens axis at 4 x 20 tokens per parameter
+# (benchmarks/study_axes.py; the 1x point chose the same rates for the Adam pair). The other
+# optimizers were not tuned on `tiny`.
+_TINY_SETTINGS: dict[str, dict[str, Any]] = {
+    "adamw": {"lr": 1.5e-2},
+    "mars-adamw": {"lr": 2.2e-2},
+    "muon": {"lr": 3e-2},
+    "mars-shampoo": {"lr": 3e-2},
 }
 
 # MARS options beyond the defaults that `--opt-arg` may set: how a step runs (foreach, fused),
@@ -181,6 +190,8 @@ def default_hyperparams(name: str, model: str) -> dict[str, Any]:
             "momentum_decay": 4e-3,
         },
     }
+    if model == "tiny":
+        return {**paper[name], **_CPU_SETTINGS[name], **_TINY_SETTINGS.get(name, {})}
     if model not in _PAPER_LRS:
         return {**paper[name], **_CPU_SETTINGS[name]}
     return {**paper[name], "min_lr": lrs.min_lr}
