@@ -237,7 +237,8 @@ def plot_axes(axes: dict, path: Path) -> None:
     figure, subplots = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4), squeeze=False)
     for panel, name in zip(subplots[0], shown, strict=True):
         label, log = panels[name]
-        low, high = min(map(float, axes[name])), max(map(float, axes[name]))
+        ticks = sorted(float(x) for x in axes[name])
+        low, high = ticks[0], ticks[-1]
         for pair, mars in enumerate(PAIRS):
             points = gap_points(axes[name], mars)
             if not points:
@@ -259,7 +260,6 @@ def plot_axes(axes: dict, path: Path) -> None:
         panel.margins(x=0.12)
         if log:
             panel.set_xscale("log", base=2)
-        ticks = sorted(float(x) for x in axes[name])
         panel.set_xticks(ticks, [f"{x:g}" for x in ticks])
         panel.set_xlabel(label)
         panel.set_ylabel("final val loss gap (nats/byte; > 0: MARS ahead)")

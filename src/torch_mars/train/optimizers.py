@@ -109,14 +109,12 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     },
 }
 
-# `tiny` on top of those: the winners of the study's tokens axis at 4 x 20 tokens per parameter
-# (benchmarks/study_axes.py; the 1x point chose the same rates for the Adam pair). The other
-# optimizers were not tuned on `tiny`.
-_TINY_SETTINGS: dict[str, dict[str, Any]] = {
-    "adamw": {"lr": 1.5e-2},
-    "mars-adamw": {"lr": 2.2e-2},
-    "muon": {"lr": 3e-2},
-    "mars-shampoo": {"lr": 3e-2},
+# Per CPU model, on top of those. `tiny`: the winners of the study's tokens axis at 4 x 20 tokens
+# per parameter (benchmarks/study_axes.py; the 1x point chose the same rates for the Adam pair).
+# Its Muon and MARS-Shampoo winners equal the settings above; the other optimizers were not
+# tuned on `tiny`.
+_CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
+    "tiny": {"adamw": {"lr": 1.5e-2}, "mars-adamw": {"lr": 2.2e-2}},
 }
 
 # MARS options beyond the defaults that `--opt-arg` may set: how a step runs (foreach, fused),
@@ -190,10 +188,9 @@ def default_hyperparams(name: str, model: str) -> dict[str, Any]:
             "momentum_decay": 4e-3,
         },
     }
-    if model == "tiny":
-        return {**paper[name], **_CPU_SETTINGS[name], **_TINY_SETTINGS.get(name, {})}
     if model not in _PAPER_LRS:
-        return {**paper[name], **_CPU_SETTINGS[name]}
+        model_settings = _CPU_MODEL_SETTINGS.get(model, {}).get(name, {})
+        return {**paper[name], **_CPU_SETTINGS[name], **model_settings}
     return {**paper[name], "min_lr": lrs.min_lr}
 
 
