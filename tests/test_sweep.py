@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,17 @@ from harness_helpers import tiny_config, write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train.grid import grid_points, parse_grid
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
-from torch_mars.train.sweep import PointResult, SweepPlan, run_sweep, select_best, validate_plan
+from torch_mars.train.run_archive import ARCHIVE_FILE, read_archive
+from torch_mars.train.sweep import (
+    PAUSE_AFTER_VARIABLE,
+    PointResult,
+    SweepPlan,
+    format_sweep_table,
+    run_sweep,
+    select_best,
+    validate_plan,
+    write_report,
+)
 
 TINY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
 TINY += ["--eval-interval", "2", "--eval-batches", "2"]
@@ -119,25 +129,75 @@ def test_the_cli_sweeps_two_stages_and_writes_table_json_and_figures(tmp_path, c
 
 
 def test_a_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, corpus_file):
+    """The sweep is killed where the test stops it (paused after its first finished run), not
+    at a moment guessed by polling: exactly one run is done, and the resume trains only the
+    other two."""
     args = [sys.executable, "-m", "torch_mars.cli", "sweep", *TINY, "--data", str(corpus_file)]
     args += ["--out-dir", str(tmp_path), "--name", "k", "--grid", "adamw:lr=1e-3,2e-3,3e-3"]
     args += ["--seeds", "0"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    runs = tmp_path / "k" / "runs" / "adamw"
-    deadline = time.monotonic() + 120
-    while not list(runs.glob("*/summary.json")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", PAUSE_AFTER_VARIABLE: "1"}
+    process = subprocess.Popen(
+        args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    said = []
+    for line in process.stderr:
+        said.append(line)
+        if "sweep paused after 1 finished runs" in line:
+            break
     process.send_signal(signal.SIGKILL)
     process.wait()
+    assert "sweep paused after 1 finished runs" in said[-1], "".join(said)[-2000:]
+    archive = tmp_path / "k" / ARCHIVE_FILE
+    assert len(read_archive(archive)) == 1
+    runs = tmp_path / "k" / "runs" / "adamw"
     finished = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/summary.json")}
-    assert 1 <= len(finished) < 3
-    completed = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert len(finished) == 1
+    env.pop(PAUSE_AFTER_VARIABLE)
+    completed = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-2000:]
     after = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/summary.json")}
-    assert len(after) == 3
+    assert len(after) == 3 and len(read_archive(archive)) == 3
     assert all(after[name] == mtime for name, mtime in finished.items())
     assert (tmp_path / "k" / "summary.md").is_file()
+
+
+def test_a_sweep_resumes_and_redraws_from_its_archive_alone(tmp_path, corpus_file):
+    """A study kept in git has its archive, not its run folders: resuming it trains nothing,
+    gives the same table, and draws the winners' curves from the archive."""
+    grid = {"adamw": {"lr": (1e-3, 3e-3)}, "mars-adamw": {"lr": (1e-2,)}}
+    sweep_plan = plan(tmp_path, corpus_file, grid)
+    first = run_sweep(sweep_plan)
+    archive = tmp_path / "sweep" / ARCHIVE_FILE
+    lines = archive.read_text().splitlines()
+    assert len(lines) == 5  # three search points on seed 0, then each winner on seed 1
+    record = json.loads(lines[0])
+    assert record["config"]["optimizer"] == record["summary"]["optimizer"]
+    assert record["curve"]["columns"] == ["step", "tokens", "time_s", "train_loss", "val_loss"]
+    assert [row[0] for row in record["curve"]["rows"]] == [2, 4]
+    shutil.rmtree(tmp_path / "sweep" / "runs")
+    again = run_sweep(sweep_plan)
+    assert not (tmp_path / "sweep" / "runs").exists()
+    assert archive.read_text().splitlines() == lines
+    assert [p.finals for p in again.points] == [p.finals for p in first.points]
+    assert format_sweep_table(again) == format_sweep_table(first)
+    written = write_report(sweep_plan, again)
+    assert tmp_path / "sweep" / "winners.png" in written
+
+
+def test_an_archive_line_cut_short_by_a_kill_is_ignored_and_its_run_trained_again(
+    tmp_path, corpus_file
+):
+    sweep_plan = plan(tmp_path, corpus_file, {"adamw": {"lr": (1e-3, 3e-3)}}, seeds=(0,))
+    run_sweep(sweep_plan)
+    archive = tmp_path / "sweep" / ARCHIVE_FILE
+    first, second = archive.read_text().splitlines()
+    archive.write_text(first + "\n" + second[: len(second) // 2])
+    shutil.rmtree(tmp_path / "sweep" / "runs")
+    report = run_sweep(sweep_plan)
+    assert sorted(read_archive(archive)) == ["adamw/lr=0.001-seed0", "adamw/lr=0.003-seed0"]
+    assert (tmp_path / "sweep" / "runs" / "adamw" / "lr=0.003-seed0" / "summary.json").is_file()
+    assert not (tmp_path / "sweep" / "runs" / "adamw" / "lr=0.001-seed0").exists()
+    assert all(not math.isnan(p.finals[0]) for p in report.points)
 
 
 def test_parallel_jobs_match_one_process(tmp_path, corpus_file):

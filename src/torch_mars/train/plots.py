@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,10 +39,29 @@ PANELS: dict[str, tuple[Panel, ...]] = {
 }
 
 
-def _curve(run_dir: Path, panel: Panel) -> tuple[np.ndarray, np.ndarray]:
-    rows = [row for row in read_metrics(run_dir) if row.get(panel.y) is not None]
+@dataclass(frozen=True)
+class RunCurve:
+    """One run's metric rows as a figure draws them: its task, its optimizer (the line it joins)
+    and its rows (column name to value; a row may lack a column)."""
+
+    task: str
+    optimizer: str
+    rows: list[dict[str, Any]]
+
+
+def curves_of_run_dirs(run_dirs: Sequence[Path]) -> list[RunCurve]:
+    """The :class:`RunCurve` of each run folder, from its ``config.json`` and metrics."""
+    curves = []
+    for run_dir in run_dirs:
+        config = read_config(Path(run_dir))
+        curves.append(RunCurve(config["task"], config["optimizer"], read_metrics(Path(run_dir))))
+    return curves
+
+
+def _curve(run: RunCurve, panel: Panel) -> tuple[np.ndarray, np.ndarray]:
+    rows = [row for row in run.rows if row.get(panel.y) is not None]
     if not rows:
-        raise ValueError(f"{run_dir}: the run has no {panel.y} points yet")
+        raise ValueError(f"a {run.optimizer} run has no {panel.y} points yet")
     return (
         np.array([row[panel.x] for row in rows], dtype=float),
         panel.scale * np.array([row[panel.y] for row in rows], dtype=float),
@@ -51,32 +71,39 @@ def _curve(run_dir: Path, panel: Panel) -> tuple[np.ndarray, np.ndarray]:
 def plot_runs(run_dirs: Sequence[Path], out_path: Path, title: str | None = None) -> Path:
     """Draw ``out_path`` (PNG) from the metrics of ``run_dirs``, all of one task, grouped by the
     optimizer in each ``config.json``. Returns ``out_path``."""
+    if not run_dirs:
+        raise ValueError("no run folders to plot")
+    return plot_curves(curves_of_run_dirs(run_dirs), out_path, title)
+
+
+def plot_curves(runs: Sequence[RunCurve], out_path: Path, title: str | None = None) -> Path:
+    """Draw ``out_path`` (PNG) from ``runs``, all of one task, one line per optimizer (the mean
+    over its runs, with a band of ± one std when there are several). Returns ``out_path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if not run_dirs:
-        raise ValueError("no run folders to plot")
-    configs = {Path(run_dir): read_config(Path(run_dir)) for run_dir in run_dirs}
-    tasks = {config["task"] for config in configs.values()}
+    if not runs:
+        raise ValueError("no runs to plot")
+    tasks = {run.task for run in runs}
     if len(tasks) != 1:
         raise ValueError(f"runs of several tasks cannot share a figure: {sorted(tasks)}")
     panels = PANELS[tasks.pop()]
-    by_optimizer: dict[str, list[Path]] = defaultdict(list)
-    for run_dir, config in configs.items():
-        by_optimizer[config["optimizer"]].append(run_dir)
+    by_optimizer: dict[str, list[RunCurve]] = defaultdict(list)
+    for run in runs:
+        by_optimizer[run.optimizer].append(run)
     figure, axes = plt.subplots(1, len(panels), figsize=(11, 4.2))
     for axis, panel in zip(axes, panels, strict=True):
-        for name, runs in by_optimizer.items():
-            curves = [_curve(run_dir, panel) for run_dir in runs]
+        for name, group in by_optimizer.items():
+            curves = [_curve(run, panel) for run in group]
             length = min(len(y) for _, y in curves)
             x = np.mean([x[:length] for x, _ in curves], axis=0)
             ys = np.stack([y[:length] for _, y in curves])
             mean, std = ys.mean(axis=0), ys.std(axis=0)
-            label = name if len(runs) == 1 else f"{name} ({len(runs)} seeds)"
+            label = name if len(group) == 1 else f"{name} ({len(group)} seeds)"
             (line,) = axis.plot(x, mean, label=label, marker="o", markersize=2.5)
-            if len(runs) > 1:
+            if len(group) > 1:
                 axis.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
         axis.set_xlabel(panel.x_label)
         axis.set_ylabel(panel.y_label)

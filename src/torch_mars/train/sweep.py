@@ -2,10 +2,17 @@
 
 Stage 1 (search) trains every point of each optimizer's grid on the search seeds; the point
 with the best mean final metric wins (lower val loss, higher accuracy; a diverged run counts as
-the worst). Stage 2 trains each winner on the final seeds. Every run is a folder
-``SWEEP/runs/<optimizer>/<point>-seed<k>`` holding the run record; a run whose ``summary.json``
-exists is never run again, so a killed sweep resumes where it stopped, and seeds shared by the
-two stages run once. Points run in ``jobs`` worker processes, with the cores divided among them.
+the worst). Stage 2 trains each winner on the final seeds. Every run trains in a folder
+``SWEEP/runs/<optimizer>/<point>-seed<k>`` (its full run record, a work area), and as it
+finishes its compact record (config, summary, evaluation curve) is appended to
+``SWEEP/runs.jsonl`` (:mod:`.run_archive`). A run in the archive, or whose folder has a
+``summary.json``, is never run again: a killed sweep resumes where it stopped, also from the
+archive alone (a study kept in git), and seeds shared by the two stages run once. Points run in
+``jobs`` worker processes, with the cores divided among them.
+
+``TORCH_MARS_SWEEP_PAUSE_AFTER=N`` makes a sweep stop still once N runs have finished in this
+invocation (after archiving them), saying so on stderr: a test kills it there, at a point it
+controls rather than at a moment it guesses.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import multiprocessing
 import os
 import re
 import shutil
+import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +37,14 @@ import torch
 
 from torch_mars.train.compare import OptimizerSummary, summarise, train_run
 from torch_mars.train.grid import Grid, grid_points
+from torch_mars.train.run_archive import (
+    ARCHIVE_FILE,
+    append_record,
+    compact_record,
+    curve_rows,
+    read_archive,
+    result_of,
+)
 from torch_mars.train.run_record import (
     SUMMARY_FILE,
     TASK_METRICS,
@@ -104,8 +121,24 @@ def point_name(hyperparams: dict[str, Any]) -> str:
     return re.sub(r"[^A-Za-z0-9_.,=+-]", "-", name)
 
 
+def run_key(optimizer: str, hyperparams: dict[str, Any], seed: int) -> str:
+    """A run's name in the sweep: its folder under ``runs/`` and its key in the archive."""
+    return f"{optimizer}/{point_name(hyperparams)}-seed{seed}"
+
+
 def run_dir(plan: SweepPlan, optimizer: str, hyperparams: dict[str, Any], seed: int) -> Path:
-    return plan.sweep_dir / "runs" / optimizer / f"{point_name(hyperparams)}-seed{seed}"
+    return plan.sweep_dir / "runs" / run_key(optimizer, hyperparams, seed)
+
+
+PAUSE_AFTER_VARIABLE = "TORCH_MARS_SWEEP_PAUSE_AFTER"
+
+
+def _pause_if_asked(finished_here: int) -> None:
+    """Block for good once ``finished_here`` reaches ``$TORCH_MARS_SWEEP_PAUSE_AFTER``."""
+    wanted = os.environ.get(PAUSE_AFTER_VARIABLE)
+    if wanted is not None and finished_here == int(wanted):
+        print(f"\nsweep paused after {finished_here} finished runs", file=sys.stderr, flush=True)
+        threading.Event().wait()
 
 
 def _config(plan: SweepPlan, optimizer: str, hyperparams: dict[str, Any], seed: int) -> BaseConfig:
@@ -252,8 +285,11 @@ def run_sweep(plan: SweepPlan, progress: Callable[[int, int], None] | None = Non
         for name, axes in plan.grid.items()
         for hp in grid_points(axes)
     }
+    archive_path = plan.sweep_dir / ARCHIVE_FILE
+    archived = read_archive(archive_path)
     results: dict[Path, RunResult] = {}
     finished = 0
+    finished_here = 0
     total = len(points) * len(plan.search_seeds)
 
     def record(config: BaseConfig, result: RunResult) -> None:
@@ -266,18 +302,32 @@ def run_sweep(plan: SweepPlan, progress: Callable[[int, int], None] | None = Non
         if progress is not None:
             progress(finished, total)
 
+    def archive(config: BaseConfig, result: RunResult) -> None:
+        key = run_key(config.optimizer, config.hyperparams, config.seed)
+        archived[key] = compact_record(config.run_dir, key)
+        append_record(archive_path, archived[key])
+        record(config, result)
+
+    def trained(config: BaseConfig, result: RunResult) -> None:
+        nonlocal finished_here
+        archive(config, result)
+        finished_here += 1
+        _pause_if_asked(finished_here)
+
     def stage(wanted: list[tuple[str, dict[str, Any], int]]) -> None:
         to_run = []
         for name, hp, seed in wanted:
             config = _config(plan, name, hp, seed)
-            summary = config.run_dir / SUMMARY_FILE
+            key = run_key(name, hp, seed)
             if config.run_dir in results:
                 continue
-            if summary.is_file():
-                record(config, read_summary(config.run_dir))
+            if key in archived:
+                record(config, result_of(archived[key], config.run_dir))
+            elif (config.run_dir / SUMMARY_FILE).is_file():
+                archive(config, read_summary(config.run_dir))
             else:
                 to_run.append(config)
-        _run_all(plan, to_run, record)
+        _run_all(plan, to_run, trained)
 
     stage([(p.optimizer, p.hyperparams, s) for p in points.values() for s in plan.search_seeds])
     winners = {
@@ -440,8 +490,9 @@ def plot_lr_curves(report: SweepReport, out_path: Path) -> Path | None:
 
 
 def write_report(plan: SweepPlan, report: SweepReport) -> list[Path]:
-    """``summary.md``, ``sweep.json``, ``lr.png`` and ``winners.png`` in the sweep folder."""
-    from torch_mars.train.plots import plot_runs
+    """``summary.md``, ``sweep.json``, ``lr.png`` and ``winners.png`` (drawn from the archive)
+    in the sweep folder."""
+    from torch_mars.train.plots import RunCurve, plot_curves
 
     folder = plan.sweep_dir
     table = format_sweep_table(report)
@@ -451,12 +502,17 @@ def write_report(plan: SweepPlan, report: SweepReport) -> list[Path]:
     lr_figure = plot_lr_curves(report, folder / "lr.png")
     if lr_figure is not None:
         written.append(lr_figure)
-    winners = [
-        run_dir(plan, w.optimizer, w.hyperparams, s)
+    archived = read_archive(folder / ARCHIVE_FILE)
+    keys = [
+        run_key(w.optimizer, w.hyperparams, s)
         for w in report.winners.values()
         for s in report.seeds
     ]
-    finished = [d for d in winners if (d / "metrics.jsonl").is_file()]
-    if finished:
-        written.append(plot_runs(finished, folder / "winners.png", title="winners"))
+    curves = [
+        RunCurve(report.task, archived[key]["config"]["optimizer"], curve_rows(archived[key]))
+        for key in keys
+        if key in archived and archived[key]["curve"]["rows"]
+    ]
+    if curves:
+        written.append(plot_curves(curves, folder / "winners.png", title="winners"))
     return written
