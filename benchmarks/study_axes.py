@@ -1,21 +1,29 @@
-"""The controls and the two axes of the tuned study (issue #13), with the protocol of
+"""The controls and the two axes of the tuned study (issues #13 and #24), with the protocol of
 benchmarks/study_compare.py (lr grids spaced 1.5x, search seed 0, each winner on seeds 0-2),
 fixed here before any result was seen. Resumable: finished runs are never rerun.
 
 Controls, at the `compare` budget:
-- ``nadamw``: torch's NAdam with decoupled weight decay, tuned like the others (lr grid x betas
-  {(0.9, 0.95), (0.95, 0.99)}). MARS's approximate-mode momentum is a Nesterov-like mix of g_t
-  and the EMA of past gradients; NAdamW has that shape without the variance-reduction story.
+- ``nadamw``: Adam with Nesterov momentum at a constant mu = beta1 (torch_mars.train.nadamw),
+  tuned like the others (7-point lr grid x betas {(0.9, 0.95), (0.95, 0.99)}). Unclipped
+  approximate MARS's first moment is a quasi-hyperbolic momentum, Nesterov's at gamma = 1 - beta1:
+  NAdamW has that shape without the variance reduction. The same-cost control of MARS-AdamW.
+- ``nadam``: torch's NAdam (Dozat's momentum schedule, about beta1 / 2 over these runs), the
+  control the earlier study ran under the name nadamw; kept as it was measured.
 - ``gamma0``: MARS-AdamW with gamma = 0 (AdamW on a per-tensor clip of g), tuned the same way.
 - ``exact``: each MARS rule's winner (from the study's stage B) in the exact mode, seeds 0-2.
-Axes (AdamW, MARS-AdamW, Muon, MARS-Shampoo at their stage-B betas/gamma/momentum, lr re-tuned
-on a 5-point 1.5x grid at every point):
+- ``exact-compute``: the exact mode at equal compute: approximate MARS-AdamW trained on twice
+  the tokens (a second forward and backward buys that), lr re-tuned on a 5-point grid around its
+  winner's, seeds 0-2, against ``exact``.
+Axes (AdamW, MARS-AdamW, Muon, MARS-Shampoo at their stage-B betas/gamma/momentum, and NAdamW,
+lr re-tuned on a 5-point 1.5x grid at every point):
 - ``batch``: 4 and 64 sequences per step at the same 819,200 tokens (16 is the study itself);
   the grid is centred on the batch-16 lr times sqrt(batch / 16).
 - ``tokens``: the `tiny` config (24,736 non-embedding parameters) trained for 1x, 4x and 8x of
   20 tokens per parameter, on a 7-point grid for the Adam pair and a 5-point one for the
   Newton-Schulz pair. The axis optimizers that ``--winners`` tuned take part: the Adam pair
-  from the CPU study, all four from ``--winners study-compare-h100``.
+  from the CPU study, all four from ``--winners study-compare-h100``. NAdamW, which no stage B
+  tuned, sweeps its betas at the 4x point (run first) on the Adam pair's grid, and keeps that
+  point's winning betas at 1x, 8x and on the batch axis.
 - ``batch-tiny``: the batch axis where a CPU affords it: the same optimizers on `tiny` at
   4x 20 tokens per parameter with 4, 16 and 64 sequences per step (the same tokens; 16 is the
   tokens axis's 4x point), each grid centred on that point's tuned lr times sqrt(batch / 16).
@@ -46,8 +54,12 @@ from torch_mars.train.trainer import TrainConfig
 RESULTS = Path(__file__).resolve().parent / "results"
 TOKENS_PER_STEP = DEFAULT_COMPARE.batch_size * 128
 BATCHES = (4, 64)
-AXIS_OPTIMIZERS = ("adamw", "mars-adamw", "muon", "mars-shampoo")
-PAIRS = {"mars-adamw": "adamw", "mars-shampoo": "muon"}
+AXIS_OPTIMIZERS = ("adamw", "mars-adamw", "muon", "mars-shampoo", "nadamw")
+# Each MARS rule's same-cost controls: its base, and the Nesterov momentum its first moment is
+# shaped like (torch.optim.Muon's momentum is Nesterov's already).
+CONTROLS = {"mars-adamw": ("adamw", "nadamw"), "mars-shampoo": ("muon",)}
+# Axis optimizers that no stage B tuned: their betas are swept at the tiny 4x point.
+UNTUNED = ("nadamw",)
 TOKEN_MULTIPLES = (1, 4, 8)
 TINY_BATCHES = (4, 16, 64)
 TINY_BATCH_MULTIPLE = 4
@@ -59,6 +71,7 @@ TINY_LRS = {
     "mars-adamw": ADAM_TINY_LRS,
     "muon": NEWTON_SCHULZ_TINY_LRS,
     "mars-shampoo": NEWTON_SCHULZ_TINY_LRS,
+    "nadamw": ADAM_TINY_LRS,
 }
 BETAS = ((0.9, 0.95), (0.95, 0.99))
 
@@ -110,7 +123,10 @@ def summary_of(report: SweepReport) -> dict[str, dict]:
 
 def controls(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
     adam_lrs = grid_around(winners["adamw"]["lr"], 7)
-    nadamw = sweep(folder / "nadamw", base, {"nadamw": {"lr": adam_lrs, "betas": BETAS}}, jobs)
+    nadam = sweep(folder / "nadam-dozat", base, {"nadam": {"lr": adam_lrs, "betas": BETAS}}, jobs)
+    nadamw = sweep_lr_with_edges(
+        folder / "nadamw", base, {"nadamw": list(adam_lrs)}, {"nadamw": {"betas": BETAS}}, jobs
+    )
     gamma0 = sweep(
         folder / "gamma0",
         base,
@@ -125,8 +141,24 @@ def controls(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
     exact = sweep(folder / "exact", dataclasses.replace(base, exact=True), exact_grid, jobs)
     return {
         "nadamw": summary_of(nadamw),
+        "nadam": summary_of(nadam),
         "gamma0": summary_of(gamma0),
         "exact": summary_of(exact),
+    }
+
+
+def exact_at_equal_compute(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
+    """Approximate MARS-AdamW on twice the tokens of ``exact`` (equal compute), lr re-tuned."""
+    point = winners["mars-adamw"]
+    doubled = dataclasses.replace(base, steps=2 * base.steps, eval_interval=2 * base.eval_interval)
+    lrs = {"mars-adamw": list(grid_around(point["lr"]))}
+    report = sweep_lr_with_edges(
+        folder / "exact-compute", doubled, lrs, {"mars-adamw": fixed_axes(point)}, jobs
+    )
+    exact = json.loads((folder / "exact" / "sweep.json").read_text())["summaries"]
+    return {
+        "approximate-2x": summary_of(report),
+        "exact": {s["optimizer"]: {"mean": s["final"], "std": s["final_std"]} for s in exact},
     }
 
 
@@ -158,23 +190,35 @@ def batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dic
     return results
 
 
+def untuned_axes(folder: Path, name: str, multiple: int) -> dict:
+    """The other axes of an optimizer in :data:`UNTUNED`: its betas swept at the 4x point, and
+    that point's winner elsewhere."""
+    if multiple == TINY_BATCH_MULTIPLE:
+        return {"betas": BETAS}
+    tuned = json.loads((folder / f"tokens-{TINY_BATCH_MULTIPLE}x" / "sweep.json").read_text())
+    return fixed_axes(tuned["winners"][name])
+
+
 def tokens_sweep(
     folder: Path, base: TrainConfig, winners: dict, multiple: int, jobs: int
 ) -> dict[str, dict]:
-    """The axis optimizers that ``winners`` tuned, on `tiny` for ``multiple`` x 20 tokens per
-    parameter."""
+    """The axis optimizers that ``winners`` tuned, and those of :data:`UNTUNED`, on `tiny` for
+    ``multiple`` x 20 tokens per parameter."""
     sized = tiny_budget(base, multiple)
-    names = [name for name in AXIS_OPTIMIZERS if name in winners]
+    names = [name for name in AXIS_OPTIMIZERS if name in winners or name in UNTUNED]
     lrs = {name: list(TINY_LRS[name]) for name in names}
-    fixed = {name: fixed_axes(winners[name]) for name in names}
+    fixed = {
+        name: untuned_axes(folder, name, multiple) if name in UNTUNED else fixed_axes(winners[name])
+        for name in names
+    }
     return summary_of(sweep_lr_with_edges(folder / f"tokens-{multiple}x", sized, lrs, fixed, jobs))
 
 
 def tokens_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
-    return {
-        multiple: tokens_sweep(folder, base, winners, multiple, jobs)
-        for multiple in TOKEN_MULTIPLES
-    }
+    """The 4x point first: the untuned optimizers take its betas at the others."""
+    order = sorted(TOKEN_MULTIPLES, key=lambda multiple: multiple != TINY_BATCH_MULTIPLE)
+    results = {multiple: tokens_sweep(folder, base, winners, multiple, jobs) for multiple in order}
+    return dict(sorted(results.items()))
 
 
 def tiny_batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
@@ -196,31 +240,34 @@ def tiny_batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -
     return dict(sorted(results.items()))
 
 
-def gain_in_stds(results: dict, mars: str) -> float | None:
-    """(base mean - MARS mean) / base std: positive when MARS is ahead."""
-    if mars not in results or PAIRS[mars] not in results:
-        return None
-    base = results[PAIRS[mars]]
-    return (base["mean"] - results[mars]["mean"]) / base["std"] if base["std"] else None
+def strongest_control(results: dict, mars: str) -> str | None:
+    """The same-cost control of ``mars`` (:data:`CONTROLS`) with the lowest mean in
+    ``results``; None when none ran."""
+    ran = [name for name in CONTROLS[mars] if name in results]
+    return min(ran, key=lambda name: results[name]["mean"]) if ran else None
 
 
-def gap_points(results: dict, mars: str) -> list[tuple[float, float, float, float]]:
-    """``(x, gap, spread, gap in base std)`` per axis point where both ``mars`` and its base
-    ran: gap = base mean - MARS mean (positive: MARS ahead), spread = sqrt(std_base^2 +
-    std_mars^2)."""
+def gap_points(results: dict, mars: str) -> list[tuple[float, float, float, float | None, str]]:
+    """``(x, gap, spread, gap in control std, control)`` per axis point where ``mars`` and one
+    of its controls ran: gap = MARS mean - strongest control's mean (negative: MARS ahead),
+    spread = sqrt(std_control^2 + std_mars^2)."""
     points = []
     for x in sorted(results, key=float):
         pair = results[x]
-        if mars in pair and PAIRS[mars] in pair:
-            base, ours = pair[PAIRS[mars]], pair[mars]
+        control = strongest_control(pair, mars)
+        if mars in pair and control is not None:
+            base, ours = pair[control], pair[mars]
             spread = (base["std"] ** 2 + ours["std"] ** 2) ** 0.5
-            points.append((float(x), base["mean"] - ours["mean"], spread, gain_in_stds(pair, mars)))
+            gap = ours["mean"] - base["mean"]
+            in_std = gap / base["std"] if base["std"] else None
+            points.append((float(x), gap, spread, in_std, control))
     return points
 
 
 def plot_axes(axes: dict, path: Path) -> None:
-    """One panel per axis that has results: each MARS rule's gap to its base in nats (error
-    bars: the two stds combined), labelled with the gap in the base's std."""
+    """The regime map: one panel per axis that has results, each MARS rule's gap to its
+    strongest same-cost control in nats (error bars: the two stds combined), each point
+    labelled with that control and the gap in its std."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -228,43 +275,48 @@ def plot_axes(axes: dict, path: Path) -> None:
 
     panels = {
         "batch": ("sequences per step (same tokens)", True),
-        "tokens": ("tokens per parameter / 20 (tiny)", False),
+        "tokens": ("tokens per parameter / 20 (tiny, 16 sequences per step)", False),
         "batch-tiny": ("sequences per step (tiny, 4 x 20 tokens/param)", True),
     }
     shown = [name for name in panels if axes.get(name)]
     if not shown:
         return
-    figure, subplots = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4), squeeze=False)
+    figure, subplots = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.5), squeeze=False)
     for panel, name in zip(subplots[0], shown, strict=True):
         label, log = panels[name]
         ticks = sorted(float(x) for x in axes[name])
         low, high = ticks[0], ticks[-1]
-        for pair, mars in enumerate(PAIRS):
+        for pair, mars in enumerate(CONTROLS):
             points = gap_points(axes[name], mars)
             if not points:
                 continue
-            xs, gaps, spreads, stds = zip(*points, strict=True)
+            xs, gaps, spreads, stds, controls = zip(*points, strict=True)
             # The pairs share x values: the second is drawn 2% of the axis to the right, so
             # that the error bars do not hide each other.
             if log:
                 xs = tuple(x * (high / low) ** (0.02 * pair) for x in xs)
             else:
                 xs = tuple(x + (high - low) * 0.02 * pair for x in xs)
+            shown_controls = "/".join(CONTROLS[mars])
             line = panel.errorbar(
-                xs, gaps, yerr=spreads, marker="o", capsize=3, label=f"{PAIRS[mars]} - {mars}"
-            )
-            for x, gap, in_std in zip(xs, gaps, stds, strict=True):
-                if in_std is not None:
-                    panel.annotate(f"{in_std:.1f} sd", (x, gap), textcoords="offset points",
-                                   xytext=(6 + 4 * pair, 4), color=line[0].get_color())  # fmt: skip
-        panel.margins(x=0.12)
+                xs, gaps, yerr=spreads, marker="o", capsize=3,
+                label=f"{mars} - best of {shown_controls}",
+            )  # fmt: skip
+            for x, gap, in_std, control in zip(xs, gaps, stds, controls, strict=True):
+                text = control + (f" {in_std:+.1f} sd" if in_std is not None else "")
+                panel.annotate(text, (x, gap), textcoords="offset points", fontsize=7,
+                               xytext=(6, 4 - 12 * pair), color=line[0].get_color())  # fmt: skip
+        panel.margins(x=0.15)
         if log:
             panel.set_xscale("log", base=2)
         panel.set_xticks(ticks, [f"{x:g}" for x in ticks])
         panel.set_xlabel(label)
-        panel.set_ylabel("final val loss gap (nats/byte; > 0: MARS ahead)")
+        panel.set_ylabel(
+            "MARS - strongest same-cost control\n(final val loss, nats/byte; < 0: MARS ahead)"
+        )
         panel.axhline(0, color="grey", linewidth=0.8)
-        panel.legend()
+        panel.legend(fontsize=8)
+    figure.suptitle("Where MARS wins: the gap to its strongest same-cost control (3 seeds each)")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
@@ -278,7 +330,7 @@ def main() -> None:
     parser.add_argument(
         "--stages",
         nargs="+",
-        choices=("controls", "batch", "tokens", "batch-tiny"),
+        choices=("controls", "exact-compute", "batch", "tokens", "batch-tiny"),
         default=["controls", "batch", "tokens"],
     )
     args = parser.parse_args()
@@ -289,6 +341,7 @@ def main() -> None:
     axes = json.loads(axes_file.read_text()) if axes_file.exists() else {}
     stages = {
         "controls": controls,
+        "exact-compute": exact_at_equal_compute,
         "batch": batch_axis,
         "tokens": tokens_axis,
         "batch-tiny": tiny_batch_axis,

@@ -6,7 +6,8 @@ Stage A, learning rate: AdamW, MARS-AdamW, muon-nd (Newton-Schulz momentum on ev
 conv kernel) and MARS-Shampoo on 5-point lr grids spaced 1.5x around the optima of the earlier
 3x sweep (docs/results.md), search seed 0, a grid extended past an edge that holds the best lr.
 Stage B at each stage-A lr: the MARS rules over betas {(0.95, 0.99), (0.9, 0.95)} x gamma
-{0, 0.025, 0.05, 0.1}; AdamW over betas {(0.9, 0.999), (0.9, 0.95)}; muon-nd over betas
+{0, 0.025, 0.05, 0.1}; AdamW and NAdamW (issue #24's control: Adam with constant-beta1
+Nesterov momentum) over betas {(0.9, 0.999), (0.9, 0.95)}; muon-nd over betas
 {(0.95, 0.99), (0.9, 0.95)}. Each winner then on seeds 0, 1 and 2. Resumable.
 
     python benchmarks/study_vision.py [--jobs 2] [--data fashion-mnist:DIR] [--folder NAME]
@@ -33,9 +34,11 @@ LR_GRIDS = {
     "mars-adamw": ADAM_LRS,
     "muon-nd": ORTHOGONAL_LRS,
     "mars-shampoo": ORTHOGONAL_LRS,
+    "nadamw": ADAM_LRS,
 }
 OTHER_AXES = {
     "adamw": {"betas": ((0.9, 0.999), (0.9, 0.95))},
+    "nadamw": {"betas": ((0.9, 0.999), (0.9, 0.95))},
     "muon-nd": {"betas": MARS_BETAS},
     "mars-adamw": {"betas": MARS_BETAS, "gamma": GAMMAS},
     "mars-shampoo": {"betas": MARS_BETAS, "gamma": GAMMAS},

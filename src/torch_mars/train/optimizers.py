@@ -11,14 +11,19 @@ Names:
   MARS momentum, scaled as in Moonlight), routed as ``mars-shampoo``; its AdamW path shares the
   matrices' lr and weight decay, as in the authors' code.
 - ``adamw``: :class:`torch.optim.AdamW` (fused where the device has it); ``lion``: Lion.
-- ``nadamw``: :class:`torch.optim.NAdam` with decoupled weight decay: Adam with a Nesterov first
-  moment. Unclipped approximate MARS's first moment unrolls to
-  ``(1 - b1 + gamma b1) g_t + b1 (1 - gamma) u_{t-1}`` (``u``: the plain EMA of gradients), a
-  Nesterov-like momentum, so NAdamW is the control that separates MARS's variance reduction
-  from the shape of its momentum.
-- ``muon``: :class:`torch.optim.Muon` on the hidden 2-D matrices, AdamW on everything else
-  (embeddings, norms, biases, and conv kernels, which ``torch.optim.Muon`` does not take), as
-  the paper's baseline.
+- ``nadamw``: :class:`~torch_mars.train.nadamw.NAdamW`, Adam with Nesterov momentum at a
+  constant ``mu = beta1`` and decoupled weight decay, over every tensor as ``adamw``. Unclipped
+  approximate MARS's first moment unrolls to ``(1 - b1 + gamma b1) g_t + b1 (1 - gamma)
+  u_{t-1}`` (``u``: the plain EMA of gradients), a quasi-hyperbolic momentum that is Nesterov's
+  at ``gamma = 1 - b1``, so NAdamW is the same-cost control that separates MARS's variance
+  reduction from the shape of its momentum.
+- ``nadam``: :class:`torch.optim.NAdam` with decoupled weight decay and its default
+  ``momentum_decay``: Dozat's momentum schedule, about ``b1 / 2`` over a short run. Not a
+  Nesterov control at ``b1``; kept for comparison with the earlier study.
+- ``muon``: :class:`torch.optim.Muon` (Nesterov momentum, its default ``nesterov=True``:
+  ``NS((1 - mu) g_t + mu B_t)`` with ``B`` the EMA of gradients) on the hidden 2-D matrices,
+  AdamW on everything else (embeddings, norms, biases, and conv kernels, which
+  ``torch.optim.Muon`` does not take), as the paper's baseline.
 - ``muon-nd``: Newton-Schulz momentum on every MARS-routed tensor, conv kernels included
   (viewed as ``(shape[0], -1)``): ``mars-shampoo`` with ``gamma = 0``. The Muon of models with
   conv kernels, and MARS-Shampoo's base without the variance reduction.
@@ -43,6 +48,7 @@ from torch.optim import Optimizer
 from torch_mars.optim import MARS, mars_param_groups
 from torch_mars.optim.step_types import ORTHOGONAL_RULES
 from torch_mars.train.lion import Lion
+from torch_mars.train.nadamw import NAdamW
 
 OPTIMIZER_NAMES: tuple[str, ...] = (
     "mars-adamw",
@@ -54,6 +60,7 @@ OPTIMIZER_NAMES: tuple[str, ...] = (
     "muon-nd",
     "lion",
     "nadamw",
+    "nadam",
 )
 # The names built on torch_mars.MARS, and the MARS rule each takes.
 MARS_RULE_OF: dict[str, str] = {
@@ -86,8 +93,8 @@ _PAPER_LRS: dict[str, _PaperLRs] = {
 # CPU-sized models: the winners of the tuned study at the `compare` budget (docs/results.md,
 # benchmarks/study_compare.py: lr on 1.5x grids, then betas, gamma and Muon's momentum), the
 # same on a 2-core CPU and on an H100 for the Adam and Lion pairs (the Newton-Schulz pair ran
-# on the H100). NAdamW's is its control sweep's winner (benchmarks/study_axes.py); lr_1d was not
-# swept.
+# on the H100). NAdam's (Dozat's schedule) is its control sweep's winner (benchmarks/study_axes.py);
+# NAdamW starts from AdamW's until its own study lands. lr_1d was not swept.
 _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "adamw": {"lr": 4.5e-3},
     "mars-adamw": {"lr": 6.7e-3, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
@@ -95,7 +102,8 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "mars-shampoo": {"lr": 3e-2, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
     "muon-nd": {"lr": 3e-2, "lr_1d": 3e-3},
     "lion": {"lr": 7.5e-4},
-    "nadamw": {"lr": 3e-3},
+    "nadamw": {"lr": 4.5e-3},
+    "nadam": {"lr": 3e-3},
     "mars-lion": {"lr": 5e-4, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
     # MARS-M's study (docs/results.md) ran on `tiny` at 4 x 20 tokens/parameter, not at the
     # compare budget: its winner there, with weight decay 0 on the matrices, which beat the
@@ -114,7 +122,7 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
 # Its Muon and MARS-Shampoo winners equal the settings above; the other optimizers were not
 # tuned on `tiny`.
 _CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
-    "tiny": {"adamw": {"lr": 1.5e-2}, "mars-adamw": {"lr": 2.2e-2}},
+    "tiny": {"adamw": {"lr": 1.5e-2}, "mars-adamw": {"lr": 2.2e-2}, "nadamw": {"lr": 1.5e-2}},
 }
 
 # MARS options beyond the defaults that `--opt-arg` may set: how a step runs (foreach, fused),
@@ -181,7 +189,8 @@ def default_hyperparams(name: str, model: str) -> dict[str, Any]:
             "adamw_weight_decay": 0.1,
         },
         "lion": {"lr": lrs.adamw / 10, "betas": (0.9, 0.99), "weight_decay": 1.0},
-        "nadamw": {
+        "nadamw": {"lr": lrs.adamw, "betas": (0.9, 0.95), "weight_decay": 0.1},
+        "nadam": {
             "lr": lrs.adamw,
             "betas": (0.9, 0.95),
             "weight_decay": 0.1,
@@ -311,6 +320,8 @@ def _construct(
     if name == "lion":
         return Lion(model.parameters(), **settings)
     if name == "nadamw":
+        return NAdamW(model.parameters(), **settings)
+    if name == "nadam":
         return torch.optim.NAdam(model.parameters(), decoupled_weight_decay=True, **settings)
     if not hasattr(torch.optim, "Muon"):
         raise ValueError(f"muon needs torch.optim.Muon (torch >= 2.9), not in {torch.__version__}")

@@ -84,7 +84,8 @@ VISION_DEFAULTS: dict[str, dict[str, Any]] = {
         "adamw_weight_decay": 5e-4,
     },
     "lion": {"lr": 1e-4, "betas": (0.9, 0.99), "weight_decay": 5e-4},
-    "nadamw": {"lr": 1e-3, "betas": (0.9, 0.999), "weight_decay": 5e-4, "momentum_decay": 4e-3},
+    "nadamw": {"lr": 2e-3, "betas": (0.9, 0.95), "weight_decay": 5e-4},
+    "nadam": {"lr": 1e-3, "betas": (0.9, 0.999), "weight_decay": 5e-4, "momentum_decay": 4e-3},
 }
 
 
