@@ -141,3 +141,25 @@ def test_state_round_trips_and_resumes_bitwise():
     resumed.load_state_dict(saved)
     for a, b in zip(expected, run(resumed, resumed_params, targets[4:], False), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_wrapped_optimizer_of_named_parameters_steps_as_an_unnamed_one():
+    kwargs = dict(lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1, foreach=False)
+    initial, targets = problem()
+    plain = [p.clone().requires_grad_() for p in initial]
+    named = [p.clone().requires_grad_() for p in initial]
+    unnamed_run = MarsCorrection(torch.optim.AdamW(plain, **kwargs), gamma=0.3)
+    named_pairs = [(f"w{i}", p) for i, p in enumerate(named)]
+    named_run = MarsCorrection(torch.optim.AdamW(named_pairs, **kwargs), gamma=0.3)
+    expected = run(unnamed_run, plain, targets, exact=False)
+    got = run(named_run, named, targets, exact=False)
+    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+    assert named_run.param_groups[0]["param_names"] == ["w0", "w1", "w2"]
+    restored = MarsCorrection(
+        torch.optim.AdamW([p.detach().clone().requires_grad_() for p in initial], **kwargs),
+        gamma=0.3,
+    )
+    restored.load_state_dict(named_run.state_dict())
+    saved, loaded = named_run.state_dict(), restored.state_dict()
+    assert loaded["correction"].keys() == saved["correction"].keys()
+    assert loaded["optimizer"]["state"].keys() == saved["optimizer"]["state"].keys()

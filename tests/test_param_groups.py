@@ -119,3 +119,14 @@ def test_conv1d_weights_take_mars_shampoo_steps_of_the_linear_they_stand_for():
     assert conv_step == pytest.approx(linear_step, rel=1e-2)
     unmarked = [{"params": [plain[0].weight], "use_mars": True}]
     assert step_norm(plain, unmarked) == pytest.approx(linear_step / 2, rel=1e-2)
+
+
+def test_named_groups_hold_name_parameter_pairs_that_mars_keeps():
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 4), nn.LayerNorm(4))
+    plain = mars_param_groups(model)
+    named = mars_param_groups(model, named=True)
+    for a, b in zip(plain, named, strict=True):
+        assert [p for _, p in b["params"]] == a["params"]
+    assert [name for name, _ in named[0]["params"]] == ["0.weight", "1.weight"]
+    opt = MARS(named, lr=1e-3)
+    assert opt.param_groups[1]["param_names"] == ["1.bias", "2.weight", "2.bias"]

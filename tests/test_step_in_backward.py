@@ -60,3 +60,19 @@ def test_what_a_backward_hook_cannot_do_is_refused(kwargs, message):
     model, _ = model_and_batches()
     with pytest.raises(ValueError, match=message):
         StepInBackward(model.parameters(), **kwargs)
+
+
+def test_named_parameters_step_in_backward_as_unnamed_ones_and_keep_their_names():
+    plain, batches = model_and_batches()
+    named, _ = model_and_batches()
+    StepInBackward(plain.parameters(), lr=1e-2)
+    hooked = StepInBackward(named.named_parameters(), lr=1e-2)
+    for batch in batches:
+        plain(batch).pow(2).mean().backward()
+        named(batch).pow(2).mean().backward()
+    assert all(
+        torch.equal(a, b) for a, b in zip(plain.parameters(), named.parameters(), strict=True)
+    )
+    assert [g["param_names"] for g in hooked.param_groups] == [
+        [name] for name, _ in named.named_parameters()
+    ]

@@ -260,3 +260,80 @@ def test_repr_names_the_optimizer_and_its_hyperparameters():
     text = repr(MARS([torch.zeros(2, 2, requires_grad=True)], lr=1e-3, gamma=0.05))
     assert text.startswith("MARS (")
     assert "lr: 0.001" in text and "gamma: 0.05" in text
+
+
+def named(params: list[torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+    return [(f"p{i}", p) for i, p in enumerate(params)]
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_named_parameters_step_as_unnamed_ones_and_keep_their_names(name):
+    """``MARS(model.named_parameters())``, as torch.optim takes it since 2.6: the same steps,
+    and the names in the group and the state dict."""
+    params, problem = params_and_problem()
+    unnamed = [p.detach().clone().requires_grad_() for p in params]
+    opt = MARS(named(params), **CONFIGS[name])
+    reference = MARS(unnamed, **CONFIGS[name])
+    train(opt, params, problem, range(3))
+    train(reference, unnamed, problem, range(3))
+    assert all(torch.equal(a, b) for a, b in zip(params, unnamed, strict=True))
+    names = [f"p{i}" for i in range(len(params))]
+    assert opt.param_groups[0]["param_names"] == names
+    assert opt.state_dict()["param_groups"][0]["param_names"] == names
+
+
+@pytest.mark.parametrize("name", ["adamw", "lion-one-buffer", "shampoo-exact"])
+@pytest.mark.parametrize(
+    ("saved_named", "loaded_named"), [(True, True), (True, False), (False, True)]
+)
+def test_named_and_unnamed_state_dicts_load_into_each_other_and_resume_bitwise(
+    name, saved_named, loaded_named
+):
+    params, problem = params_and_problem(steps=6)
+    opt = MARS(named(params) if saved_named else params, **CONFIGS[name])
+    train(opt, params, problem, range(3))
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    buffer.seek(0)
+    resumed_params = [p.detach().clone().requires_grad_() for p in params]
+    resumed = MARS(named(resumed_params) if loaded_named else resumed_params, **CONFIGS[name])
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    assert_same_state(opt, resumed)
+    train(opt, params, problem, range(3, 6))
+    train(resumed, resumed_params, problem, range(3, 6))
+    assert all(torch.equal(a, b) for a, b in zip(params, resumed_params, strict=True))
+
+
+def test_a_named_state_dict_is_deterministic():
+    """Two optimizers built and trained the same way give equal state dicts, names included
+    (torch's state-dict determinism check, on named parameters)."""
+    dicts = []
+    for _ in range(2):
+        params, problem = params_and_problem()
+        opt = MARS([{"params": named(params)[:2]}, {"params": named(params)[2:], "lr": 1e-3}])
+        train(opt, params, problem, range(3))
+        dicts.append(opt.state_dict())
+    first, second = dicts
+    assert first["param_groups"] == second["param_groups"]
+    assert first["param_groups"][1]["param_names"] == [f"p{i}" for i in range(2, len(MIXED_SHAPES))]
+    for index, state in first["state"].items():
+        assert_same_state_entry(state, second["state"][index])
+
+
+def assert_same_state_entry(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        assert torch.equal(value, b[key]) if isinstance(value, torch.Tensor) else value == b[key]
+
+
+def test_parameters_that_cannot_step_are_refused_before_anything_changes():
+    for dtype in (torch.int64, torch.bool, torch.complex64):
+        with pytest.raises(ValueError, match=r"MARS takes (floating-point|real) parameters"):
+            MARS([torch.zeros(3, 3, dtype=dtype)])
+    weight = torch.zeros(3, 2, requires_grad=True)
+    opt = MARS([weight])
+    with pytest.raises(ValueError, match="floating-point"):
+        opt.add_param_group({"params": [("ids", torch.zeros(2, dtype=torch.int32))]})
+    with pytest.raises(TypeError, match=r"tensors or \(name, tensor\) pairs"):
+        MARS([("w", "not a tensor")])
+    assert len(opt.param_groups) == 1

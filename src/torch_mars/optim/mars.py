@@ -95,7 +95,9 @@ class MARS(Optimizer):
     tensor takes now.
 
     Args:
-        params: tensors or param-group dicts; every argument below may be set per group.
+        params: tensors, (name, tensor) pairs as ``model.named_parameters()`` gives them (the
+            names are kept as the group's ``param_names``), or param-group dicts of either;
+            every argument below may be set per group.
         lr: learning rate of the MARS-routed tensors, >= 0; a float or a one-element tensor
             (write new values into the tensor to schedule it without recompiling a compiled
             ``step``).
@@ -185,7 +187,7 @@ class MARS(Optimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        params: Iterable[Tensor] | Iterable[tuple[str, Tensor]] | Iterable[dict[str, Any]],
         lr: Scalar = 3e-3,
         betas: tuple[Scalar, Scalar] = (0.95, 0.99),
         eps: float = 1e-8,
@@ -261,16 +263,23 @@ class MARS(Optimizer):
                 "changes between runs, and the state dict is matched to parameters by order"
             )
         group["params"] = [params] if isinstance(params, Tensor) else list(params)
+        tensors = _tensors_of(group["params"])
         if "weight_decay" in group and "weight_decay_1d" not in group:
             group["weight_decay_1d"] = group["weight_decay"]
         validate_group({**self.defaults, **group})
         group.setdefault("lr_at_construction", float(group.get("lr", self.defaults["lr"])))
         if group.get("lr_1d", self.defaults["lr_1d"]) is None:
             group["lr_1d"] = group["lr_at_construction"]
-        if any(p.is_complex() for p in group["params"]):
+        if any(p.is_complex() for p in tensors):
             raise ValueError(
                 "MARS takes real parameters: a complex one would square c instead of |c|; "
                 "optimise torch.view_as_real(p) instead"
+            )
+        wrong = next((p.dtype for p in tensors if not p.is_floating_point()), None)
+        if wrong is not None:
+            raise ValueError(
+                f"MARS takes floating-point parameters (float16/bfloat16/float32/float64), got "
+                f"one of dtype {wrong}: it has no gradient to step on"
             )
         super().add_param_group(group)
         added = self.param_groups[-1]
@@ -638,6 +647,23 @@ class MARS(Optimizer):
                 else "single_tensor"
             )
             adamw_step(local, adamw_1d_hyperparams(group), implementation=implementation)
+
+
+def _tensors_of(params: list[Any]) -> list[Tensor]:
+    """The tensors of a group's ``params``, which may be ``(name, tensor)`` pairs as
+    ``model.named_parameters()`` gives them (``torch.optim`` keeps the names as
+    ``param_names``); anything else is a ``TypeError`` naming what it got."""
+    tensors = []
+    for param in params:
+        if isinstance(param, tuple) and len(param) == 2 and isinstance(param[1], Tensor):
+            param = param[1]
+        if not isinstance(param, Tensor):
+            raise TypeError(
+                "MARS params must be tensors or (name, tensor) pairs as named_parameters() "
+                f"gives them, got {type(param).__name__}"
+            )
+        tensors.append(param)
+    return tensors
 
 
 def _copy_locally(targets: list[Tensor], sources: list[Tensor]) -> None:

@@ -61,6 +61,7 @@ def mars_param_groups(
     adamw_names: Sequence[str] = (),
     mars_options: Mapping[str, Any] | None = None,
     adamw_options: Mapping[str, Any] | None = None,
+    named: bool = False,
 ) -> list[dict[str, Any]]:
     """Param groups for :class:`~torch_mars.MARS` that say for every parameter which rule it takes.
 
@@ -82,6 +83,8 @@ def mars_param_groups(
         adamw_module_types: module types whose own parameters all take AdamW.
         mars_names, adamw_names: ``fnmatch`` globs over names from ``model.named_parameters()``.
         mars_options, adamw_options: extra keys for each group (``lr``, ``weight_decay``, ...).
+        named: put ``(name, parameter)`` pairs in the groups instead of bare parameters, so that
+            the optimizer keeps the names (``param_names`` in its groups and state dict).
 
     Matrices of transformers' ``Conv1D`` modules (GPT-2 in Hugging Face ``transformers``), which
     store their weight as ``(in, out)``, go to a third group with ``transposed_matrices=True``, so
@@ -101,9 +104,9 @@ def mars_param_groups(
     for key, options in (("mars_options", mars_options), ("adamw_options", adamw_options)):
         if options and ("params" in options or "use_mars" in options):
             raise ValueError(f"{key} may not set 'params' or 'use_mars'")
-    mars_params: list[nn.Parameter] = []
-    transposed_params: list[nn.Parameter] = []
-    adamw_params: list[nn.Parameter] = []
+    mars_params: list[Any] = []
+    transposed_params: list[Any] = []
+    adamw_params: list[Any] = []
     seen: set[int] = set()
     for module_name, module in model.named_modules():
         for param_name, param in module.named_parameters(recurse=False):
@@ -114,12 +117,13 @@ def mars_param_groups(
             takes_mars = _takes_mars(
                 name, param, module, embeddings, adamw_module_types, mars_names, adamw_names
             )
+            entry = (name, param) if named else param
             if not takes_mars:
-                adamw_params.append(param)
+                adamw_params.append(entry)
             elif param.ndim == 2 and stores_in_out(module):
-                transposed_params.append(param)
+                transposed_params.append(entry)
             else:
-                mars_params.append(param)
+                mars_params.append(entry)
     groups = [
         {"params": mars_params, "use_mars": True, **(mars_options or {})},
         {

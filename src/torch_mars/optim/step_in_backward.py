@@ -24,8 +24,9 @@ class StepInBackward:
     """Update each parameter during ``loss.backward()``, then free its gradient.
 
     Args:
-        params: the parameters (tensors; param-group dicts are not supported: give each group
-            its own ``StepInBackward``).
+        params: the parameters: tensors, or ``(name, tensor)`` pairs as
+            ``model.named_parameters()`` gives them (each optimizer keeps its name); param-group
+            dicts are not supported: give each group its own ``StepInBackward``.
         **mars_kwargs: the arguments of :class:`~torch_mars.optim.mars.MARS` (``lr``,
             ``betas``, ``gamma``, ``mars_type``...), shared by every parameter. ``is_approx``
             must stay True and ``foreach`` False (one tensor per optimizer).
@@ -45,7 +46,9 @@ class StepInBackward:
         (True, 1)
     """
 
-    def __init__(self, params: Iterable[Tensor], **mars_kwargs: Any) -> None:
+    def __init__(
+        self, params: Iterable[Tensor] | Iterable[tuple[str, Tensor]], **mars_kwargs: Any
+    ) -> None:
         if mars_kwargs.get("is_approx", True) is not True:
             raise ValueError(
                 "StepInBackward needs is_approx=True: the exact mode evaluates a second gradient "
@@ -56,13 +59,17 @@ class StepInBackward:
                 "StepInBackward steps one tensor at a time: foreach and fused have nothing to "
                 "batch (leave them unset)"
             )
-        params = [p for p in params if p.requires_grad]
-        if not params or not all(isinstance(p, Tensor) for p in params):
-            raise ValueError("StepInBackward takes a non-empty iterable of tensors")
-        self.optimizers = [MARS([p], foreach=False, **mars_kwargs) for p in params]
+        entries = list(params)
+        tensors = [entry[1] if isinstance(entry, tuple) else entry for entry in entries]
+        if not all(isinstance(p, Tensor) for p in tensors):
+            raise ValueError("StepInBackward takes tensors or (name, tensor) pairs")
+        chosen = [(entry, p) for entry, p in zip(entries, tensors, strict=True) if p.requires_grad]
+        if not chosen:
+            raise ValueError("StepInBackward needs at least one tensor that requires grad")
+        self.optimizers = [MARS([entry], foreach=False, **mars_kwargs) for entry, _ in chosen]
         self._hooks = [
             p.register_post_accumulate_grad_hook(self._hook_for(opt))
-            for p, opt in zip(params, self.optimizers, strict=True)
+            for (_, p), opt in zip(chosen, self.optimizers, strict=True)
         ]
 
     @staticmethod
