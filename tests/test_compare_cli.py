@@ -114,5 +114,5 @@ def test_token_budget_sets_the_step_count(tmp_path, text_file):
 
 def test_values_parse_to_python_types():
     assert parse_value("3e-3") == 0.003 and parse_value("4") == 4
-    assert parse_value("0.9,0.95") == (0.9, 0.95) and parse_value("True") is True
-    assert parse_value("mars-adamw") == "mars-adamw"
+    assert parse_value("(0.9,0.95)") == (0.9, 0.95) and parse_value("True") is True
+    assert parse_value("mars-adamw") == "mars-adamw" and parse_value("bfloat16") == "bfloat16"

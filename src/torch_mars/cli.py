@@ -81,17 +81,23 @@ from torch_mars.train.vision import (
 
 
 def _key_value(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` with a number, a tuple of numbers or true/false as the value."""
+    """``KEY=VALUE`` with one value in the syntax of :mod:`torch_mars.train.grid` (a finite
+    number, true/false, a name, or a tuple in parentheses)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    parsed = parse_value(value)
-    for item in parsed if isinstance(parsed, tuple) else (parsed,):
-        if isinstance(item, str) or (isinstance(item, float) and not math.isfinite(item)):
-            raise argparse.ArgumentTypeError(
-                f"{key}: {value!r} is not a finite number, a tuple of them or true/false"
-            )
-    return key, parsed
+    try:
+        return key, parse_value(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{key}: {error}") from error
+
+
+def _name_lr(text: str) -> tuple[str, float]:
+    """``NAME=LR`` with a number as the rate."""
+    name, lr = _key_value(text)
+    if isinstance(lr, bool) or not isinstance(lr, int | float):
+        raise argparse.ArgumentTypeError(f"{name}: the rate must be a number, got {lr!r}")
+    return name, float(lr)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -102,14 +108,25 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _whole_number(text: str, minimum: int) -> int:
-    """A whole number >= ``minimum``: ``12``, also ``1e3``; not ``1.5``, ``inf`` or ``nan``."""
+# The largest counts any flag takes: more steps, tokens or epochs than any run could finish
+# (1e9 steps is 11 days at a millisecond each) are a typo, refused before anything starts.
+MAX_COUNT = 10**12
+MAX_STEPS = 10**9
+MAX_TOKENS = 10**14
+MAX_EPOCHS = 10**6
+
+
+def _whole_number(text: str, minimum: int, maximum: int = MAX_COUNT) -> int:
+    """A whole number in [``minimum``, ``maximum``]: ``12``, also ``1e3``; not ``1.5``,
+    ``inf``, ``nan`` or ``1e99``."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value != int(value) or value < minimum:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+    if not math.isfinite(value) or value != int(value) or not minimum <= value <= maximum:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number in [{minimum}, {maximum:.0e}], got {text!r}"
+        )
     return int(value)
 
 
@@ -119,6 +136,18 @@ def _positive_int(text: str) -> int:
 
 def _nonnegative_int(text: str) -> int:
     return _whole_number(text, 0)
+
+
+def _step_count(text: str) -> int:
+    return _whole_number(text, 1, MAX_STEPS)
+
+
+def _token_count(text: str) -> int:
+    return _whole_number(text, 1, MAX_TOKENS)
+
+
+def _epoch_count(text: str) -> int:
+    return _whole_number(text, 1, MAX_EPOCHS)
 
 
 def _nonnegative_float(text: str) -> float:
@@ -151,10 +180,10 @@ def _add_text_flags(
         "--data", default=defaults.data, help="'stdlib' (default), shards:FOLDER, or a text path"
     )
     group.add_argument(
-        "--steps", type=_positive_int, help=f"optimizer steps (default {defaults.steps})"
+        "--steps", type=_step_count, help=f"optimizer steps (default {defaults.steps})"
     )
     group.add_argument(
-        "--tokens", type=_positive_int, help="token budget per run, instead of --steps"
+        "--tokens", type=_token_count, help="token budget per run, instead of --steps"
     )
     group.add_argument(
         "--batch-size",
@@ -233,7 +262,7 @@ def _add_vision_flags(
     group = parser.add_argument_group("model, data and budget")
     group.add_argument("--data", required=True, help="fashion-mnist:DIR, cifar:DIR or folder:DIR")
     group.add_argument("--width", type=_positive_int, default=width, help="first-stage channels")
-    group.add_argument("--epochs", type=_positive_int, default=epochs)
+    group.add_argument("--epochs", type=_epoch_count, default=epochs)
     group.add_argument(
         "--train-subset",
         type=_positive_int,
@@ -283,7 +312,7 @@ def _add_comparison_flags(parser: argparse.ArgumentParser, optimizers: Sequence[
         "--lr",
         action="append",
         default=[],
-        type=_key_value,
+        type=_name_lr,
         metavar="NAME=LR",
         help="peak lr of one optimizer (repeatable)",
     )

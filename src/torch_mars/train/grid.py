@@ -1,35 +1,42 @@
-"""Hyperparameter values and grids as written on the command line.
+"""Hyperparameter values and grids as written on the command line, in one syntax.
 
-``parse_value`` reads one value (``3e-3``, ``4``, ``true``, ``0.9,0.95``); ``parse_grid`` reads
-``--grid OPTIMIZER:KEY=V1,V2,...`` specs, where a tuple value is written in parentheses
-(``betas=(0.9,0.95),(0.95,0.99)``), and ``grid_points`` expands an optimizer's axes into the
-points of their Cartesian product.
+A value is a number (``3e-3``, ``4``; finite), ``true``/``false``, a name (``bfloat16``), or a
+tuple of those in parentheses (``(0.9,0.95)``). ``--opt-arg KEY=VALUE`` takes one value;
+``--grid OPTIMIZER:KEY=V1,V2,...`` a comma-separated list of them
+(``betas=(0.9,0.95),(0.95,0.99)``). :func:`parse_value` and :func:`parse_values` are the one
+parser of both; ``grid_points`` expands an optimizer's axes into the points of their Cartesian
+product.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 Grid = dict[str, dict[str, tuple[Any, ...]]]
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
-def parse_value(text: str) -> Any:
-    """``"3e-3"`` -> 0.003, ``"4"`` -> 4, ``"true"`` -> True, ``"0.9,0.95"`` -> (0.9, 0.95).
-
-    >>> parse_value("3e-3"), parse_value("4"), parse_value("True"), parse_value("0.9,0.95")
-    (0.003, 4, True, (0.9, 0.95))
-    """
-    if "," in text:
-        return tuple(parse_value(part) for part in text.split(","))
+def _scalar(text: str) -> Any:
+    """One number, boolean or name."""
+    text = text.strip()
+    if not text:
+        raise ValueError("empty value")
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     for kind in (int, float):
         try:
-            return kind(text)
+            number = kind(text)
         except ValueError:
-            pass
+            continue
+        if not math.isfinite(number):
+            raise ValueError(f"{text!r} is not a finite number")
+        return number
+    if _NAME.fullmatch(text) is None:
+        raise ValueError(f"{text!r} is not a number, true/false, a name or a tuple in parentheses")
     return text
 
 
@@ -39,6 +46,8 @@ def _split_top_level(text: str) -> list[str]:
     for char in text:
         if char == "(":
             depth += 1
+            if depth > 1:
+                raise ValueError("nested parentheses")
         elif char == ")":
             depth -= 1
             if depth < 0:
@@ -53,29 +62,39 @@ def _split_top_level(text: str) -> list[str]:
     return [*items, current]
 
 
-def parse_grid_values(text: str) -> tuple[Any, ...]:
-    """The values of one axis: ``3e-3,4e-3`` or ``(0.9,0.95),(0.95,0.99)``.
+def parse_value(text: str) -> Any:
+    """One value: ``"3e-3"`` -> 0.003, ``"4"`` -> 4, ``"true"`` -> True, ``"bfloat16"``,
+    ``"(0.9,0.95)"`` -> (0.9, 0.95). A bare comma is a ``ValueError`` that shows the tuple form.
 
-    >>> parse_grid_values("(0.9,0.95),(0.95,0.99)")
-    ((0.9, 0.95), (0.95, 0.99))
+    >>> parse_value("3e-3"), parse_value("4"), parse_value("True"), parse_value("(0.9,0.95)")
+    (0.003, 4, True, (0.9, 0.95))
     """
-    values = []
-    for item in _split_top_level(text.strip()):
-        item = item.strip()
-        if not item:
-            raise ValueError("empty value")
-        if item.startswith("(") and item.endswith(")"):
-            inner = item[1:-1].strip()
-            if not inner:
-                raise ValueError("empty tuple '()'")
-            values.append(tuple(parse_value(part.strip()) for part in inner.split(",")))
-        elif "(" in item or ")" in item:
-            raise ValueError(f"misplaced parenthesis in {item!r}")
-        else:
-            values.append(parse_value(item))
+    items = _split_top_level(text.strip())
+    if len(items) > 1:
+        raise ValueError(
+            f"{text!r} is several values; write a tuple in parentheses, e.g. ({text.strip()})"
+        )
+    item = items[0].strip()
+    if item.startswith("(") and item.endswith(")"):
+        inner = item[1:-1].strip()
+        if not inner:
+            raise ValueError("empty tuple '()'")
+        return tuple(_scalar(part) for part in inner.split(","))
+    if "(" in item or ")" in item:
+        raise ValueError(f"misplaced parenthesis in {item!r}")
+    return _scalar(item)
+
+
+def parse_values(text: str) -> tuple[Any, ...]:
+    """A comma-separated list of values (the values of one grid axis), none repeated.
+
+    >>> parse_values("3e-3,4e-3"), parse_values("(0.9,0.95),(0.95,0.99)")
+    ((0.003, 0.004), ((0.9, 0.95), (0.95, 0.99)))
+    """
+    values = tuple(parse_value(item) for item in _split_top_level(text.strip()))
     if len(set(map(repr, values))) != len(values):
         raise ValueError("a value is repeated")
-    return tuple(values)
+    return values
 
 
 def parse_grid(specs: Iterable[str], optimizers: Sequence[str]) -> Grid:
@@ -98,7 +117,7 @@ def parse_grid(specs: Iterable[str], optimizers: Sequence[str]) -> Grid:
         if key in axes:
             raise ValueError(f"--grid {spec!r}: {name}:{key} is given twice")
         try:
-            axes[key] = parse_grid_values(values)
+            axes[key] = parse_values(values)
         except ValueError as error:
             raise ValueError(f"--grid {spec!r}: {error}") from error
     return grid
