@@ -17,9 +17,7 @@ from torch_mars.train.metrics import read_metrics
 
 def run_cli(args, env_extra=None):
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
-    completed = subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=300
-    )
+    completed = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed
 

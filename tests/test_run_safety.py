@@ -12,7 +12,6 @@ import os
 import pickle
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -85,15 +84,19 @@ def test_starting_over_a_run_with_a_checkpoint_needs_overwrite(tmp_path):
 
 
 def test_a_second_process_on_a_run_folder_is_told_who_holds_it(tmp_path):
+    """The holder keeps the lock until the test kills it (it blocks on its stdin), and
+    ``wait()`` returns only once the process is gone, with its lock: nothing here depends on
+    how fast the machine is."""
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path;"
+            "import sys; from pathlib import Path;"
             "from torch_mars.train.run_record import run_folder_lock\n"
             f"with run_folder_lock(Path({str(tmp_path)!r})):\n"
-            "    print('locked', flush=True); time.sleep(60)",
+            "    print('locked', flush=True); sys.stdin.read()",
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -104,7 +107,6 @@ def test_a_second_process_on_a_run_folder_is_told_who_holds_it(tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    time.sleep(0.1)
     with run_folder_lock(tmp_path):  # the dead holder's lock is gone
         pass
 
@@ -247,7 +249,7 @@ def test_the_process_group_gets_the_configured_timeout(monkeypatch):
     assert seen["timeout"] == datetime.timedelta(seconds=7) and seen["backend"] == "gloo"
 
 
-def _barrier_with_timeout(rank: int, init_file: str, out_file: str) -> None:
+def _barrier_with_timeout(rank: int, init_file: str, out_file: str, failed) -> None:
     import datetime
 
     import torch.distributed as dist
@@ -260,19 +262,23 @@ def _barrier_with_timeout(rank: int, init_file: str, out_file: str) -> None:
         timeout=datetime.timedelta(seconds=1),
     )
     if rank == 1:
-        time.sleep(4)  # a stuck partner
+        failed.wait()  # a stuck partner: it never joins the barrier, and stays until rank 0 failed
     else:
         try:
             dist.barrier()
         except RuntimeError as error:
             with open(out_file, "w") as handle:
                 handle.write(str(error))
+        failed.set()
     dist.destroy_process_group()
 
 
 def test_a_stuck_partner_times_out_with_the_message_the_trainer_translates(tmp_path):
+    """Rank 1 never joins rank 0's barrier, so the barrier can only time out, and rank 1 leaves
+    only after it has: the outcome does not depend on which rank is faster."""
     import torch.multiprocessing as mp
 
     out = tmp_path / "error.txt"
-    mp.spawn(_barrier_with_timeout, args=(str(tmp_path / "init"), str(out)), nprocs=2)
+    failed = mp.get_context("spawn").Event()
+    mp.spawn(_barrier_with_timeout, args=(str(tmp_path / "init"), str(out), failed), nprocs=2)
     assert "timed out" in out.read_text().lower()

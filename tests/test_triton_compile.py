@@ -65,7 +65,7 @@ def test_the_covering_set_compiles_for_sm80_and_sm90_without_spills(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     command = [sys.executable, "-m", "torch_mars.bench.triton_compile", "--json", str(report)]
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    completed = subprocess.run(command, env=env, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     reports = json.loads(report.read_text())
     assert {r["arch"] for r in reports} == {80, 90}
