@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from torch_mars.kernels import require_triton
+from torch_mars.kernels import TRITON_AVAILABLE, require_triton
 from torch_mars.optim.functional import (
     Implementation,
     adamw_step,
@@ -123,6 +123,9 @@ class MARS(Optimizer):
             ``weight_decay`` and not this takes its ``weight_decay``).
         maximize: maximise the objective instead of minimising it.
         ns_steps: Newton-Schulz iterations of ``mars-shampoo`` and ``mars-m``, >= 1.
+        ns_dtype: the dtype Newton-Schulz runs in, ``torch.bfloat16`` or ``torch.float32``;
+            None (the default): bf16 where the device multiplies it in hardware (CUDA from
+            compute capability 8.0, CPUs with AMX or AVX-512 BF16), float32 elsewhere.
         transposed_matrices: the group's 2-D weights are stored as ``(in, out)``, as
             transformers' ``Conv1D`` stores them (:func:`mars_param_groups` sets it for those);
             ``mars-shampoo``'s ``sqrt(max(1, rows/cols))`` then takes rows from ``shape[1]``.
@@ -133,8 +136,12 @@ class MARS(Optimizer):
             ``mars-shampoo``, Newton-Schulz of whole matrices on owner ranks (two
             ``all_to_all``); see ``docs/distributed.md``.
         fused: the fused kernels (True): multi-tensor Triton kernels on CUDA (needs the
-            ``triton`` extra), one ``torch.compile``d kernel per tensor on CPU. They also take a
-            GradScaler's scale inside the kernel. Exclusive with ``foreach=True``. On FSDP2
+            ``triton`` extra), one ``torch.compile``d kernel per tensor on CPU. None (the
+            default) with ``foreach`` unset takes the Triton kernels when every tensor is on
+            CUDA and Triton imports (not for ``cautious`` or ``one_buffer``), as torch.optim
+            does where it has fused kernels; docs/algorithm.md tabulates the default paths.
+            They also take a GradScaler's scale inside the kernel. Exclusive with
+            ``foreach=True``. On FSDP2
             parameters only the 1-D AdamW tensors take them (the MARS tensors take the sharded
             multi-tensor path).
         state_dtype: dtype of ``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq`` and ``last_grad``:
@@ -203,6 +210,7 @@ class MARS(Optimizer):
         *,
         maximize: bool = False,
         ns_steps: int = 5,
+        ns_dtype: torch.dtype | None = None,
         foreach: bool | None = None,
         fused: bool | None = None,
         state_dtype: torch.dtype | None = None,
@@ -229,6 +237,7 @@ class MARS(Optimizer):
             "weight_decay_1d": weight_decay_1d,
             "maximize": maximize,
             "ns_steps": ns_steps,
+            "ns_dtype": ns_dtype,
             "foreach": foreach,
             "fused": fused,
             "state_dtype": state_dtype,
@@ -318,6 +327,7 @@ class MARS(Optimizer):
         for group in self.param_groups:
             group.setdefault("maximize", False)
             group.setdefault("ns_steps", 5)
+            group.setdefault("ns_dtype", None)
             group.setdefault("foreach", None)
             group.setdefault("fused", None)
             group.setdefault("state_dtype", None)
@@ -438,10 +448,12 @@ class MARS(Optimizer):
         the parameter). The one place where state is created."""
         state = self.state[param]
         state.setdefault("step", 0)
-        if group["skip_nonfinite"] and routes_to_mars(param, group):
-            state.setdefault(
-                "nonfinite_skips", torch.zeros((), dtype=torch.int64, device=param.device)
-            )
+        if (
+            group["skip_nonfinite"]
+            and "nonfinite_skips" not in state
+            and routes_to_mars(param, group)
+        ):
+            state["nonfinite_skips"] = torch.zeros((), dtype=torch.int64, device=param.device)
         for name in state_buffer_names(param, group):
             if name not in state:
                 if name == "prev_param":
@@ -712,15 +724,36 @@ def _state_dtype(param: Tensor, group: dict[str, Any]) -> torch.dtype:
 
 
 def _implementation(group: dict[str, Any], params: list[Tensor]) -> Implementation:
-    """The step path of a group: fused, foreach or the per-tensor loop (device default).
+    """The step path of a group, chosen here and nowhere else for plain tensors: fused when
+    ``fused=True``; with neither flag set, the Triton kernels when every tensor is on CUDA and
+    Triton imports (:func:`default_fused`), as ``torch.optim`` picks its fused kernels; else
+    foreach or the per-tensor loop (the device default, :func:`default_foreach`).
 
     A step traced by ``torch.compile`` takes the per-tensor loop: inductor fuses it across
     tensors anyway, and in torch 2.13 the foreach ops fail to compile when their scalars derive
     from a dynamic step count (the generated code references an unbound symbol).
     """
-    if group["fused"]:
+    if torch.compiler.is_compiling():
+        return "fused" if group["fused"] else "single_tensor"
+    if group["fused"] or (
+        group["fused"] is None and group["foreach"] is None and default_fused(group, params)
+    ):
         return "fused"
     foreach = group["foreach"]
     if foreach is None:
         foreach = default_foreach(params)
-    return "foreach" if foreach and not torch.compiler.is_compiling() else "single_tensor"
+    return "foreach" if foreach else "single_tensor"
+
+
+def default_fused(group: dict[str, Any], params: list[Tensor]) -> bool:
+    """Whether a group with neither ``fused`` nor ``foreach`` set takes the fused kernels: on
+    CUDA when Triton imports, for the settings the Triton kernels run themselves (``cautious``
+    and ``one_buffer`` go to a compiled per-tensor kernel there, which compiles on the first
+    step: those stay on foreach unless asked)."""
+    return (
+        TRITON_AVAILABLE
+        and bool(params)
+        and all(p.is_cuda for p in params)
+        and not group["cautious"]
+        and not group["one_buffer"]
+    )

@@ -4,6 +4,9 @@ part."""
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import torch
 from torch import Tensor
 
@@ -27,7 +30,42 @@ NS_COEFFICIENTS: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)
 NS_NORM_EPS = 1e-7
 
 
-def newton_schulz_orthogonalize(matrix: Tensor, steps: int) -> Tensor:
+_CPU_BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
+
+
+@functools.cache
+def _cpu_has_fast_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AMX or AVX-512 BF16, read from
+    ``/proc/cpuinfo``; False where that file does not exist)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        return False
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith("flags"):
+            return bool(_CPU_BF16_FLAGS & set(line.split()))
+    return False
+
+
+@functools.cache
+def fast_matmul_dtype(device: torch.device) -> torch.dtype:
+    """The dtype Newton-Schulz runs in on ``device`` by default: bfloat16 where matrix
+    multiplication is fast in it (CUDA from compute capability 8.0, XPU, CPUs with AMX or
+    AVX-512 BF16), float32 elsewhere. Without bf16 units a CPU emulates bf16 matmuls, several
+    times slower than float32 (docs/benchmarks.md)."""
+    if device.type == "cuda":
+        return (
+            torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float32
+        )
+    if device.type == "xpu":
+        return torch.bfloat16
+    if device.type == "cpu" and _cpu_has_fast_bf16():
+        return torch.bfloat16
+    return torch.float32
+
+
+def newton_schulz_orthogonalize(
+    matrix: Tensor, steps: int, dtype: torch.dtype | None = None
+) -> Tensor:
     """Approximate the orthogonal factor ``U V^T`` of ``matrix = U S V^T``.
 
     Args:
@@ -35,10 +73,12 @@ def newton_schulz_orthogonalize(matrix: Tensor, steps: int) -> Tensor:
             matrices orthogonalised independently (one chain of batched matmuls), any floating
             dtype.
         steps: number of quintic iterations (>= 1).
+        dtype: the dtype the iterations run in; None: :func:`fast_matmul_dtype` of the
+            matrix's device.
 
     Returns:
         A tensor of the same shape and dtype as ``matrix`` whose singular values lie roughly in
-        ``[0.7, 1.2]``. The iterations run in bfloat16 on ``matrix / (||matrix||_F + 1e-7)``,
+        ``[0.7, 1.2]``. The iterations run in ``dtype`` on ``matrix / (||matrix||_F + 1e-7)``,
         on the transpose when ``rows > cols`` so that the Gram matrix is the smaller one.
 
     >>> q = newton_schulz_orthogonalize(torch.randn(8, 4, dtype=torch.float64), steps=5)
@@ -49,7 +89,7 @@ def newton_schulz_orthogonalize(matrix: Tensor, steps: int) -> Tensor:
     norm = torch.linalg.vector_norm(
         matrix, dim=(-2, -1), keepdim=True, dtype=reduction_dtype(matrix.dtype)
     )
-    x = (matrix / (norm + NS_NORM_EPS)).to(torch.bfloat16)
+    x = (matrix / (norm + NS_NORM_EPS)).to(dtype or fast_matmul_dtype(matrix.device))
     transposed = matrix.size(-2) > matrix.size(-1)
     if transposed:
         x = x.mT
@@ -63,10 +103,15 @@ def newton_schulz_orthogonalize(matrix: Tensor, steps: int) -> Tensor:
 
 
 def batched_shampoo_directions(
-    exp_avgs: list[Tensor], steps: int, transposed: bool = False, mars_type: str = "mars-shampoo"
+    exp_avgs: list[Tensor],
+    steps: int,
+    transposed: bool = False,
+    mars_type: str = "mars-shampoo",
+    ns_dtype: torch.dtype | None = None,
 ) -> list[Tensor]:
     """``NS(M) * scale`` of each ``M = m.reshape(shape[0], -1)``, the scale of ``mars_type``
-    (:func:`~torch_mars.optim.step_types.orthogonal_update_scale`).
+    (:func:`~torch_mars.optim.step_types.orthogonal_update_scale`), the iterations in
+    ``ns_dtype`` (None: the device's, :func:`fast_matmul_dtype`).
 
     Tensors of the same shape, dtype and device are stacked and orthogonalised together, one
     chain of batched matmuls per shape instead of one per tensor. ``transposed``: the matrices
@@ -84,7 +129,7 @@ def batched_shampoo_directions(
                 directions[index] = torch.zeros_like(exp_avgs[index])
             continue
         stacked = torch.stack([exp_avgs[i].reshape(rows, cols) for i in indices])
-        orthogonal = newton_schulz_orthogonalize(stacked, steps)
+        orthogonal = newton_schulz_orthogonalize(stacked, steps, ns_dtype)
         orthogonal.mul_(orthogonal_update_scale(mars_type, shape, transposed))
         for index, matrix in zip(indices, orthogonal.unbind(0), strict=True):
             directions[index] = matrix.view(shape)
@@ -104,7 +149,7 @@ def apply_shampoo_directions(
 
     def directions_of(momenta: list[Tensor]) -> list[Tensor]:
         return batched_shampoo_directions(
-            momenta, hp.ns_steps, hp.transposed_matrices, hp.mars_type
+            momenta, hp.ns_steps, hp.transposed_matrices, hp.mars_type, hp.ns_dtype
         )
 
     for indices in group_by_device_and_dtype(matrices.params):

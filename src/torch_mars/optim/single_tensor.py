@@ -143,17 +143,22 @@ def one_buffer_momentum(
 
 
 def shampoo_direction(
-    exp_avg: Tensor, ns_steps: int, transposed: bool = False, mars_type: str = "mars-shampoo"
+    exp_avg: Tensor,
+    ns_steps: int,
+    transposed: bool = False,
+    mars_type: str = "mars-shampoo",
+    ns_dtype: torch.dtype | None = None,
 ) -> Tensor:
     """``NS(M) * scale`` for ``M = m`` viewed as ``(shape[0], -1)``, with the scale of
-    ``mars_type`` (:func:`~torch_mars.optim.step_types.orthogonal_update_scale`).
+    ``mars_type`` (:func:`~torch_mars.optim.step_types.orthogonal_update_scale`), the
+    iterations in ``ns_dtype`` (None: the device's).
 
     Returns a tensor of ``exp_avg``'s shape; zeros for a tensor with no elements.
     """
     if exp_avg.numel() == 0:
         return torch.zeros_like(exp_avg)
     matrix = exp_avg.reshape(matrix_shape(exp_avg.shape))
-    orthogonal = newton_schulz_orthogonalize(matrix, ns_steps)
+    orthogonal = newton_schulz_orthogonalize(matrix, ns_steps, ns_dtype)
     scale = orthogonal_update_scale(mars_type, exp_avg.shape, transposed)
     return orthogonal.mul_(scale).view_as(exp_avg)
 
@@ -165,7 +170,7 @@ def shampoo_step_(
     ``mars-m``: ``0.2 sqrt(max(rows, cols))``), masked against ``grad`` under ``hp.cautious``."""
     if hp.weight_decay != 0.0:
         param.mul_(k.weight_decay_factor)
-    direction = shampoo_direction(m, hp.ns_steps, hp.transposed_matrices, hp.mars_type)
+    direction = shampoo_direction(m, hp.ns_steps, hp.transposed_matrices, hp.mars_type, hp.ns_dtype)
     if hp.cautious:
         cautious_(direction, grad)
     add_scaled_(param, direction, -k.lr)

@@ -67,6 +67,8 @@ class MarsHyperparams(AdamWHyperparams):
             a float or a one-element tensor.
         mars_type: which preconditioned rule consumes the corrected gradient.
         ns_steps: Newton-Schulz iterations of ``mars-shampoo`` and ``mars-m``.
+        ns_dtype: the dtype of the Newton-Schulz iterations (``torch.bfloat16`` or
+            ``torch.float32``); None: bf16 where the device multiplies it fast, else float32.
         transposed_matrices: the 2-D weights are stored as ``(in, out)``; ``mars-shampoo``'s
             scale then reads the output dimension from ``shape[1]``.
         skip_nonfinite: a tensor whose ``||c||`` is not finite keeps its parameter and state
@@ -82,6 +84,7 @@ class MarsHyperparams(AdamWHyperparams):
     gamma: Scalar = 0.025
     mars_type: MarsType = "mars-adamw"
     ns_steps: int = 5
+    ns_dtype: torch.dtype | None = None
     transposed_matrices: bool = False
     skip_nonfinite: bool = False
     clip: bool = True
@@ -162,6 +165,12 @@ def validate_group(group: Mapping[str, Any]) -> None:
     ns_steps = group["ns_steps"]
     if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
         raise ValueError(f"ns_steps must be an integer >= 1, got {ns_steps!r}")
+    if group.get("ns_dtype") not in (None, torch.bfloat16, torch.float32, torch.float64):
+        raise ValueError(
+            "ns_dtype must be None (bf16 where the device multiplies it fast, else float32), "
+            "torch.float64 (for float64 references), "
+            f"torch.bfloat16 or torch.float32, got {group.get('ns_dtype')!r}"
+        )
     for name in ("amsgrad", "is_approx", "optimize_1d", "reference_routing", "maximize"):
         _check_flag(name, group[name])
     _check_flag("transposed_matrices", group.get("transposed_matrices", False))
@@ -213,6 +222,7 @@ def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
         gamma=_scalar(group["gamma"]),
         mars_type=group["mars_type"],
         ns_steps=group["ns_steps"],
+        ns_dtype=group.get("ns_dtype"),
         transposed_matrices=group.get("transposed_matrices", False),
         skip_nonfinite=group.get("skip_nonfinite", False),
         clip=group.get("clip", True),
@@ -320,18 +330,21 @@ class UpdateCoefficients:
     eps: Any
     weight_decay_factor: Any
 
+    def _fields(self) -> tuple[Any, ...]:
+        # Not dataclasses.astuple, which deep-copies every tensor (five ops per field and
+        # tensor: most of a gated step's host cost before this was found).
+        return tuple(getattr(self, field.name) for field in dataclasses.fields(self))
+
     def unbind(self) -> UpdateCoefficients:
         """Vector fields as lists of per-tensor 0-d tensors (views, no copies)."""
-        return UpdateCoefficients(
-            *(list(value.unbind()) for value in dataclasses.astuple(self))  # type: ignore[union-attr]
-        )
+        return UpdateCoefficients(*(list(value.unbind()) for value in self._fields()))
 
     def select(self, indices: Sequence[int]) -> UpdateCoefficients:
         """List fields restricted to ``indices``; shared scalars unchanged."""
         return UpdateCoefficients(
             *(
                 [value[i] for i in indices] if isinstance(value, list) else value
-                for value in dataclasses.astuple(self)
+                for value in self._fields()
             )
         )
 

@@ -126,11 +126,13 @@ _CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 # MARS options beyond the defaults that `--opt-arg` may set: how a step runs (foreach, fused),
-# what its state is stored in (state_dtype: "bfloat16" or "float32"), and the rule's switches.
+# what its state is stored in and what Newton-Schulz runs in (state_dtype, ns_dtype:
+# "bfloat16" or "float32"), and the rule's switches.
 MARS_OPTIONS = (
     "foreach",
     "fused",
     "state_dtype",
+    "ns_dtype",
     "cautious",
     "clip",
     "one_buffer",
@@ -294,14 +296,15 @@ def _construct(
 ) -> Optimizer | CombinedOptimizer:
     if name in MARS_RULE_OF:
         rule = MARS_RULE_OF[name]
-        state_dtype = settings.get("state_dtype")
-        if isinstance(state_dtype, str):  # --opt-arg state_dtype=bfloat16 (JSON-safe in configs)
-            if state_dtype.removeprefix("torch.") not in STATE_DTYPES_BY_NAME:
-                raise ValueError(
-                    f"{name}: state_dtype must be one of {sorted(STATE_DTYPES_BY_NAME)}, "
-                    f"got {state_dtype!r}"
-                )
-            settings["state_dtype"] = STATE_DTYPES_BY_NAME[state_dtype.removeprefix("torch.")]
+        for key in ("state_dtype", "ns_dtype"):
+            dtype = settings.get(key)
+            if isinstance(dtype, str):  # --opt-arg state_dtype=bfloat16 (JSON-safe in configs)
+                if dtype.removeprefix("torch.") not in STATE_DTYPES_BY_NAME:
+                    raise ValueError(
+                        f"{name}: {key} must be one of {sorted(STATE_DTYPES_BY_NAME)}, "
+                        f"got {dtype!r}"
+                    )
+                settings[key] = STATE_DTYPES_BY_NAME[dtype.removeprefix("torch.")]
         if name == "muon-nd":
             settings["gamma"] = settings.get("gamma", 0.0)
             if settings["gamma"] != 0.0:

@@ -1,0 +1,68 @@
+"""Newton-Schulz: batched by shape equals one matrix at a time (float64), the dtype it runs in
+follows the device unless ``ns_dtype`` says otherwise, and that switch reaches the step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_mars.optim.newton_schulz as newton_schulz
+from torch_mars import MARS
+from torch_mars.optim.newton_schulz import (
+    batched_shampoo_directions,
+    fast_matmul_dtype,
+    newton_schulz_orthogonalize,
+)
+from torch_mars.optim.single_tensor import shampoo_direction
+
+SHAPES = [(6, 4), (6, 4), (4, 6), (3, 2, 2), (6, 4), (5, 5), (4, 6)]
+
+
+@pytest.mark.parametrize("mars_type", ["mars-shampoo", "mars-m"])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_batched_by_shape_equals_one_matrix_at_a_time_in_float64(mars_type, transposed):
+    generator = torch.Generator().manual_seed(0)
+    momenta = [torch.randn(s, dtype=torch.float64, generator=generator) for s in SHAPES]
+    batched = batched_shampoo_directions(momenta, 5, transposed, mars_type, torch.float64)
+    for m, direction in zip(momenta, batched, strict=True):
+        single = shampoo_direction(m, 5, transposed, mars_type, torch.float64)
+        assert direction.shape == m.shape
+        torch.testing.assert_close(direction, single, rtol=1e-12, atol=1e-12)
+
+
+def test_the_default_dtype_is_bf16_only_where_the_cpu_multiplies_it_in_hardware(monkeypatch):
+    fast_matmul_dtype.cache_clear()
+    monkeypatch.setattr(newton_schulz, "_cpu_has_fast_bf16", lambda: False)
+    assert fast_matmul_dtype(torch.device("cpu")) == torch.float32
+    fast_matmul_dtype.cache_clear()
+    monkeypatch.setattr(newton_schulz, "_cpu_has_fast_bf16", lambda: True)
+    assert fast_matmul_dtype(torch.device("cpu")) == torch.bfloat16
+    fast_matmul_dtype.cache_clear()
+
+
+def test_an_explicit_dtype_is_what_the_iterations_run_in():
+    matrix = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    in_bf16 = newton_schulz_orthogonalize(matrix, 5, torch.bfloat16)
+    in_fp32 = newton_schulz_orthogonalize(matrix, 5, torch.float32)
+    assert in_bf16.dtype == in_fp32.dtype == torch.float64
+    # bf16 keeps 8 bits of mantissa: its result sits on a coarse grid that float32's does not.
+    assert torch.equal(in_bf16, in_bf16.to(torch.bfloat16).to(torch.float64))
+    assert not torch.equal(in_fp32, in_fp32.to(torch.bfloat16).to(torch.float64))
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_the_ns_dtype_switch_reaches_the_step(foreach):
+    start = torch.randn(6, 4, generator=torch.Generator().manual_seed(2))
+    results = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        weight = torch.nn.Parameter(start.clone())
+        opt = MARS([weight], lr=0.1, mars_type="mars-shampoo", ns_dtype=dtype, foreach=foreach)
+        weight.grad = torch.ones_like(weight)
+        opt.step()
+        results[dtype] = weight.detach().clone()
+    assert not torch.equal(results[torch.bfloat16], results[torch.float32])
+
+
+def test_a_bad_ns_dtype_is_refused():
+    with pytest.raises(ValueError, match="ns_dtype must be None"):
+        MARS([torch.nn.Parameter(torch.zeros(2, 2))], ns_dtype=torch.float16)
