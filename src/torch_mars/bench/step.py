@@ -5,8 +5,10 @@ of a named GPT config, with random gradients.
 Every candidate is built on the same parameters and warmed up (which also compiles the compiled
 kernels); then rounds time one step of each candidate in turn, the device synchronised around
 each step, and a row reports the median. Besides the
-time, a row gives the ratio to fused AdamW measured in the same run, the effective bandwidth
-against the bytes the rule must move at the least, and the persistent state memory.
+time, a row gives the ratio to fused AdamW measured in the same run, the aten ops one step
+dispatches (:mod:`.op_count`: the host cost a GPU pays in launches, counted on any device), the
+effective bandwidth against the bytes the rule must move at the least, and the persistent state
+memory.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from torch_mars.bench.op_count import count_aten_ops
 from torch_mars.bench.table import markdown_table
 from torch_mars.optim import MARS, mars_param_groups
 from torch_mars.optim.newton_schulz import batched_shampoo_directions
@@ -160,6 +163,7 @@ class StepResult:
     name: str
     median_ms: float
     ratio_to_fused_adamw: float
+    ops_per_step: int
     effective_gb_per_s: float
     state_mib: float
     peak_step_mib: float | None
@@ -241,11 +245,13 @@ def run_step_benchmark(
     for candidate, optimizer, peak in zip(candidates, optimizers, peaks, strict=True):
         ms = medians[candidate.name]
         moved = bytes_per_step(optimizer, params)
+        ops = sum(count_aten_ops(optimizer.step).values())
         results.append(
             StepResult(
                 candidate.name,
                 ms,
                 ms / baseline,
+                ops,
                 moved / (ms * 1e-3) / 1e9,
                 state_bytes(optimizer) / 2**20,
                 peak,
@@ -271,6 +277,7 @@ def format_step_table(results: list[StepResult]) -> str:
         "optimizer",
         "step (ms)",
         "ratio to fused AdamW",
+        "ops/step",
         "effective GB/s",
         "state (MiB)",
         "peak step (MiB)",
@@ -282,6 +289,7 @@ def format_step_table(results: list[StepResult]) -> str:
                 r.name,
                 f"{r.median_ms:.2f}",
                 f"{r.ratio_to_fused_adamw:.2f}",
+                str(r.ops_per_step),
                 f"{r.effective_gb_per_s:.1f}",
                 f"{r.state_mib:.0f}",
                 "n/a" if r.peak_step_mib is None else f"{r.peak_step_mib:.0f}",
