@@ -20,9 +20,9 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 import torch
+from study_compare import MINI_BUDGET
 
 from torch_mars.data import load_corpus
-from torch_mars.train.compare import DEFAULT_COMPARE
 from torch_mars.train.trainer import Trainer
 
 LR_GRID = (1e-3, 3e-3, 1e-2, 3e-2)
@@ -73,7 +73,7 @@ def main() -> None:
     if args.table:
         print(markdown_table(json.loads(args.out.read_text())["runs"]))
         return
-    corpus = load_corpus(DEFAULT_COMPARE.data)
+    corpus = load_corpus(MINI_BUDGET.data)
     records = json.loads(args.out.read_text())["runs"] if args.out.exists() else []
 
     def run(name: str, hyperparams: dict) -> float:
@@ -82,7 +82,7 @@ def main() -> None:
                 return record["final_val_loss"]
         with TemporaryDirectory() as tmp:
             config = dataclasses.replace(
-                DEFAULT_COMPARE,
+                MINI_BUDGET,
                 optimizer=name,
                 run_dir=Path(tmp),
                 hyperparams={
@@ -101,9 +101,9 @@ def main() -> None:
                     "machine": f"{platform.processor() or platform.machine()}, "
                     f"{torch.get_num_threads()} threads, torch {torch.__version__}",
                     "budget": {
-                        "model": DEFAULT_COMPARE.model,
-                        "steps": DEFAULT_COMPARE.steps,
-                        "batch_size": DEFAULT_COMPARE.batch_size,
+                        "model": MINI_BUDGET.model,
+                        "steps": MINI_BUDGET.steps,
+                        "batch_size": MINI_BUDGET.batch_size,
                     },
                     "runs": records,
                 },

@@ -45,14 +45,13 @@ import dataclasses
 import json
 from pathlib import Path
 
-from study_compare import EXTENSIONS, STEP, extend_at_edges, tiny_budget
+from study_compare import EXTENSIONS, MINI_BUDGET, STEP, extend_at_edges, tiny_budget
 
-from torch_mars.train.compare import DEFAULT_COMPARE
 from torch_mars.train.sweep import SweepPlan, SweepReport, run_sweep, write_report
 from torch_mars.train.trainer import TrainConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
-TOKENS_PER_STEP = DEFAULT_COMPARE.batch_size * 128
+TOKENS_PER_STEP = MINI_BUDGET.batch_size * 128
 BATCHES = (4, 64)
 AXIS_OPTIMIZERS = ("adamw", "mars-adamw", "muon", "mars-shampoo", "nadamw")
 # Each MARS rule's same-cost controls: its base, and the Nesterov momentum its first moment is
@@ -178,11 +177,11 @@ def at_batch(base: TrainConfig, batch: int) -> TrainConfig:
 def batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -> dict:
     results = {}
     for batch in BATCHES:
-        steps = DEFAULT_COMPARE.steps * DEFAULT_COMPARE.batch_size // batch
+        steps = MINI_BUDGET.steps * MINI_BUDGET.batch_size // batch
         sized = dataclasses.replace(
             at_batch(base, batch), steps=steps, eval_interval=max(1, steps // 10)
         )
-        scale = (batch / DEFAULT_COMPARE.batch_size) ** 0.5
+        scale = (batch / MINI_BUDGET.batch_size) ** 0.5
         lrs = {name: list(grid_around(winners[name]["lr"] * scale)) for name in AXIS_OPTIMIZERS}
         fixed = {name: fixed_axes(winners[name]) for name in AXIS_OPTIMIZERS}
         report = sweep_lr_with_edges(folder / f"batch-{batch}", sized, lrs, fixed, jobs)
@@ -225,14 +224,14 @@ def tiny_batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -
     """The batch axis on `tiny`. Batch 16 is the tokens axis's sweep (resumed: nothing reruns);
     the other batches centre their grids on its tuned lrs and keep its other settings."""
     results = {
-        DEFAULT_COMPARE.batch_size: tokens_sweep(folder, base, winners, TINY_BATCH_MULTIPLE, jobs)
+        MINI_BUDGET.batch_size: tokens_sweep(folder, base, winners, TINY_BATCH_MULTIPLE, jobs)
     }
-    tuned = {name: point["point"] for name, point in results[DEFAULT_COMPARE.batch_size].items()}
+    tuned = {name: point["point"] for name, point in results[MINI_BUDGET.batch_size].items()}
     for batch in TINY_BATCHES:
-        if batch == DEFAULT_COMPARE.batch_size:
+        if batch == MINI_BUDGET.batch_size:
             continue
         sized = tiny_budget(at_batch(base, batch), TINY_BATCH_MULTIPLE)
-        scale = (batch / DEFAULT_COMPARE.batch_size) ** 0.5
+        scale = (batch / MINI_BUDGET.batch_size) ** 0.5
         lrs = {name: list(grid_around(point["lr"] * scale)) for name, point in tuned.items()}
         fixed = {name: fixed_axes(point) for name, point in tuned.items()}
         report = sweep_lr_with_edges(folder / f"batch-tiny-{batch}", sized, lrs, fixed, jobs)
@@ -326,7 +325,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--folder", default="study-axes")
     parser.add_argument("--winners", default="study-compare", help="the study whose winners to use")
-    parser.add_argument("--data", default=DEFAULT_COMPARE.data)
+    parser.add_argument("--data", default=MINI_BUDGET.data)
     parser.add_argument(
         "--stages",
         nargs="+",
@@ -335,7 +334,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     folder = RESULTS / args.folder
-    base = dataclasses.replace(DEFAULT_COMPARE, data=args.data)
+    base = dataclasses.replace(MINI_BUDGET, data=args.data)
     winners = json.loads((RESULTS / args.winners / "betas" / "sweep.json").read_text())["winners"]
     axes_file = folder / "axes.json"
     axes = json.loads(axes_file.read_text()) if axes_file.exists() else {}

@@ -37,11 +37,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from torch_mars.train.compare import DEFAULT_COMPARE
 from torch_mars.train.sweep import SweepPlan, format_sweep_table, run_sweep, write_report
 from torch_mars.train.trainer import TrainConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# The study's budget: `mini` for 400 steps of 16 x 128 tokens (about one token per parameter),
+# `torch-mars compare`'s default until issue #24 moved that to `tiny`.
+MINI_BUDGET = TrainConfig(
+    model="mini", data="stdlib", steps=400, batch_size=16, eval_interval=40, eval_batches=8
+)
 STEP = 1.5
 LR_GRIDS = {
     "adamw": (1.3e-3, 2e-3, 3e-3, 4.5e-3, 6.7e-3),
@@ -140,7 +144,7 @@ def main() -> None:
     parser.add_argument("--stage", choices=("a", "b", "all"), default="all")
     parser.add_argument("--optimizers", nargs="+", choices=list(LR_GRIDS), default=list(LR_GRIDS))
     parser.add_argument("--folder", default="study-compare")
-    parser.add_argument("--data", default=DEFAULT_COMPARE.data)
+    parser.add_argument("--data", default=MINI_BUDGET.data)
     parser.add_argument(
         "--tiny-multiple",
         type=int,
@@ -148,7 +152,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     folder = RESULTS / args.folder
-    base = dataclasses.replace(DEFAULT_COMPARE, data=args.data)
+    base = dataclasses.replace(MINI_BUDGET, data=args.data)
     if args.tiny_multiple:
         base = tiny_budget(base, args.tiny_multiple)
     if args.stage in ("a", "all"):

@@ -15,9 +15,8 @@ import argparse
 import dataclasses
 import json
 
-from study_compare import RESULTS, progress, tiny_budget
+from study_compare import MINI_BUDGET, RESULTS, progress, tiny_budget
 
-from torch_mars.train.compare import DEFAULT_COMPARE
 from torch_mars.train.sweep import SweepPlan, format_sweep_table, run_sweep, write_report
 
 SWAPPED_WEIGHT_DECAY = {"mars-m": 0.0, "muon": 0.1}
@@ -38,7 +37,7 @@ def main() -> None:
         for name, weight_decay in SWAPPED_WEIGHT_DECAY.items()
     }
     gamma0 = {"mars-m": {**grid["mars-m"], "gamma": (0.0,)}}
-    base = tiny_budget(dataclasses.replace(DEFAULT_COMPARE), 4)
+    base = tiny_budget(dataclasses.replace(MINI_BUDGET), 4)
     for name, points in (("weight-decay", grid), ("weight-decay-gamma0", gamma0)):
         plan = SweepPlan(
             base=base,

@@ -55,6 +55,7 @@ from torch_mars.train.checkpoint import CheckpointError
 from torch_mars.train.compare import (
     DEFAULT_COMPARE,
     DEFAULT_OPTIMIZERS,
+    format_control_gaps,
     format_table,
     run_comparison,
     summarise,
@@ -483,6 +484,10 @@ def _run_comparison(plan: ComparisonPlan) -> int:
     )
     summaries = summarise(results)
     table = format_table(summaries)
+    gaps = format_control_gaps(summaries)
+    if gaps:
+        table += "\n\nMARS against its strongest same-cost control (final; < 0: MARS ahead):\n"
+        table += "\n".join(f"- {line}" for line in gaps.splitlines())
     figure = plot_runs([r.run_dir for r in results], out_dir / "curves.png", title=title)
     (out_dir / "summary.md").write_text(table + "\n")
     (out_dir / "summary.json").write_text(

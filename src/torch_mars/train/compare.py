@@ -16,11 +16,22 @@ from torch_mars.train.run_record import TASK_METRICS, RunResult
 from torch_mars.train.trainer import TrainConfig, Trainer
 from torch_mars.train.vision import VisionConfig, VisionTrainer
 
-# MARS-AdamW against its base AdamW, MARS-Shampoo against its base Muon.
-DEFAULT_OPTIMIZERS: tuple[str, ...] = ("mars-adamw", "adamw", "mars-shampoo", "muon")
-# About five minutes for the four optimizers on two CPU cores (docs/results.md).
+# MARS-AdamW against its base AdamW and its same-cost Nesterov control NAdamW, MARS-Shampoo
+# against Muon (Nesterov momentum already).
+DEFAULT_OPTIMIZERS: tuple[str, ...] = ("mars-adamw", "adamw", "nadamw", "mars-shampoo", "muon")
+# Each MARS rule's same-cost controls: the optimizer it preconditions like, and the Nesterov
+# momentum that its approximate first moment is shaped like (docs/algorithm.md). A rule's gain
+# is read against the strongest of them.
+SAME_COST_CONTROLS: dict[str, tuple[str, ...]] = {
+    "mars-adamw": ("adamw", "nadamw"),
+    "mars-lion": ("lion",),
+    "mars-shampoo": ("muon", "muon-nd"),
+    "mars-m": ("muon", "muon-nd"),
+}
+# The `tiny` GPT at 20 tokens per parameter (966 steps of 16 x 32 tokens), a point of the study's
+# regime map (docs/results.md): the five optimizers in about three minutes on two CPU cores.
 DEFAULT_COMPARE = TrainConfig(
-    model="mini", data="stdlib", steps=400, batch_size=16, eval_interval=40, eval_batches=8
+    model="tiny", data="stdlib", steps=966, batch_size=16, eval_interval=96, eval_batches=8
 )
 
 
@@ -103,6 +114,36 @@ def format_table(summaries: Sequence[OptimizerSummary]) -> str:
             f"{value(s.best, s.best_std, n)} | {s.budget:,} | {s.train_time_s:.1f} | "
             f"{s.throughput:,.0f} |"
         )
+    return "\n".join(lines)
+
+
+def format_control_gaps(summaries: Sequence[OptimizerSummary]) -> str:
+    """One line per MARS rule in ``summaries`` that has a same-cost control among them: its
+    final metric minus the strongest control's (the best final), in the metric's units and in
+    that control's std. Empty when there is none.
+
+    >>> def s(name, final, std):
+    ...     return OptimizerSummary(name, "text", "val_loss", [0, 1], final, std, final, std,
+    ...                             1, "tokens", 1.0, 1.0)
+    >>> print(format_control_gaps([s("mars-adamw", 1.90, 0.01), s("adamw", 2.0, 0.02),
+    ...                            s("nadamw", 1.95, 0.02)]))
+    mars-adamw - nadamw (the strongest of adamw, nadamw): -0.0500 (-2.5 sd of nadamw)
+    """
+    if not summaries:
+        return ""
+    spec = TASK_METRICS[summaries[0].task]
+    by_name = {s.optimizer: s for s in summaries}
+    lines = []
+    for rule, controls in SAME_COST_CONTROLS.items():
+        ran = [by_name[name] for name in controls if name in by_name]
+        if rule not in by_name or not ran:
+            continue
+        best = min(ran, key=lambda s: s.final if spec.lower_is_better else -s.final)
+        gap = by_name[rule].final - best.final
+        shown = f"{100 * gap:+.2f} points" if spec.percent else f"{gap:+.4f}"
+        sds = f" ({gap / best.final_std:+.1f} sd of {best.optimizer})" if best.final_std > 0 else ""
+        names = ", ".join(c for c in controls if c in by_name)
+        lines.append(f"{rule} - {best.optimizer} (the strongest of {names}): {shown}{sds}")
     return "\n".join(lines)
 
 
