@@ -33,6 +33,8 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     (("prepare",), "--out"): ["other-shards"],
     (("doctor",), "--out"): ["report.md"],
     (("eval",), "--device"): ["cuda"],
+    (("compare",), "--model"): ["mini"],
+    (("sweep",), "--model"): ["mini"],
     "--tasks": ["arc_easy"],
     "--include-path": ["tests"],
     "--no-builtin-tasks": [],

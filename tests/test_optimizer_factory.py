@@ -57,7 +57,8 @@ def test_cpu_model_defaults_are_the_tuned_studys_winners():
     studies["study-compare-h100"] = ("muon", "mars-shampoo")
     # MARS-M's study on tiny, with its weight-decay control (benchmarks/study_mars_m_controls.py).
     studies["study-mars-m-tiny4x/weight-decay"] = ("mars-m",)
-    studies["study-axes/nadamw"] = ("nadamw",)
+    # torch's NAdam (Dozat's schedule), the earlier control (issue #24 replaced it by nadamw).
+    studies["study-axes/nadam-dozat"] = ("nadam",)
     for study, names in studies.items():
         folder = STUDY_RESULTS / study if "/" in study else STUDY_RESULTS / study / "betas"
         winners = json.loads((folder / "sweep.json").read_text())["winners"]
@@ -68,15 +69,16 @@ def test_cpu_model_defaults_are_the_tuned_studys_winners():
 
 
 def test_tiny_defaults_are_the_tokens_axiss_winners_where_it_tuned_them():
-    """`tiny` takes the winners of study_axes.py's tokens axis at 4x; the rest are mini's."""
+    """`tiny` takes the winners of study_axes.py's tokens axis at 4x (NAdamW's betas swept there
+    too); the rest are mini's."""
     sweep = STUDY_RESULTS / "study-axes" / "tokens-4x" / "sweep.json"
     winners = json.loads(sweep.read_text())["winners"]
-    assert set(winners) == {"adamw", "mars-adamw", "muon", "mars-shampoo"}
+    assert set(winners) == {"adamw", "mars-adamw", "muon", "mars-shampoo", "nadamw"}
     for name, point in winners.items():
         assert_defaults_are_winners(
             default_hyperparams(name, "tiny"), point, ("study-axes/tokens-4x", name)
         )
-    for name in ("lion", "mars-lion", "nadamw", "muon-nd", "mars-m"):
+    for name in ("lion", "mars-lion", "nadam", "muon-nd", "mars-m"):
         assert default_hyperparams(name, "tiny") == default_hyperparams(name, "mini")
 
 
@@ -190,16 +192,16 @@ def test_mars_takes_implementation_flags_as_hyperparameters_and_others_do_not():
         ).resolved_hyperparams()
 
 
-def test_every_name_builds_for_both_tasks_and_nadamw_decays_decoupled():
+def test_every_name_builds_for_both_tasks_and_nadam_decays_decoupled():
     from torch_mars.models import resnet18
     from torch_mars.train.vision import vision_hyperparams
 
     for name in OPTIMIZER_NAMES:
         build_optimizer(name, tiny_gpt(), default_hyperparams(name, "tiny"))
         build_optimizer(name, resnet18(width=2), vision_hyperparams(name, {}))
-    nadamw = build_optimizer("nadamw", tiny_gpt(), default_hyperparams("nadamw", "mini"))
-    assert isinstance(nadamw.optimizer, torch.optim.NAdam)
-    assert all(g["decoupled_weight_decay"] for g in nadamw.optimizer.param_groups)
+    nadam = build_optimizer("nadam", tiny_gpt(), default_hyperparams("nadam", "mini"))
+    assert isinstance(nadam.optimizer, torch.optim.NAdam)
+    assert all(g["decoupled_weight_decay"] for g in nadam.optimizer.param_groups)
 
 
 def test_the_harness_builds_mars_m_and_takes_the_new_mars_flags():

@@ -94,7 +94,7 @@ _PAPER_LRS: dict[str, _PaperLRs] = {
 # benchmarks/study_compare.py: lr on 1.5x grids, then betas, gamma and Muon's momentum), the
 # same on a 2-core CPU and on an H100 for the Adam and Lion pairs (the Newton-Schulz pair ran
 # on the H100). NAdam's (Dozat's schedule) is its control sweep's winner (benchmarks/study_axes.py);
-# NAdamW starts from AdamW's until its own study lands. lr_1d was not swept.
+# NAdamW's is AdamW's until its own sweep at this budget lands (issue #24). lr_1d was not swept.
 _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "adamw": {"lr": 4.5e-3},
     "mars-adamw": {"lr": 6.7e-3, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
@@ -118,11 +118,15 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 # Per CPU model, on top of those. `tiny`: the winners of the study's tokens axis at 4 x 20 tokens
-# per parameter (benchmarks/study_axes.py; the 1x point chose the same rates for the Adam pair).
-# Its Muon and MARS-Shampoo winners equal the settings above; the other optimizers were not
-# tuned on `tiny`.
+# per parameter (benchmarks/study_axes.py; the 1x point chose the same rates for AdamW and
+# MARS-AdamW). NAdamW swept its betas there too (issue #24). Its Muon and MARS-Shampoo winners
+# equal the settings above; the other optimizers were not tuned on `tiny`.
 _CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
-    "tiny": {"adamw": {"lr": 1.5e-2}, "mars-adamw": {"lr": 2.2e-2}, "nadamw": {"lr": 1.5e-2}},
+    "tiny": {
+        "adamw": {"lr": 1.5e-2},
+        "mars-adamw": {"lr": 2.2e-2},
+        "nadamw": {"lr": 1.5e-2, "betas": (0.95, 0.99)},
+    },
 }
 
 # MARS options beyond the defaults that `--opt-arg` may set: how a step runs (foreach, fused),
