@@ -33,6 +33,8 @@ times (as in study_compare's stage A); the gain is then read at each optimizer's
     python benchmarks/study_axes.py [--jobs 6] [--folder study-axes-h100] [--data stdlib]
         [--winners study-compare-h100] [--stages controls batch tokens batch-tiny]
 
+``--stages`` with no stage redraws ``axes.png`` and prints the map's table from ``axes.json``.
+
 Writes benchmarks/results/FOLDER/<sweep>/ (run folders, sweep.json, summary.md, figures), then
 ``axes.json`` and ``axes.png`` (each MARS rule's gain over its base, in units of the base's
 std, against batch size and against tokens per parameter).
@@ -320,6 +322,36 @@ def plot_axes(axes: dict, path: Path) -> None:
     figure.savefig(path, dpi=120)
 
 
+def control_table(axes: dict) -> str:
+    """The regime map as a Markdown table: per axis point and MARS rule, its mean ± std, its
+    strongest same-cost control's, and the gap (MARS - control) in nats and in that control's
+    std."""
+    labels = {
+        "tokens": "tokens/param ÷ 20",
+        "batch-tiny": "sequences/step",
+        "batch": "sequences/step (mini)",
+    }
+    lines = [
+        "| axis | point | MARS rule | MARS | strongest control | control | MARS - control |",
+        "|---|---:|---|---:|---|---:|---:|",
+    ]
+    for axis, label in labels.items():
+        for x in sorted(axes.get(axis, {}), key=float):
+            results = axes[axis][x]
+            for mars in CONTROLS:
+                control = strongest_control(results, mars)
+                if mars not in results or control is None:
+                    continue
+                ours, base = results[mars], results[control]
+                gap = ours["mean"] - base["mean"]
+                lines.append(
+                    f"| {label} | {x} | {mars} | {ours['mean']:.4f} ± {ours['std']:.4f} | "
+                    f"{control} | {base['mean']:.4f} ± {base['std']:.4f} | "
+                    f"{gap:+.4f} ({gap / base['std']:+.1f} sd) |"
+                )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2)
@@ -328,7 +360,7 @@ def main() -> None:
     parser.add_argument("--data", default=MINI_BUDGET.data)
     parser.add_argument(
         "--stages",
-        nargs="+",
+        nargs="*",
         choices=("controls", "exact-compute", "batch", "tokens", "batch-tiny"),
         default=["controls", "batch", "tokens"],
     )
@@ -350,7 +382,7 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         axes_file.write_text(json.dumps(axes, indent=2) + "\n")
     plot_axes(json.loads(axes_file.read_text()), folder / "axes.png")
-    print(json.dumps(axes, indent=2))
+    print(control_table(axes))
 
 
 if __name__ == "__main__":
