@@ -78,7 +78,7 @@ def test_distributed_mode_times_the_sharded_step_and_counts_collectives(tmp_path
     [
         (["step", "--only", "sgd"], "unknown ['sgd']"),
         (["distributed", "--only", "sgd"], "unknown distributed rows ['sgd']"),
-        (["step", "--repeats", "0"], "argument --repeats: must be a whole number >= 1"),
+        (["step", "--repeats", "0"], "argument --repeats: must be a whole number in [1, 1e+12]"),
         (["step", "--device", "mps"], "--device must be cpu or cuda"),
         (["iteration", "--device", "gpu0"], "--device must be cpu or cuda"),
     ],
