@@ -39,9 +39,10 @@ class ReferenceConfig:
         self.lr0 = self.lr
 
 
-def orthogonalize_bf16(m: Tensor, steps: int) -> Tensor:
-    """Quintic Newton-Schulz on M/(|M|_F + 1e-7) in bfloat16, on M^T when rows > cols."""
-    x = (m / (m.norm() + 1e-7)).to(torch.bfloat16)
+def orthogonalize(m: Tensor, steps: int) -> Tensor:
+    """Quintic Newton-Schulz on M/(|M|_F + 1e-7) in float64 (MARS's default for float64
+    parameters), on M^T when rows > cols."""
+    x = m / (m.norm() + 1e-7)
     tall = m.shape[0] > m.shape[1]
     if tall:
         x = x.T
@@ -129,7 +130,7 @@ class ReferenceMARS:
                     scale = 0.2 * math.sqrt(max(rows, cols))
                 else:
                     scale = math.sqrt(max(1, rows / cols))
-                direction = orthogonalize_bf16(matrix, cfg.ns_steps) * scale
+                direction = orthogonalize(matrix, cfg.ns_steps) * scale
                 self.params[i] = x - lr * (masked(direction.reshape(x.shape)) + wd * x)
             else:
                 st["v"] = b2 * st["v"] + (1 - b2) * c * c

@@ -56,8 +56,8 @@ def test_matches_float64_reference(problem, mars_type, is_approx, optimize_1d, s
     kwargs = dict(mars_type=mars_type, optimize_1d=optimize_1d, lr=0.02, **settings)
     ours, _ = run_mars(problem, warmup_and_gamma_schedule, is_approx=is_approx, **kwargs)
     expected = run_reference(problem, warmup_and_gamma_schedule, is_approx, **kwargs)
-    # Float64 round-off. mars-shampoo's Newton-Schulz runs in bfloat16 on both sides, from
-    # inputs that agree to round-off, and lands on the same bfloat16 values.
+    # Float64 round-off; Newton-Schulz runs in float64 on both sides (MARS's default for
+    # float64 parameters).
     tolerance = 1e-10
     for i, (a, b) in enumerate(zip(ours, expected, strict=True)):
         torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance, msg=f"tensor {i}")

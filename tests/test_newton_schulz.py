@@ -10,6 +10,7 @@ import torch_mars.optim.newton_schulz as newton_schulz
 from torch_mars import MARS
 from torch_mars.optim.newton_schulz import (
     batched_shampoo_directions,
+    default_ns_dtype,
     fast_matmul_dtype,
     newton_schulz_orthogonalize,
 )
@@ -31,13 +32,13 @@ def test_batched_by_shape_equals_one_matrix_at_a_time_in_float64(mars_type, tran
 
 
 def test_the_default_dtype_is_bf16_only_where_the_cpu_multiplies_it_in_hardware(monkeypatch):
-    fast_matmul_dtype.cache_clear()
-    monkeypatch.setattr(newton_schulz, "_cpu_has_fast_bf16", lambda: False)
+    monkeypatch.setattr(newton_schulz, "CPU_HAS_FAST_BF16", False)
     assert fast_matmul_dtype(torch.device("cpu")) == torch.float32
-    fast_matmul_dtype.cache_clear()
-    monkeypatch.setattr(newton_schulz, "_cpu_has_fast_bf16", lambda: True)
+    assert default_ns_dtype(torch.zeros(2, 2, dtype=torch.float64)) == torch.float64
+    monkeypatch.setattr(newton_schulz, "CPU_HAS_FAST_BF16", True)
     assert fast_matmul_dtype(torch.device("cpu")) == torch.bfloat16
-    fast_matmul_dtype.cache_clear()
+    assert default_ns_dtype(torch.zeros(2, 2)) == torch.bfloat16
+    assert default_ns_dtype(torch.zeros(2, 2, dtype=torch.float64)) == torch.float64
 
 
 def test_an_explicit_dtype_is_what_the_iterations_run_in():

@@ -61,7 +61,7 @@ from torch_mars.train.compare import (
     summarise,
 )
 from torch_mars.train.grid import parse_grid, parse_value
-from torch_mars.train.optimizers import OPTIMIZER_NAMES
+from torch_mars.train.optimizers import NAME_VALUED_KEYS, OPTIMIZER_NAMES
 from torch_mars.train.plots import plot_runs
 from torch_mars.train.run_record import RunFolderBusy, RunResult, is_run_dir
 from torch_mars.train.schedules import TEXT_SCHEDULES
@@ -88,9 +88,15 @@ def _key_value(text: str) -> tuple[str, Any]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     try:
-        return key, parse_value(value)
+        parsed = parse_value(value)
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"{key}: {error}") from error
+    if isinstance(parsed, str) and key not in NAME_VALUED_KEYS:
+        raise argparse.ArgumentTypeError(
+            f"{key}: {value!r} is not a number, true/false or a tuple (names are for "
+            f"{', '.join(NAME_VALUED_KEYS)})"
+        )
+    return key, parsed
 
 
 def _name_lr(text: str) -> tuple[str, float]:

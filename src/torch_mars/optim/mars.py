@@ -125,7 +125,8 @@ class MARS(Optimizer):
         ns_steps: Newton-Schulz iterations of ``mars-shampoo`` and ``mars-m``, >= 1.
         ns_dtype: the dtype Newton-Schulz runs in, ``torch.bfloat16`` or ``torch.float32``;
             None (the default): bf16 where the device multiplies it in hardware (CUDA from
-            compute capability 8.0, CPUs with AMX or AVX-512 BF16), float32 elsewhere.
+            compute capability 8.0, CPUs with AMX or AVX-512 BF16), float32 elsewhere, and
+            float64 for float64 parameters.
         transposed_matrices: the group's 2-D weights are stored as ``(in, out)``, as
             transformers' ``Conv1D`` stores them (:func:`mars_param_groups` sets it for those);
             ``mars-shampoo``'s ``sqrt(max(1, rows/cols))`` then takes rows from ``shape[1]``.

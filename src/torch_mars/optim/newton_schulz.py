@@ -4,7 +4,6 @@ part."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import torch
@@ -33,7 +32,6 @@ NS_NORM_EPS = 1e-7
 _CPU_BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
 
 
-@functools.cache
 def _cpu_has_fast_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices in hardware (AMX or AVX-512 BF16, read from
     ``/proc/cpuinfo``; False where that file does not exist)."""
@@ -46,21 +44,29 @@ def _cpu_has_fast_bf16() -> bool:
     return False
 
 
-@functools.cache
+# Read once, at import: a compiled step must not trace a file read.
+CPU_HAS_FAST_BF16 = _cpu_has_fast_bf16()
+
+
 def fast_matmul_dtype(device: torch.device) -> torch.dtype:
     """The dtype Newton-Schulz runs in on ``device`` by default: bfloat16 where matrix
     multiplication is fast in it (CUDA from compute capability 8.0, XPU, CPUs with AMX or
     AVX-512 BF16), float32 elsewhere. Without bf16 units a CPU emulates bf16 matmuls, several
     times slower than float32 (docs/benchmarks.md)."""
     if device.type == "cuda":
-        return (
-            torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float32
-        )
-    if device.type == "xpu":
-        return torch.bfloat16
-    if device.type == "cpu" and _cpu_has_fast_bf16():
+        fast = torch.cuda.get_device_capability(device) >= (8, 0)
+        return torch.bfloat16 if fast else torch.float32
+    if device.type == "xpu" or (device.type == "cpu" and CPU_HAS_FAST_BF16):
         return torch.bfloat16
     return torch.float32
+
+
+def default_ns_dtype(matrix: Tensor) -> torch.dtype:
+    """``ns_dtype=None``: float64 for float64 matrices (a float64 model of the maths stays one),
+    else :func:`fast_matmul_dtype` of their device."""
+    if matrix.dtype == torch.float64:
+        return torch.float64
+    return fast_matmul_dtype(matrix.device)
 
 
 def newton_schulz_orthogonalize(
@@ -73,8 +79,8 @@ def newton_schulz_orthogonalize(
             matrices orthogonalised independently (one chain of batched matmuls), any floating
             dtype.
         steps: number of quintic iterations (>= 1).
-        dtype: the dtype the iterations run in; None: :func:`fast_matmul_dtype` of the
-            matrix's device.
+        dtype: the dtype the iterations run in; None: :func:`default_ns_dtype` (float64 for
+            float64 matrices, else the device's fast matmul dtype).
 
     Returns:
         A tensor of the same shape and dtype as ``matrix`` whose singular values lie roughly in
@@ -89,7 +95,7 @@ def newton_schulz_orthogonalize(
     norm = torch.linalg.vector_norm(
         matrix, dim=(-2, -1), keepdim=True, dtype=reduction_dtype(matrix.dtype)
     )
-    x = (matrix / (norm + NS_NORM_EPS)).to(dtype or fast_matmul_dtype(matrix.device))
+    x = (matrix / (norm + NS_NORM_EPS)).to(dtype or default_ns_dtype(matrix))
     transposed = matrix.size(-2) > matrix.size(-1)
     if transposed:
         x = x.mT

@@ -68,7 +68,8 @@ class MarsHyperparams(AdamWHyperparams):
         mars_type: which preconditioned rule consumes the corrected gradient.
         ns_steps: Newton-Schulz iterations of ``mars-shampoo`` and ``mars-m``.
         ns_dtype: the dtype of the Newton-Schulz iterations (``torch.bfloat16`` or
-            ``torch.float32``); None: bf16 where the device multiplies it fast, else float32.
+            ``torch.float32``); None: bf16 where the device multiplies it fast, else float32
+            (float64 for float64 parameters).
         transposed_matrices: the 2-D weights are stored as ``(in, out)``; ``mars-shampoo``'s
             scale then reads the output dimension from ``shape[1]``.
         skip_nonfinite: a tensor whose ``||c||`` is not finite keeps its parameter and state

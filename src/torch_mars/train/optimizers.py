@@ -143,6 +143,8 @@ MARS_OPTIONS = (
     "skip_nonfinite",
 )
 STATE_DTYPES_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# The hyperparameters whose value is a name, not a number: the dtypes above.
+NAME_VALUED_KEYS = ("state_dtype", "ns_dtype")
 
 # Floor of the schedule where no min_lr is given (the CPU-sized models): a tenth of the peak lr.
 DEFAULT_MIN_LR_RATIO = 0.1
