@@ -26,7 +26,8 @@ def test_step_mode_prints_the_table_and_writes_json(tmp_path, capsys):
     args += ["--json", str(out)]
     assert main([*args, "--only", *only]) == 0
     printed = capsys.readouterr().out
-    assert "| optimizer | step (ms) | ratio to fused AdamW | ops/step |" in printed
+    header = "| optimizer | step (ms) | ratio to fused AdamW | ops/step | Python calls/step |"
+    assert header in printed
     record = json.loads(out.read_text())
     rows = {row["name"]: row for row in record["results"]}
     assert list(rows) == only
@@ -36,6 +37,7 @@ def test_step_mode_prints_the_table_and_writes_json(tmp_path, capsys):
     # The host cost: fused AdamW is one multi-tensor op per buffer update; the per-tensor loop
     # dispatches ops for every tensor.
     assert 0 < rows["adamw-fused"]["ops_per_step"] < rows["mars-adamw-loop"]["ops_per_step"]
+    assert all(row["python_calls_per_step"] > 0 for row in rows.values())
     # MARS-AdamW keeps m, v and g_tilde where AdamW keeps m and v; Lion keeps m and g_tilde.
     assert rows["mars-adamw-loop"]["state_mib"] > rows["adamw-fused"]["state_mib"]
     assert rows["mars-lion-loop"]["state_mib"] < rows["mars-adamw-loop"]["state_mib"]

@@ -2,7 +2,7 @@
 graph breaks), compiles at most three times while the state is created and the step count
 becomes dynamic, and never again while a scheduler moves tensor-valued ``lr`` and ``gamma``;
 and the inductor-compiled step computes what the eager step computes. (A traced step takes
-the per-tensor loop whatever ``foreach`` says; see ``torch_mars.optim.mars._implementation``.)"""
+the per-tensor loop whatever ``foreach`` says; see ``torch_mars.optim.step_plan.step_path``.)"""
 
 from __future__ import annotations
 

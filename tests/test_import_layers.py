@@ -1,7 +1,8 @@
 """The package's layers point one way. Read from the source (every ``import``, also those inside
-functions): the import graph of torch_mars's modules has no cycle; the step vocabulary
-(``optim/step_types.py``) imports nothing of torch_mars; ``kernels/`` and ``distributed/`` import
-only that leaf of ``optim/``; and ``optim/``, with everything it reaches, never reaches the
+functions): the import graph of torch_mars's modules has no cycle; the step's data
+(``optim/step_types.py``) imports nothing of torch_mars and its maths (``optim/step_math.py``)
+only that; ``kernels/`` and ``distributed/`` import only these leaves of ``optim/``; and
+``optim/``, with everything it reaches, never reaches the
 harness, the models, the data, the benchmarks or the CLI. The checker itself is shown to find a
 cycle and a forbidden edge, so these tests can fail."""
 
@@ -12,7 +13,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "torch_mars"
-LEAF = "torch_mars.optim.step_types"
+DATA = "torch_mars.optim.step_types"
+MATHS = "torch_mars.optim.step_math"
+LEAVES = (DATA, MATHS)
 HARNESS_LAYERS = ("train", "models", "data", "bench", "cli")
 
 
@@ -63,9 +66,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def layer(module: str) -> str:
-    """The node of a module in the layer graph: its subpackage, with the optim leaf apart."""
-    if module == LEAF:
-        return "optim.step_types"
+    """The node of a module in the layer graph: its subpackage, with the optim leaves apart."""
+    if module in LEAVES:
+        return "optim leaves"
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "torch_mars"
 
@@ -103,12 +106,13 @@ def test_the_module_graph_and_the_layer_graph_have_no_cycle():
     assert find_cycle(layer_graph(GRAPH)) is None
 
 
-def test_the_step_vocabulary_is_a_leaf_and_the_only_optim_module_below_optim():
-    assert GRAPH[LEAF] == set()
+def test_the_step_data_and_maths_are_leaves_and_the_only_optim_modules_below_optim():
+    assert GRAPH[DATA] == set()
+    assert GRAPH[MATHS] == {DATA}
     for module, targets in GRAPH.items():
         if module.startswith(("torch_mars.kernels", "torch_mars.distributed")):
             reaching_optim = {t for t in targets if t.startswith("torch_mars.optim")}
-            assert reaching_optim <= {LEAF}, (module, reaching_optim)
+            assert reaching_optim <= set(LEAVES), (module, reaching_optim)
 
 
 def test_optim_never_reaches_the_harness_models_data_bench_or_cli():
@@ -136,7 +140,7 @@ def test_the_checker_finds_a_cycle_and_a_reverse_edge(tmp_path):
         "torch_mars.kernels.fast",
     ]
     assert find_cycle(layer_graph(graph)) == ["kernels", "optim", "kernels"]
-    assert graph["torch_mars.kernels.fast"] == {"torch_mars.optim.mars"}  # not the leaf
+    assert graph["torch_mars.kernels.fast"] == {"torch_mars.optim.mars"}  # not a leaf
 
 
 PLAIN_STEP = """
@@ -156,10 +160,11 @@ print(json.dumps({"files": sorted(files), "distributed": "torch_mars.distributed
 """
 
 
-def test_a_plain_cpu_step_reads_four_optim_files_and_no_distributed_code():
-    """docs/algorithm.md's reading path: MARS.step -> _step_group -> functional.mars_step ->
-    mars_step_single_tensor -> adam_rule_, in mars.py, functional.py, single_tensor.py and
-    step_types.py; torch_mars.distributed is never imported."""
+def test_a_plain_cpu_step_reads_six_optim_files_and_no_distributed_code():
+    """docs/algorithm.md's reading path: MARS.step -> _plan (the group's step plan) ->
+    _step_group -> functional.mars_step -> mars_step_single_tensor -> adam_rule_, in mars.py,
+    step_plan.py, functional.py and single_tensor.py, with the step's data (step_types.py) and
+    maths (step_math.py); torch_mars.distributed is never imported."""
     import json
     import subprocess
     import sys
@@ -172,6 +177,8 @@ def test_a_plain_cpu_step_reads_four_optim_files_and_no_distributed_code():
         "optim/functional.py",
         "optim/mars.py",
         "optim/single_tensor.py",
+        "optim/step_math.py",
+        "optim/step_plan.py",
         "optim/step_types.py",
     ]
     assert seen["distributed"] is False

@@ -9,7 +9,7 @@ import torch
 from torch_mars import MARS, mars_param_groups
 from torch_mars.bench.op_count import count_aten_ops, matmul_ops
 from torch_mars.models import GPT, gpt_config
-from torch_mars.optim.step_types import matrix_shape
+from torch_mars.optim.step_math import matrix_shape
 
 
 def gpt2_small_with_gradients() -> GPT:
@@ -49,15 +49,15 @@ def test_the_default_path_is_triton_on_cuda_when_it_imports_and_foreach_or_loop_
     place; CUDA tensors are stood in for by objects that say they are on CUDA."""
     from types import SimpleNamespace
 
-    import torch_mars.optim.mars as mars_module
+    import torch_mars.optim.step_plan as step_plan
 
     group = MARS([torch.nn.Parameter(torch.zeros(2, 2))]).param_groups[0]
     on_cuda = [SimpleNamespace(is_cuda=True, device=torch.device("cuda"))]
     on_cpu = [torch.zeros(2, 2)]
-    monkeypatch.setattr(mars_module, "TRITON_AVAILABLE", True)
-    assert mars_module._implementation(group, on_cuda) == "fused"
-    assert mars_module._implementation(group, on_cpu) == "single_tensor"
-    assert mars_module._implementation({**group, "foreach": True}, on_cuda) == "foreach"
-    assert mars_module._implementation({**group, "cautious": True}, on_cuda) == "foreach"
-    monkeypatch.setattr(mars_module, "TRITON_AVAILABLE", False)
-    assert mars_module._implementation(group, on_cuda) == "foreach"
+    monkeypatch.setattr(step_plan, "TRITON_AVAILABLE", True)
+    assert step_plan.step_path(group, on_cuda) == "fused"
+    assert step_plan.step_path(group, on_cpu) == "single_tensor"
+    assert step_plan.step_path({**group, "foreach": True}, on_cuda) == "foreach"
+    assert step_plan.step_path({**group, "cautious": True}, on_cuda) == "foreach"
+    monkeypatch.setattr(step_plan, "TRITON_AVAILABLE", False)
+    assert step_plan.step_path(group, on_cuda) == "foreach"

@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from torch_mars.bench.op_count import count_aten_ops
+from torch_mars.bench.op_count import count_aten_ops, count_python_calls
 from torch_mars.bench.table import markdown_table
 from torch_mars.optim import MARS, mars_param_groups
 from torch_mars.optim.newton_schulz import batched_shampoo_directions
-from torch_mars.optim.step_types import ORTHOGONAL_RULES
+from torch_mars.optim.step_math import ORTHOGONAL_RULES
 from torch_mars.train.optimizers import CombinedOptimizer
 
 BASELINE = "adamw-fused"
@@ -164,6 +164,7 @@ class StepResult:
     median_ms: float
     ratio_to_fused_adamw: float
     ops_per_step: int | None
+    python_calls_per_step: int
     effective_gb_per_s: float
     state_mib: float
     peak_step_mib: float | None
@@ -256,6 +257,7 @@ def run_step_benchmark(
                 ms,
                 ms / baseline,
                 ops,
+                count_python_calls(optimizer.step),
                 moved / (ms * 1e-3) / 1e9,
                 state_bytes(optimizer) / 2**20,
                 peak,
@@ -292,6 +294,7 @@ def format_step_table(results: list[StepResult]) -> str:
         "step (ms)",
         "ratio to fused AdamW",
         "ops/step",
+        "Python calls/step",
         "effective GB/s",
         "state (MiB)",
         "peak step (MiB)",
@@ -304,6 +307,7 @@ def format_step_table(results: list[StepResult]) -> str:
                 f"{r.median_ms:.2f}",
                 f"{r.ratio_to_fused_adamw:.2f}",
                 "compiled" if r.ops_per_step is None else str(r.ops_per_step),
+                str(r.python_calls_per_step),
                 f"{r.effective_gb_per_s:.1f}",
                 f"{r.state_mib:.0f}",
                 "n/a" if r.peak_step_mib is None else f"{r.peak_step_mib:.0f}",

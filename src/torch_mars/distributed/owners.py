@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torch_mars.optim.step_types import matrix_shape
+from torch_mars.optim.step_math import matrix_shape
 
 
 def newton_schulz_cost(shape: Sequence[int]) -> int:

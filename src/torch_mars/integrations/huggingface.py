@@ -22,7 +22,7 @@ from typing import Any
 from torch import nn
 
 from torch_mars.optim import MARS, mars_param_groups
-from torch_mars.optim.step_types import ORTHOGONAL_RULES
+from torch_mars.optim.step_math import ORTHOGONAL_RULES
 
 
 def mars_kwargs_from_args(args: Any, **overrides: Any) -> dict[str, Any]:

@@ -18,20 +18,18 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from torch_mars.optim.step_types import (
+from torch_mars.optim.step_math import (
     CAUTIOUS_MIN_FRACTION,
-    AdamWHyperparams,
-    MarsHyperparams,
-    StepTensors,
     bias_corrections,
     correction_scale,
     elementwise_rule,
     one_buffer_coefficients,
     update_coefficients,
 )
+from torch_mars.optim.step_types import AdamWHyperparams, MarsHyperparams, StepTensors
 
 # Layout of the coefficient vector handed to the compiled graph. Under one_buffer, _SCALE holds
-# the buffer's coefficient ``a`` (step_types.one_buffer_coefficients) and _GAMMA is gamma.
+# the buffer's coefficient ``a`` (step_math.one_buffer_coefficients) and _GAMMA is gamma.
 _LR, _BETA1, _BETA2, _EPS, _WD, _SCALE, _BC1, _BC2_SQRT, _GAMMA = range(9)
 VARIANT_LIMIT = 256
 
@@ -132,7 +130,7 @@ def one_buffer_update(
     cautious: bool,
 ) -> Tensor | None:
     """:func:`tensor_update` under ``one_buffer`` (no clip, no ``g_tilde``): ``u <- beta1 u +
-    a g`` and ``m_t = gamma g + beta1 u`` (:func:`~torch_mars.optim.step_types.
+    a g`` and ``m_t = gamma g + beta1 u`` (:func:`~torch_mars.optim.step_math.
     one_buffer_coefficients`), then Lion's update, or ``m_t`` into ``momentum_out`` for
     Newton-Schulz. Under ``skip_nonfinite`` the gate is that of ``||g||``."""
     gate = None
@@ -157,7 +155,7 @@ def one_buffer_update(
 
 
 def _cautious(update: Tensor, grad: Tensor) -> Tensor:
-    """Out-of-place :func:`~torch_mars.optim.step_types.cautious_` (the compiled graph
+    """Out-of-place :func:`~torch_mars.optim.step_math.cautious_` (the compiled graph
     allocates no buffer for it)."""
     mask = (update * grad > 0).to(update.dtype)
     return update * mask / mask.mean().clamp_min(CAUTIOUS_MIN_FRACTION)

@@ -35,14 +35,16 @@ from torch_mars.kernels.compiled_step import (
     coefficient_values,
     mars_elementwise_compiled,
 )
-from torch_mars.optim.step_types import (
+from torch_mars.optim.step_math import (
     ELEMENTWISE_RULES,
-    AdamWHyperparams,
-    MarsHyperparams,
-    StepTensors,
     correction_scale,
     elementwise_rule,
     finite_gates,
+)
+from torch_mars.optim.step_types import (
+    AdamWHyperparams,
+    MarsHyperparams,
+    StepTensors,
     group_indices,
 )
 

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from torch_mars.optim.step_types import correction_scale, reduction_dtype
+from torch_mars.optim.step_math import correction_scale, reduction_dtype
 
 
 def _momentum_of(group: dict[str, Any]) -> float | None:

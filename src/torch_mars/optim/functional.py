@@ -26,12 +26,12 @@ from torch_mars.optim.multi_tensor import (
 )
 from torch_mars.optim.newton_schulz import apply_shampoo_directions
 from torch_mars.optim.single_tensor import adamw_step_single_tensor, mars_step_single_tensor
+from torch_mars.optim.step_math import is_shampoo_matrix
 from torch_mars.optim.step_types import (
     AdamWHyperparams,
     MarsHyperparams,
     StepTensors,
     WholeTensorOps,
-    is_shampoo_matrix,
 )
 
 Implementation = Literal["single_tensor", "foreach", "fused", "compiled", "triton"]

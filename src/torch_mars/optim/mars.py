@@ -8,36 +8,34 @@ once per group."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from torch_mars.kernels import TRITON_AVAILABLE, require_triton
-from torch_mars.optim.functional import (
-    Implementation,
-    adamw_step,
-    default_foreach,
-    fused_backend,
-    mars_step,
+from torch_mars.kernels import require_triton
+from torch_mars.optim.functional import adamw_step, fused_backend, mars_step
+from torch_mars.optim.step_math import elementwise_rule
+from torch_mars.optim.step_plan import (
+    GroupStepPlan,
+    build_plan,
+    group_sharding_of,
+    plan_key,
+    routes_to_mars,
+    state_buffer_names,
+    step_path,
 )
 from torch_mars.optim.step_types import (
     MarsType,
     Scalar,
     StepTensors,
     adamw_1d_hyperparams,
-    elementwise_rule,
     group_indices,
     mars_hyperparams,
     validate_group,
 )
-
-if TYPE_CHECKING:
-    from torch_mars.distributed.group_sharding import GroupSharding
-
 
 # Settings every MARS param group has had since the first release; a state dict whose groups
 # lack one was written by another optimizer.
@@ -54,16 +52,6 @@ MARS_GROUP_KEYS: tuple[str, ...] = (
     "betas_1d",
     "weight_decay_1d",
 )
-
-
-def routes_to_mars(param: Tensor, group: dict[str, Any]) -> bool:
-    """Whether ``param`` takes the MARS update in ``group``: ``use_mars`` when the group sets it,
-    else ``optimize_1d or param.ndim >= 2`` (``param.ndim == 2`` under ``reference_routing``)."""
-    if group.get("use_mars") is not None:
-        return bool(group["use_mars"])
-    if group["optimize_1d"]:
-        return True
-    return param.ndim == 2 if group.get("reference_routing") else param.ndim >= 2
 
 
 class MARS(Optimizer):
@@ -253,7 +241,7 @@ class MARS(Optimizer):
         super().__init__(params, defaults)
         if any(g["fused"] and fused_backend(g["params"]) == "triton" for g in self.param_groups):
             require_triton()
-        self._shardings: dict[int, tuple[tuple[int, ...], GroupSharding | None]] = {}
+        self._plans: dict[int, GroupStepPlan] = {}
 
     @property
     def _step_supports_amp_scaling(self) -> bool:
@@ -340,7 +328,8 @@ class MARS(Optimizer):
             group.setdefault("one_buffer", False)
             group.setdefault("cautious", False)
             group.setdefault("lr_at_construction", group["lr"])
-        self._shardings = {}
+        # Also run by load_state_dict: the loaded state may lack buffers the settings need.
+        self._plans = {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a MARS state dict (``torch.optim`` semantics), then keep two things torch's loader
@@ -418,17 +407,18 @@ class MARS(Optimizer):
                 self.zero_grad(set_to_none=True)
             with torch.enable_grad():
                 loss = closure()
-        shardings = [self._sharding(index) for index in range(len(self.param_groups))]
-        self._check_gradients(shardings)
-        for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is not None:
-                    self._create_state(param, group)
+        planned = [self._plan(index) for index in range(len(self.param_groups))]
+        plans = [plan for plan, _ in planned]
+        self._check_gradients(plans)
+        for group, (plan, rebuilt) in zip(self.param_groups, planned, strict=True):
+            if rebuilt:  # a new plan's tensors may lack state: create it, after the checks
+                for i, names in plan.buffers.items():
+                    self._create_state(group["params"][i], group, names)
         if exact_groups:
             self._prepare_exact_mode(closure, exact_groups)
         inv_grad_scale = None if grad_scale is None else grad_scale.double().reciprocal()
-        for group, sharding in zip(self.param_groups, shardings, strict=True):
-            self._step_group(group, sharding, inv_grad_scale)
+        for group, plan in zip(self.param_groups, plans, strict=True):
+            self._step_group(group, plan, inv_grad_scale)
         return loss
 
     @torch.no_grad()
@@ -443,10 +433,12 @@ class MARS(Optimizer):
                 if param.requires_grad:
                     self._create_state(param, group)
 
-    def _create_state(self, param: Tensor, group: dict[str, Any]) -> None:
+    def _create_state(
+        self, param: Tensor, group: dict[str, Any], names: tuple[str, ...] | None = None
+    ) -> None:
         """Create whatever state ``param`` lacks under its group's settings now: ``step = 0``
-        and the buffers of :func:`state_buffer_names`, zeros except ``prev_param`` (a copy of
-        the parameter). The one place where state is created."""
+        and the buffers ``names`` (by default :func:`state_buffer_names`), zeros except
+        ``prev_param`` (a copy of the parameter). The one place where state is created."""
         state = self.state[param]
         state.setdefault("step", 0)
         if (
@@ -455,7 +447,7 @@ class MARS(Optimizer):
             and routes_to_mars(param, group)
         ):
             state["nonfinite_skips"] = torch.zeros((), dtype=torch.int64, device=param.device)
-        for name in state_buffer_names(param, group):
+        for name in names or state_buffer_names(param, group):
             if name not in state:
                 if name == "prev_param":
                     state[name] = param.detach().clone()
@@ -486,27 +478,28 @@ class MARS(Optimizer):
             skipped = torch.stack([gates[i] for i in indices]).eq(0)
             torch._foreach_add_([counts[i] for i in indices], list(skipped.unbind()))
 
-    def _sharding(self, index: int) -> GroupSharding | None:
-        """The sharding kind of param group ``index`` (None: plain tensors), decided on its first
-        step and kept while its parameters stay the same tensors. Keyed by position, not by
-        ``id(group)``, which torch.compile before 2.13 cannot trace."""
-        params = self.param_groups[index]["params"]
-        key = tuple(id(p) for p in params)
-        cached = self._shardings.get(index)
-        if cached is None or cached[0] != key:
-            cached = (key, _group_sharding(params))
-            self._shardings[index] = cached
-        return cached[1]
+    def _plan(self, index: int) -> tuple[GroupStepPlan, bool]:
+        """The step plan of param group ``index`` (:mod:`~torch_mars.optim.step_plan`), and
+        whether it was just rebuilt because what it was derived from changed. Keyed by
+        position, not by ``id(group)``, which torch.compile before 2.13 cannot trace."""
+        group = self.param_groups[index]
+        key = plan_key(group)
+        plan = self._plans.get(index)
+        if plan is not None and plan.key == key:
+            return plan, False
+        plan = build_plan(group, key)
+        self._plans[index] = plan
+        return plan, True
 
-    def _check_gradients(self, shardings: list[GroupSharding | None]) -> None:
-        for group, sharding in zip(self.param_groups, shardings, strict=True):
+    def _check_gradients(self, plans: list[GroupStepPlan]) -> None:
+        for group, plan in zip(self.param_groups, plans, strict=True):
             for param in group["params"]:
                 if param.grad is not None and param.grad.is_sparse:
                     raise ValueError(
                         "gradients must be dense: MARS does not support sparse gradients "
                         "(use a dense nn.Embedding, sparse=False)"
                     )
-            if sharding is not None:
+            if plan.sharding is not None:
                 from torch_mars.distributed.group_sharding import check_gradients
 
                 check_gradients(group["params"])
@@ -570,19 +563,19 @@ class MARS(Optimizer):
         return "prev_param" in state and state["step"] > 0
 
     def _step_group(
-        self, group: dict[str, Any], sharding: GroupSharding | None, inv_grad_scale: Tensor | None
+        self, group: dict[str, Any], plan: GroupStepPlan, inv_grad_scale: Tensor | None
     ) -> None:
-        mars_tensors, adamw_tensors = self._step_tensors(group, inv_grad_scale)
-        if sharding is not None:
-            self._step_sharded_group(group, sharding, mars_tensors, adamw_tensors, inv_grad_scale)
+        mars_tensors = self._step_tensors(group, plan.mars, True, inv_grad_scale)
+        adamw_tensors = self._step_tensors(group, plan.adamw, False, inv_grad_scale)
+        if plan.sharding is not None:
+            self._step_sharded_group(group, plan, mars_tensors, adamw_tensors, inv_grad_scale)
             return
-        implementation = _implementation(group, [p for p in group["params"] if p.grad is not None])
         if mars_tensors.params:
             gates = mars_step(
                 mars_tensors,
                 mars_hyperparams(group),
                 store_last_grad=group["is_approx"],
-                implementation=implementation,
+                implementation=plan.path,
                 inv_grad_scale=inv_grad_scale,
             )
             self._count_skips(mars_tensors.params, gates)
@@ -590,24 +583,28 @@ class MARS(Optimizer):
             adamw_step(
                 adamw_tensors,
                 adamw_1d_hyperparams(group),
-                implementation=implementation,
+                implementation=plan.path,
                 inv_grad_scale=inv_grad_scale,
             )
 
     def _step_tensors(
-        self, group: dict[str, Any], inv_grad_scale: Tensor | None
-    ) -> tuple[StepTensors, StepTensors]:
-        """The MARS-routed and the AdamW-routed tensors of the group that have a gradient, with
-        their state and incremented step counts. On a tensor's first step (``step == 0``) its
+        self,
+        group: dict[str, Any],
+        indices: tuple[int, ...],
+        use_mars: bool,
+        inv_grad_scale: Tensor | None,
+    ) -> StepTensors:
+        """The tensors ``group["params"][i]`` for ``i`` in ``indices`` (the plan's MARS-routed
+        ones when ``use_mars``, else its AdamW-routed ones), with their gradients, state and
+        incremented step counts. On a MARS tensor's first step (``step == 0``) its
         ``last_grad`` takes the gradient itself: ``g_tilde = g``, so ``c = g`` (the paper's
         ``x_1 = x_0``)."""
-        mars_tensors = StepTensors([], [], [], [])
-        adamw_tensors = StepTensors([], [], [], [])
-        for param in group["params"]:
-            if param.grad is None:
-                continue
-            use_mars = routes_to_mars(param, group)
+        tensors = StepTensors([], [], [], [])
+        for i in indices:
+            param = group["params"][i]
             state = self.state[param]
+            if not state:  # state cleared since the plan was built
+                self._create_state(param, group)
             if use_mars and state["step"] == 0 and "last_grad" in state:
                 first_grad = self._effective_grad(param, group, inv_grad_scale)
                 if group["skip_nonfinite"]:
@@ -615,22 +612,21 @@ class MARS(Optimizer):
                     first_grad.nan_to_num_(0.0, 0.0, 0.0)
                 state["last_grad"].copy_(first_grad)
             state["step"] += 1
-            target = mars_tensors if use_mars else adamw_tensors
-            target.params.append(param)
-            target.grads.append(param.grad)
-            target.exp_avgs.append(state["exp_avg"])
-            target.exp_avg_sqs.append(state.get("exp_avg_sq"))
+            tensors.params.append(param)
+            tensors.grads.append(param.grad)
+            tensors.exp_avgs.append(state["exp_avg"])
+            tensors.exp_avg_sqs.append(state.get("exp_avg_sq"))
             if group["amsgrad"]:
-                target.max_exp_avg_sqs.append(state.get("max_exp_avg_sq"))
-            target.steps.append(state["step"])
+                tensors.max_exp_avg_sqs.append(state.get("max_exp_avg_sq"))
+            tensors.steps.append(state["step"])
             if use_mars and "last_grad" in state:
-                target.last_grads.append(state["last_grad"])
-        return mars_tensors, adamw_tensors
+                tensors.last_grads.append(state["last_grad"])
+        return tensors
 
     def _step_sharded_group(
         self,
         group: dict[str, Any],
-        sharding: GroupSharding,
+        plan: GroupStepPlan,
         mars_tensors: StepTensors,
         adamw_tensors: StepTensors,
         inv_grad_scale: Tensor | None,
@@ -638,6 +634,8 @@ class MARS(Optimizer):
         """A group of ``DTensor``s: the MARS tensors on the sharding's path (local shards with
         whole-tensor collectives, or ``DTensor`` ops); the AdamW tensors on the group's path over
         the same local tensors (gradients unscaled by the sharding, not by a kernel)."""
+        sharding = plan.sharding
+        assert sharding is not None
         if mars_tensors.params:
             local, whole = sharding.local(mars_tensors, inv_grad_scale)
             gates = mars_step(
@@ -655,7 +653,7 @@ class MARS(Optimizer):
         if adamw_tensors.params:
             local, _ = sharding.local(adamw_tensors, inv_grad_scale)
             implementation = (
-                _implementation(group, local.params)
+                step_path(group, local.params)
                 if sharding.mars_implementation == "foreach"
                 else "single_tensor"
             )
@@ -683,78 +681,12 @@ def _copy_locally(targets: list[Tensor], sources: list[Tensor]) -> None:
     """``targets[i].copy_(sources[i])`` with one multi-tensor copy, or one by one for
     ``DTensor``s, which have no multi-tensor copy (the pairs share their placements, so no
     collective runs)."""
-    if _group_sharding(targets) is None:
+    if group_sharding_of(targets) is None:
         torch._foreach_copy_(targets, sources)
         return
     for target, source in zip(targets, sources, strict=True):
         target.copy_(source)
 
 
-def state_buffer_names(param: Tensor, group: dict[str, Any]) -> tuple[str, ...]:
-    """The state buffers of ``param`` under ``group``'s settings: ``exp_avg``; ``exp_avg_sq``
-    (and ``max_exp_avg_sq`` under AMSGrad) when its update divides by a second moment, which
-    the Lion tensors and the Shampoo matrices do not; ``last_grad`` when it takes the MARS rule
-    (not under ``one_buffer``); ``prev_param`` in the exact mode."""
-    use_mars = routes_to_mars(param, group)
-    names = ["exp_avg"]
-    takes_adam_rule = not use_mars or elementwise_rule(group["mars_type"], param.ndim) == "adam"
-    if takes_adam_rule:
-        names.append("exp_avg_sq")
-        if group["amsgrad"]:
-            names.append("max_exp_avg_sq")
-    if use_mars and not group.get("one_buffer", False):
-        names.append("last_grad")
-    if not group["is_approx"]:
-        names.append("prev_param")
-    return tuple(names)
-
-
-def _group_sharding(params: list[Tensor]) -> GroupSharding | None:
-    """None for plain tensors, without importing the distributed code: a ``DTensor`` can only
-    exist once ``torch.distributed.tensor`` has been imported."""
-    dtensor_module = sys.modules.get("torch.distributed.tensor")
-    if dtensor_module is None or not any(isinstance(p, dtensor_module.DTensor) for p in params):
-        return None
-    from torch_mars.distributed.group_sharding import group_sharding
-
-    return group_sharding(params)
-
-
 def _state_dtype(param: Tensor, group: dict[str, Any]) -> torch.dtype:
     return group["state_dtype"] or param.dtype
-
-
-def _implementation(group: dict[str, Any], params: list[Tensor]) -> Implementation:
-    """The step path of a group, chosen here and nowhere else for plain tensors: fused when
-    ``fused=True``; with neither flag set, the Triton kernels when every tensor is on CUDA and
-    Triton imports (:func:`default_fused`), as ``torch.optim`` picks its fused kernels; else
-    foreach or the per-tensor loop (the device default, :func:`default_foreach`).
-
-    A step traced by ``torch.compile`` takes the per-tensor loop: inductor fuses it across
-    tensors anyway, and in torch 2.13 the foreach ops fail to compile when their scalars derive
-    from a dynamic step count (the generated code references an unbound symbol).
-    """
-    if torch.compiler.is_compiling():
-        return "fused" if group["fused"] else "single_tensor"
-    if group["fused"] or (
-        group["fused"] is None and group["foreach"] is None and default_fused(group, params)
-    ):
-        return "fused"
-    foreach = group["foreach"]
-    if foreach is None:
-        foreach = default_foreach(params)
-    return "foreach" if foreach else "single_tensor"
-
-
-def default_fused(group: dict[str, Any], params: list[Tensor]) -> bool:
-    """Whether a group with neither ``fused`` nor ``foreach`` set takes the fused kernels: on
-    CUDA when Triton imports, for the settings the Triton kernels run themselves (``cautious``
-    and ``one_buffer`` go to a compiled per-tensor kernel there, which compiles on the first
-    step: those stay on foreach unless asked)."""
-    return (
-        TRITON_AVAILABLE
-        and bool(params)
-        and all(p.is_cuda for p in params)
-        and not group["cautious"]
-        and not group["one_buffer"]
-    )

@@ -13,6 +13,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from torch_mars.optim.step_math import (
+    bias_corrections,
+    correction_scale,
+    finite_gates,
+    foreach_add_scaled_,
+    foreach_cautious_,
+    foreach_step_,
+    is_shampoo_matrix,
+    one_buffer_coefficients,
+    reduction_dtype,
+    update_coefficients,
+)
 from torch_mars.optim.step_types import (
     AdamWHyperparams,
     MarsHyperparams,
@@ -20,19 +32,9 @@ from torch_mars.optim.step_types import (
     StepTensors,
     UpdateCoefficients,
     WholeTensorOps,
-    bias_corrections,
-    correction_scale,
-    finite_gates,
-    foreach_add_scaled_,
-    foreach_cautious_,
-    foreach_step_,
     group_by_device_and_dtype,
     group_indices,
     hyperparams_on_device,
-    is_shampoo_matrix,
-    one_buffer_coefficients,
-    reduction_dtype,
-    update_coefficients,
 )
 
 
@@ -119,7 +121,7 @@ def _adam_rule_foreach(
     whole: WholeTensorOps | None = None,
 ) -> None:
     """Adam on ``update_inputs``; with ``cautious_grads``, each update is masked against them
-    (:func:`~torch_mars.optim.step_types.foreach_cautious_`)."""
+    (:func:`~torch_mars.optim.step_math.foreach_cautious_`)."""
     second_moments = _update_moments(update_inputs, tensors, hp, k)
     _decay_weights(tensors.params, hp, k)
     for indices in _same_step_groups(tensors.steps):
@@ -191,7 +193,7 @@ def one_buffer_momenta_foreach(
     tensors: StepTensors, hp: MarsHyperparams, whole: WholeTensorOps | None = None
 ) -> tuple[list[Tensor], list[Tensor] | None]:
     """The one-buffer form of the momentum with multi-tensor kernels
-    (:func:`~torch_mars.optim.step_types.one_buffer_coefficients`): updates each buffer
+    (:func:`~torch_mars.optim.step_math.one_buffer_coefficients`): updates each buffer
     (``exp_avgs``) in place, applies the Lion step to Lion tensors, and returns every tensor's
     ``m_t`` (for the Newton-Schulz step of the matrices) and, under ``hp.skip_nonfinite``, the
     gates of ``||g||``. With ``whole``, the tensors are local shards."""

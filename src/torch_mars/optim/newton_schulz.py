@@ -9,18 +9,20 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from torch_mars.optim.step_types import (
-    MarsHyperparams,
-    StepTensors,
-    WholeTensorOps,
+from torch_mars.optim.step_math import (
     foreach_cautious_,
     foreach_step_,
-    group_by_device_and_dtype,
-    hyperparams_on_device,
     matrix_shape,
     orthogonal_update_scale,
     reduction_dtype,
     update_coefficients,
+)
+from torch_mars.optim.step_types import (
+    MarsHyperparams,
+    StepTensors,
+    WholeTensorOps,
+    group_by_device_and_dtype,
+    hyperparams_on_device,
 )
 
 # Quintic iteration X <- a X + b (X X^T) X + c (X X^T)^2 X; these coefficients push every
@@ -116,7 +118,7 @@ def batched_shampoo_directions(
     ns_dtype: torch.dtype | None = None,
 ) -> list[Tensor]:
     """``NS(M) * scale`` of each ``M = m.reshape(shape[0], -1)``, the scale of ``mars_type``
-    (:func:`~torch_mars.optim.step_types.orthogonal_update_scale`), the iterations in
+    (:func:`~torch_mars.optim.step_math.orthogonal_update_scale`), the iterations in
     ``ns_dtype`` (None: the device's, :func:`fast_matmul_dtype`).
 
     Tensors of the same shape, dtype and device are stacked and orthogonalised together, one

@@ -11,12 +11,7 @@ import torch
 from torch import Tensor
 
 from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize
-from torch_mars.optim.step_types import (
-    AdamWHyperparams,
-    MarsHyperparams,
-    Scalar,
-    StepTensors,
-    UpdateCoefficients,
+from torch_mars.optim.step_math import (
     add_scaled_,
     addcdiv_scaled_,
     addcmul_scaled_,
@@ -30,6 +25,13 @@ from torch_mars.optim.step_types import (
     orthogonal_update_scale,
     reduction_dtype,
     update_coefficients,
+)
+from torch_mars.optim.step_types import (
+    AdamWHyperparams,
+    MarsHyperparams,
+    Scalar,
+    StepTensors,
+    UpdateCoefficients,
 )
 
 
@@ -89,7 +91,7 @@ def adam_rule_(
     p <- p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
 
     ``k``: the coefficients with the tensor's skip gate folded in (default: ungated ``hp``).
-    ``cautious_grad``: mask the update with :func:`~torch_mars.optim.step_types.cautious_`
+    ``cautious_grad``: mask the update with :func:`~torch_mars.optim.step_math.cautious_`
     against this gradient.
     """
     k = k or update_coefficients(hp)
@@ -125,7 +127,7 @@ def one_buffer_momentum(
     grad: Tensor, buffer: Tensor, first: bool, hp: MarsHyperparams
 ) -> tuple[Tensor, Tensor | None]:
     """MARS's unclipped approximate momentum ``m_t`` from ``g_t`` and one buffer, updated in
-    place (:func:`~torch_mars.optim.step_types.one_buffer_coefficients`); with
+    place (:func:`~torch_mars.optim.step_math.one_buffer_coefficients`); with
     ``hp.skip_nonfinite`` also the gate of ``||g||`` (the buffer keeps its value at gate 0).
 
     Returns ``(m_t, gate)``: a new tensor of ``grad``'s shape, and a 0-d tensor or None.
@@ -150,7 +152,7 @@ def shampoo_direction(
     ns_dtype: torch.dtype | None = None,
 ) -> Tensor:
     """``NS(M) * scale`` for ``M = m`` viewed as ``(shape[0], -1)``, with the scale of
-    ``mars_type`` (:func:`~torch_mars.optim.step_types.orthogonal_update_scale`), the
+    ``mars_type`` (:func:`~torch_mars.optim.step_math.orthogonal_update_scale`), the
     iterations in ``ns_dtype`` (None: the device's).
 
     Returns a tensor of ``exp_avg``'s shape; zeros for a tensor with no elements.

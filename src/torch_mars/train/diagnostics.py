@@ -8,8 +8,8 @@ import torch
 from torch import Tensor
 
 from torch_mars.optim import MARS
-from torch_mars.optim.mars import routes_to_mars
-from torch_mars.optim.step_types import correction_scale
+from torch_mars.optim.step_math import correction_scale
+from torch_mars.optim.step_plan import routes_to_mars
 
 
 class MarsDiagnostics:

@@ -46,7 +46,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from torch_mars.optim import MARS, mars_param_groups
-from torch_mars.optim.step_types import ORTHOGONAL_RULES
+from torch_mars.optim.step_math import ORTHOGONAL_RULES
 from torch_mars.train.lion import Lion
 from torch_mars.train.nadamw import NAdamW
 
@@ -93,8 +93,8 @@ _PAPER_LRS: dict[str, _PaperLRs] = {
 # CPU-sized models: the winners of the tuned study at the `compare` budget (docs/results.md,
 # benchmarks/study_compare.py: lr on 1.5x grids, then betas, gamma and Muon's momentum), the
 # same on a 2-core CPU and on an H100 for the Adam and Lion pairs (the Newton-Schulz pair ran
-# on the H100). NAdam's (Dozat's schedule) is its control sweep's winner (benchmarks/study_axes.py);
-# NAdamW's is AdamW's until its own sweep at this budget lands (issue #24). lr_1d was not swept.
+# on the H100). NAdam's (Dozat's schedule) and NAdamW's are their control sweeps' winners
+# (benchmarks/study_axes.py; NAdamW's equals AdamW's lr and betas). lr_1d was not swept.
 _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "adamw": {"lr": 4.5e-3},
     "mars-adamw": {"lr": 6.7e-3, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
