@@ -59,6 +59,8 @@ def test_cpu_model_defaults_are_the_tuned_studys_winners():
     studies["study-mars-m-tiny4x/weight-decay"] = ("mars-m",)
     # torch's NAdam (Dozat's schedule), the earlier control (issue #24 replaced it by nadamw).
     studies["study-axes/nadam-dozat"] = ("nadam",)
+    # NAdamW, the control issue #24 put in its place, tuned the same way at this budget.
+    studies["study-axes/nadamw"] = ("nadamw",)
     for study, names in studies.items():
         folder = STUDY_RESULTS / study if "/" in study else STUDY_RESULTS / study / "betas"
         winners = json.loads((folder / "sweep.json").read_text())["winners"]
@@ -88,7 +90,7 @@ def test_vision_defaults_are_the_vision_studys_winners():
 
     sweep = STUDY_RESULTS / "study-vision" / "betas" / "sweep.json"
     winners = json.loads(sweep.read_text())["winners"]
-    assert set(winners) == {"adamw", "mars-adamw", "muon-nd", "mars-shampoo"}
+    assert set(winners) == {"adamw", "nadamw", "mars-adamw", "muon-nd", "mars-shampoo"}
     for name, point in winners.items():
         assert_defaults_are_winners(VISION_DEFAULTS[name], point, ("study-vision", name))
 

@@ -62,9 +62,9 @@ VISION_METRIC_COLUMNS: tuple[str, ...] = (
 )
 
 # The paper's code sets batch 128, weight decay 5e-4 and a multistep decay. Learning rates,
-# betas and gamma of AdamW, MARS-AdamW, MARS-Shampoo and muon-nd are the winners of the tuned
-# vision study at VISION_COMPARE_BUDGET (docs/results.md, benchmarks/study_vision.py); the
-# others' rates are starting points. The MARS rules' 1-D AdamW path (batch-norm gains, biases)
+# betas and gamma of AdamW, NAdamW, MARS-AdamW, MARS-Shampoo and muon-nd are the winners of the
+# tuned vision study at VISION_COMPARE_BUDGET (docs/results.md, benchmarks/study_vision.py);
+# the others' rates are starting points. The MARS rules' 1-D AdamW path (batch-norm gains, biases)
 # takes the group's lr and weight decay unless lr_1d / weight_decay_1d are given (muon-nd:
 # lr_1d 1e-3).
 VISION_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -84,7 +84,7 @@ VISION_DEFAULTS: dict[str, dict[str, Any]] = {
         "adamw_weight_decay": 5e-4,
     },
     "lion": {"lr": 1e-4, "betas": (0.9, 0.99), "weight_decay": 5e-4},
-    "nadamw": {"lr": 2e-3, "betas": (0.9, 0.95), "weight_decay": 5e-4},
+    "nadamw": {"lr": 4.5e-3, "betas": (0.9, 0.999), "weight_decay": 5e-4},
     "nadam": {"lr": 1e-3, "betas": (0.9, 0.999), "weight_decay": 5e-4, "momentum_decay": 4e-3},
 }
 
