@@ -13,7 +13,7 @@ tensor arguments in place and agree to float round-off.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
@@ -162,39 +162,86 @@ def mars_step(
         raise ValueError(
             f"whole-tensor ops on local shards need implementation='foreach', got {backend!r}"
         )
-    if backend in ("compiled", "triton"):
-        if backend == "triton":
-            from torch_mars.kernels.triton_step import mars_elementwise_triton as elementwise
-        else:
-            from torch_mars.kernels.compiled_step import mars_elementwise_compiled as elementwise
-        if hp.one_buffer:  # the kernels write m_t of the Newton-Schulz matrices here
-            momenta = [
-                torch.empty_like(m) if is_shampoo_matrix(hp.mars_type, p.ndim) else None
-                for p, m in zip(tensors.params, tensors.exp_avgs, strict=True)
-            ]
-            tensors = dataclasses.replace(tensors, last_grads=momenta)
-        gates = elementwise(tensors, hp, store_last_grad, inv_grad_scale)
-        working, pairs = tensors, []
-    else:
+    if backend not in ("compiled", "triton"):
         _require_unscaled(inv_grad_scale, backend)
+    if backend == "single_tensor":
         working, pairs = _upcast_state(tensors)
-        if backend == "single_tensor":
-            gates = mars_step_single_tensor(working, hp, store_last_grad)
-            _write_back(pairs)
-            return gates
-        if hp.one_buffer:
-            momenta, gates = one_buffer_momenta_foreach(working, hp, whole)
-        else:
-            gates = mars_elementwise_foreach(working, hp, store_last_grad, whole)
+        gates = mars_step_single_tensor(working, hp, store_last_grad)
+        _write_back(pairs)
+        return gates
+    elementwise_pass = _one_buffer_pass if hp.one_buffer else _two_buffer_pass
+    working, pairs, gates, momenta = elementwise_pass(
+        tensors, hp, store_last_grad, backend, inv_grad_scale, whole
+    )
     matrices = [i for i, p in enumerate(working.params) if is_shampoo_matrix(hp.mars_type, p.ndim)]
     if matrices:
         matrix_gates = None if gates is None else [gates[i] for i in matrices]
         selected = working.select(matrices)
-        if hp.one_buffer:  # Newton-Schulz of m_t, not of the buffer
-            selected.exp_avgs = [momenta[i] for i in matrices]
+        selected.exp_avgs = [momenta[i] for i in matrices]
         apply_shampoo_directions(selected, hp, whole, matrix_gates)
     _write_back(pairs)
     return gates
+
+
+# What an element-wise pass of the multi-tensor or fused paths returns: the tensors it stepped
+# (working copies where state is stored narrower), the (stored, working) pairs to write back,
+# the gates, and each tensor's first moment m_t, which the Newton-Schulz step of the matrices
+# orthogonalises.
+_PassResult = tuple[StepTensors, list[tuple[Tensor, Tensor]], list[Tensor] | None, list[Tensor]]
+
+
+def _two_buffer_pass(
+    tensors: StepTensors,
+    hp: MarsHyperparams,
+    store_last_grad: bool,
+    backend: str,
+    inv_grad_scale: Tensor | None,
+    whole: WholeTensorOps | None,
+) -> _PassResult:
+    """The element-wise MARS step with ``m`` and ``g_tilde`` buffers: ``m_t`` is ``exp_avg``."""
+    if backend == "foreach":
+        working, pairs = _upcast_state(tensors)
+        gates = mars_elementwise_foreach(working, hp, store_last_grad, whole)
+        return working, pairs, gates, working.exp_avgs
+    gates = _fused_elementwise(backend)(tensors, hp, store_last_grad, inv_grad_scale)
+    return tensors, [], gates, tensors.exp_avgs
+
+
+def _one_buffer_pass(
+    tensors: StepTensors,
+    hp: MarsHyperparams,
+    store_last_grad: bool,
+    backend: str,
+    inv_grad_scale: Tensor | None,
+    whole: WholeTensorOps | None,
+) -> _PassResult:
+    """The element-wise step under ``one_buffer`` (one buffer ``u``, no ``g_tilde``;
+    :func:`~torch_mars.optim.step_math.one_buffer_coefficients`): ``m_t`` is a temporary
+    rebuilt from ``u`` and ``g``, which the fused kernels write into the ``last_grads`` slot of
+    each Newton-Schulz matrix."""
+    if backend == "foreach":
+        working, pairs = _upcast_state(tensors)
+        momenta, gates = one_buffer_momenta_foreach(working, hp, whole)
+        return working, pairs, gates, momenta
+    momenta = [
+        torch.empty_like(m) if is_shampoo_matrix(hp.mars_type, p.ndim) else None
+        for p, m in zip(tensors.params, tensors.exp_avgs, strict=True)
+    ]
+    with_momenta = dataclasses.replace(tensors, last_grads=momenta)
+    gates = _fused_elementwise(backend)(with_momenta, hp, store_last_grad, inv_grad_scale)
+    return with_momenta, [], gates, momenta  # type: ignore[return-value]
+
+
+def _fused_elementwise(backend: str) -> Callable[..., list[Tensor] | None]:
+    """The fused element-wise kernels of ``backend`` (``"triton"`` or ``"compiled"``), imported
+    on first use."""
+    if backend == "triton":
+        from torch_mars.kernels.triton_step import mars_elementwise_triton
+
+        return mars_elementwise_triton
+    from torch_mars.kernels.compiled_step import mars_elementwise_compiled
+
+    return mars_elementwise_compiled
 
 
 def adamw_step(
