@@ -17,9 +17,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out
 # A failing test is reported, not fatal: the timings below are still wanted.
 python -m pytest -q -p no:cacheprovider tests/test_fused_parity.py tests/test_compiled_step.py \
     tests/test_foreach_parity.py tests/test_nonfinite_skip.py tests/test_step_host_cost.py \
-    tests/test_newton_schulz.py 2>&1 | tail -15 \
+    tests/test_newton_schulz.py tests/test_step_plan.py 2>&1 | tail -15 \
     | tee "$out/tests.txt" || true
 python benchmarks/sync_check.py | tee "$out/sync-check.txt"
+python benchmarks/host_calls.py | tee "$out/host-calls.txt"
 python -m torch_mars.cli bench step --device cuda --model gpt2-small --repeats 50 --warmup 5 \
     --json "$out/step-gpt2-small.json"
 python -m torch_mars.cli bench iteration --device cuda --model gpt2-small \
