@@ -10,6 +10,9 @@ seed 0, its best lr on seeds 0-2.
 - ``gamma-0``: no correction (AdamW on the clipped g).
 - ``gamma-0.1``: gamma = 1 - beta1, where the unclipped first moment is Nesterov's.
 - ``gamma-0.2``: a stronger correction.
+- ``gamma-0-clip-off``: neither the correction nor the clip: AdamW on ``g`` with MARS-AdamW's
+  recipe (weight decay 1e-2 on the matrices, its 1-D AdamW path at lr 3e-3), which separates
+  what the clip buys from what the recipe buys against NAdamW (weight decay 0.1 everywhere).
 The tuned gamma = 0.05 is the tokens axis's own MARS-AdamW at that point. Resumable.
 
     python benchmarks/study_ablations.py [--jobs 2] [--folder study-axes] [--multiple 4]
@@ -41,6 +44,7 @@ VARIANTS: dict[str, dict] = {
     "gamma-0": {"gamma": 0.0},
     "gamma-0.1": {"gamma": 0.1},
     "gamma-0.2": {"gamma": 0.2},
+    "gamma-0-clip-off": {"gamma": 0.0, "clip": False},
 }
 
 
