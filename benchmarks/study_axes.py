@@ -27,11 +27,15 @@ lr re-tuned on a 5-point 1.5x grid at every point):
 - ``batch-tiny``: the batch axis where a CPU affords it: the same optimizers on `tiny` at
   4x 20 tokens per parameter with 4, 16 and 64 sequences per step (the same tokens; 16 is the
   tokens axis's 4x point), each grid centred on that point's tuned lr times sqrt(batch / 16).
+- ``weight-decay``: NAdamW with weight decay 1e-2 (MARS-AdamW's on its matrices) instead of 0.1,
+  on `tiny` at 4x and 8x, its betas kept from the tokens axis, lr re-tuned on the Adam pair's
+  grid: the control with MARS-AdamW's weight decay, which the tokens axis did not sweep.
 Each lr grid of the axes gains a 1.5x point beyond an edge that holds the best lr, up to three
 times (as in study_compare's stage A); the gain is then read at each optimizer's tuned lr.
 
     python benchmarks/study_axes.py [--jobs 6] [--folder study-axes-h100] [--data stdlib]
-        [--winners study-compare-h100] [--stages controls batch tokens batch-tiny]
+        [--winners study-compare-h100]
+        [--stages controls exact-compute batch tokens batch-tiny weight-decay]
 
 ``--stages`` with no stage redraws ``axes.png`` and prints the map's table from ``axes.json``.
 
@@ -241,6 +245,33 @@ def tiny_batch_axis(folder: Path, base: TrainConfig, winners: dict, jobs: int) -
     return dict(sorted(results.items()))
 
 
+MARS_MATRIX_WEIGHT_DECAY = 1e-2
+WEIGHT_DECAY_MULTIPLES = (8, 4)
+
+
+def control_at_mars_weight_decay(
+    folder: Path, base: TrainConfig, winners: dict, jobs: int
+) -> dict[int, dict]:
+    """NAdamW on `tiny` with MARS-AdamW's matrix weight decay (1e-2, on every tensor), lr
+    re-tuned on the tokens axis's grid, betas kept from that point's winner."""
+    results = {}
+    for multiple in WEIGHT_DECAY_MULTIPLES:
+        tuned = json.loads((folder / f"tokens-{multiple}x" / "sweep.json").read_text())
+        fixed = {
+            **fixed_axes(tuned["winners"]["nadamw"]),
+            "weight_decay": (MARS_MATRIX_WEIGHT_DECAY,),
+        }
+        report = sweep_lr_with_edges(
+            folder / f"weight-decay-{multiple}x",
+            tiny_budget(base, multiple),
+            {"nadamw": list(ADAM_TINY_LRS)},
+            {"nadamw": fixed},
+            jobs,
+        )
+        results[multiple] = summary_of(report)
+    return results
+
+
 def strongest_control(results: dict, mars: str) -> str | None:
     """The same-cost control of ``mars`` (:data:`CONTROLS`) with the lowest mean in
     ``results``; None when none ran."""
@@ -361,7 +392,7 @@ def main() -> None:
     parser.add_argument(
         "--stages",
         nargs="*",
-        choices=("controls", "exact-compute", "batch", "tokens", "batch-tiny"),
+        choices=("controls", "exact-compute", "batch", "tokens", "batch-tiny", "weight-decay"),
         default=["controls", "batch", "tokens"],
     )
     args = parser.parse_args()
@@ -376,6 +407,7 @@ def main() -> None:
         "batch": batch_axis,
         "tokens": tokens_axis,
         "batch-tiny": tiny_batch_axis,
+        "weight-decay": control_at_mars_weight_decay,
     }
     for stage in args.stages:
         axes[stage] = stages[stage](folder, base, winners, args.jobs)
