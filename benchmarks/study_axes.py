@@ -28,8 +28,9 @@ lr re-tuned on a 5-point 1.5x grid at every point):
   4x 20 tokens per parameter with 4, 16 and 64 sequences per step (the same tokens; 16 is the
   tokens axis's 4x point), each grid centred on that point's tuned lr times sqrt(batch / 16).
 - ``weight-decay``: NAdamW with weight decay 1e-2 (MARS-AdamW's on its matrices) instead of 0.1,
-  on `tiny` at 4x and 8x, its betas kept from the tokens axis, lr re-tuned on the Adam pair's
-  grid: the control with MARS-AdamW's weight decay, which the tokens axis did not sweep.
+  on `tiny` at 8x and 4x (the Adam pair's 7-point grid), then at 4 and 64 sequences per step
+  (a 5-point grid around that point's tuned lr), betas kept from each point's winner: the
+  control with MARS-AdamW's weight decay, which the axes did not sweep.
 Each lr grid of the axes gains a 1.5x point beyond an edge that holds the best lr, up to three
 times (as in study_compare's stage A); the gain is then read at each optimizer's tuned lr.
 
@@ -251,24 +252,32 @@ WEIGHT_DECAY_MULTIPLES = (8, 4)
 
 def control_at_mars_weight_decay(
     folder: Path, base: TrainConfig, winners: dict, jobs: int
-) -> dict[int, dict]:
+) -> dict[str, dict]:
     """NAdamW on `tiny` with MARS-AdamW's matrix weight decay (1e-2, on every tensor), lr
-    re-tuned on the tokens axis's grid, betas kept from that point's winner."""
+    re-tuned, betas kept from each point's winner: the tokens axis's 8x and 4x points, then
+    the batch axis's 4 and 64 sequences per step."""
+    points = {
+        f"tokens-{multiple}x": (tiny_budget(base, multiple), list(ADAM_TINY_LRS))
+        for multiple in WEIGHT_DECAY_MULTIPLES
+    }
+    for batch in TINY_BATCHES:
+        if batch != MINI_BUDGET.batch_size:
+            tuned = json.loads((folder / f"batch-tiny-{batch}" / "sweep.json").read_text())
+            lr = tuned["winners"]["nadamw"]["lr"]
+            sized = tiny_budget(at_batch(base, batch), TINY_BATCH_MULTIPLE)
+            points[f"batch-tiny-{batch}"] = (sized, list(grid_around(lr)))
     results = {}
-    for multiple in WEIGHT_DECAY_MULTIPLES:
-        tuned = json.loads((folder / f"tokens-{multiple}x" / "sweep.json").read_text())
+    for point, (sized, lrs) in points.items():
+        tuned = json.loads((folder / point / "sweep.json").read_text())
         fixed = {
             **fixed_axes(tuned["winners"]["nadamw"]),
             "weight_decay": (MARS_MATRIX_WEIGHT_DECAY,),
         }
+        name = point.replace("tokens-", "").replace("batch-tiny-", "batch-")
         report = sweep_lr_with_edges(
-            folder / f"weight-decay-{multiple}x",
-            tiny_budget(base, multiple),
-            {"nadamw": list(ADAM_TINY_LRS)},
-            {"nadamw": fixed},
-            jobs,
+            folder / f"weight-decay-{name}", sized, {"nadamw": lrs}, {"nadamw": fixed}, jobs
         )
-        results[multiple] = summary_of(report)
+        results[point] = summary_of(report)
     return results
 
 
