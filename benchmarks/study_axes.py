@@ -63,7 +63,10 @@ BATCHES = (4, 64)
 AXIS_OPTIMIZERS = ("adamw", "mars-adamw", "muon", "mars-shampoo", "nadamw")
 # Each MARS rule's same-cost controls: its base, and the Nesterov momentum its first moment is
 # shaped like (torch.optim.Muon's momentum is Nesterov's already).
-CONTROLS = {"mars-adamw": ("adamw", "nadamw"), "mars-shampoo": ("muon",)}
+# NADAMW_WD is NAdamW at MARS-AdamW's matrix weight decay (the ``weight-decay`` stage), a control
+# wherever that stage ran.
+NADAMW_WD = "nadamw-wd0.01"
+CONTROLS = {"mars-adamw": ("adamw", "nadamw", NADAMW_WD), "mars-shampoo": ("muon",)}
 # Axis optimizers that no stage B tuned: their betas are swept at the tiny 4x point.
 UNTUNED = ("nadamw",)
 TOKEN_MULTIPLES = (1, 4, 8)
@@ -281,6 +284,20 @@ def control_at_mars_weight_decay(
     return results
 
 
+def with_weight_decay_controls(axes: dict) -> dict:
+    """``axes`` with the ``weight-decay`` stage's NAdamW entered, as :data:`NADAMW_WD`, at the
+    tokens and batch points it ran at (the tokens axis's 4x point is the batch axis's 16)."""
+    merged = json.loads(json.dumps(axes))
+    places = {f"tokens-{m}x": [("tokens", str(m))] for m in TOKEN_MULTIPLES}
+    places[f"tokens-{TINY_BATCH_MULTIPLE}x"].append(("batch-tiny", str(MINI_BUDGET.batch_size)))
+    places |= {f"batch-tiny-{b}": [("batch-tiny", str(b))] for b in TINY_BATCHES}
+    for point, results in axes.get("weight-decay", {}).items():
+        for axis, x in places[point]:
+            if x in merged.get(axis, {}):
+                merged[axis][x][NADAMW_WD] = results["nadamw"]
+    return merged
+
+
 def strongest_control(results: dict, mars: str) -> str | None:
     """The same-cost control of ``mars`` (:data:`CONTROLS`) with the lowest mean in
     ``results``; None when none ran."""
@@ -422,8 +439,9 @@ def main() -> None:
         axes[stage] = stages[stage](folder, base, winners, args.jobs)
         folder.mkdir(parents=True, exist_ok=True)
         axes_file.write_text(json.dumps(axes, indent=2) + "\n")
-    plot_axes(json.loads(axes_file.read_text()), folder / "axes.png")
-    print(control_table(axes))
+    mapped = with_weight_decay_controls(json.loads(axes_file.read_text()))
+    plot_axes(mapped, folder / "axes.png")
+    print(control_table(mapped))
 
 
 if __name__ == "__main__":
