@@ -72,14 +72,22 @@ def test_cpu_model_defaults_are_the_tuned_studys_winners():
 
 def test_tiny_defaults_are_the_tokens_axiss_winners_where_it_tuned_them():
     """`tiny` takes the winners of study_axes.py's tokens axis at 4x (NAdamW's betas swept there
-    too); the rest are mini's."""
-    sweep = STUDY_RESULTS / "study-axes" / "tokens-4x" / "sweep.json"
-    winners = json.loads(sweep.read_text())["winners"]
+    too), NAdamW the winner of its weight-decay sweep at that point, which beat its tokens-axis
+    winner; the rest are mini's."""
+    axes = STUDY_RESULTS / "study-axes"
+    tokens = json.loads((axes / "tokens-4x" / "sweep.json").read_text())
+    decayed = json.loads((axes / "weight-decay-4x" / "sweep.json").read_text())
+    winners = tokens["winners"] | decayed["winners"]
     assert set(winners) == {"adamw", "mars-adamw", "muon", "mars-shampoo", "nadamw"}
     for name, point in winners.items():
         assert_defaults_are_winners(
-            default_hyperparams(name, "tiny"), point, ("study-axes/tokens-4x", name)
+            default_hyperparams(name, "tiny"), point, ("study-axes, tiny 4x", name)
         )
+
+    def nadamw_final(sweep: dict) -> float:
+        return next(s["final"] for s in sweep["summaries"] if s["optimizer"] == "nadamw")
+
+    assert nadamw_final(decayed) < nadamw_final(tokens)
     for name in ("lion", "mars-lion", "nadam", "muon-nd", "mars-m"):
         assert default_hyperparams(name, "tiny") == default_hyperparams(name, "mini")
 
