@@ -48,6 +48,7 @@ std, against batch size and against tokens per parameter).
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -287,7 +288,7 @@ def control_at_mars_weight_decay(
 def with_weight_decay_controls(axes: dict) -> dict:
     """``axes`` with the ``weight-decay`` stage's NAdamW entered, as :data:`NADAMW_WD`, at the
     tokens and batch points it ran at (the tokens axis's 4x point is the batch axis's 16)."""
-    merged = json.loads(json.dumps(axes))
+    merged = copy.deepcopy(axes)
     places = {f"tokens-{m}x": [("tokens", str(m))] for m in TOKEN_MULTIPLES}
     places[f"tokens-{TINY_BATCH_MULTIPLE}x"].append(("batch-tiny", str(MINI_BUDGET.batch_size)))
     places |= {f"batch-tiny-{b}": [("batch-tiny", str(b))] for b in TINY_BATCHES}

@@ -9,7 +9,7 @@ once per group."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -36,6 +36,9 @@ from torch_mars.optim.step_types import (
     mars_hyperparams,
     validate_group,
 )
+
+if TYPE_CHECKING:
+    from torch_mars.distributed.group_sharding import GroupSharding
 
 # Settings every MARS param group has had since the first release; a state dict whose groups
 # lack one was written by another optimizer.
@@ -568,7 +571,9 @@ class MARS(Optimizer):
         mars_tensors = self._step_tensors(group, plan.mars, True, inv_grad_scale)
         adamw_tensors = self._step_tensors(group, plan.adamw, False, inv_grad_scale)
         if plan.sharding is not None:
-            self._step_sharded_group(group, plan, mars_tensors, adamw_tensors, inv_grad_scale)
+            self._step_sharded_group(
+                group, plan.sharding, mars_tensors, adamw_tensors, inv_grad_scale
+            )
             return
         if mars_tensors.params:
             gates = mars_step(
@@ -626,7 +631,7 @@ class MARS(Optimizer):
     def _step_sharded_group(
         self,
         group: dict[str, Any],
-        plan: GroupStepPlan,
+        sharding: GroupSharding,
         mars_tensors: StepTensors,
         adamw_tensors: StepTensors,
         inv_grad_scale: Tensor | None,
@@ -634,8 +639,6 @@ class MARS(Optimizer):
         """A group of ``DTensor``s: the MARS tensors on the sharding's path (local shards with
         whole-tensor collectives, or ``DTensor`` ops); the AdamW tensors on the group's path over
         the same local tensors (gradients unscaled by the sharding, not by a kernel)."""
-        sharding = plan.sharding
-        assert sharding is not None
         if mars_tensors.params:
             local, whole = sharding.local(mars_tensors, inv_grad_scale)
             gates = mars_step(
