@@ -118,6 +118,7 @@ def test_iteration_rows_take_the_fused_suffix_only_for_mars(capsys):
 def test_newton_schulz_rows_are_the_muon_and_shampoo_ones():
     slow = [c.name for c in default_candidates() if uses_newton_schulz(c)]
     assert sorted(slow) == [
+        "mars-shampoo-default",
         "mars-shampoo-foreach",
         "mars-shampoo-fused",
         "mars-shampoo-loop",

@@ -101,6 +101,7 @@ def _header(mode: str, model: str, device: torch.device, options: BenchOptions) 
 def run_step_bench(options: StepBenchOptions) -> int:
     """Time one optimizer step of every candidate; see :mod:`torch_mars.bench.step`."""
     from torch_mars.bench.step import (
+        cuda_graph_candidates,
         default_candidates,
         format_step_table,
         newton_schulz_ms,
@@ -114,6 +115,8 @@ def run_step_bench(options: StepBenchOptions) -> int:
     header = _header("step", model_name, device, options)
     print(header, flush=True)
     candidates = default_candidates()
+    if device.type == "cuda":
+        candidates += cuda_graph_candidates()
     if options.only:
         unknown = sorted(set(options.only) - {c.name for c in candidates})
         if unknown:

@@ -183,12 +183,18 @@ def coefficient_values(hp: AdamWHyperparams, scale: object, step: int) -> list[o
     ]
 
 
-def _coefficients(hp: AdamWHyperparams, scale: object, step: int) -> Tensor:
+def _coefficients(hp: AdamWHyperparams, scale: object, step: int, device: torch.device) -> Tensor:
+    """The kernel's coefficient vector at step ``step``, on ``device`` (a CUDA kernel cannot
+    read a CPU tensor), without a host read of a tensor hyperparameter."""
     gamma = hp.gamma if isinstance(hp, MarsHyperparams) else 0.0
     if isinstance(hp, MarsHyperparams) and hp.one_buffer:
         scale, _ = one_buffer_coefficients(hp, step == 1)
     values = [*coefficient_values(hp, scale, step), gamma]
-    return torch.tensor([float(v) for v in values], dtype=torch.float64)
+    if not any(isinstance(v, Tensor) for v in values):
+        return torch.tensor(values, dtype=torch.float64).to(device, non_blocking=True)
+    return torch.stack(
+        [torch.as_tensor(v, dtype=torch.float64, device=device).reshape(()) for v in values]
+    )
 
 
 def _flat(tensor: Tensor | None) -> Tensor | None:
@@ -204,7 +210,10 @@ def _run(
     inv_grad_scale: Tensor | None,
 ) -> list[Tensor] | None:
     kernel = compiled_tensor_update()
-    coefficients = {step: _coefficients(hp, scale, step) for step in set(tensors.steps)}
+    coefficients = {
+        (step, device): _coefficients(hp, scale, step, device)
+        for step, device in set(zip(tensors.steps, [p.device for p in tensors.params], strict=True))
+    }
     skip = isinstance(hp, MarsHyperparams) and hp.skip_nonfinite
     # Each combination of rule, flags and dtypes is one specialisation of the same function;
     # dynamo's default limit of 8 per function is too low for a process that uses several.
@@ -223,7 +232,7 @@ def _update_one(
     tensors: StepTensors,
     i: int,
     hp: AdamWHyperparams,
-    coefficients: dict[int, Tensor],
+    coefficients: dict[tuple[int, torch.device], Tensor],
     rule_of: Callable[[Tensor], str],
     store_last_grad: bool,
     inv_grad_scale: Tensor | None,
@@ -250,7 +259,7 @@ def _update_one(
     flat = [_flat(t) for t in operands] if contiguous else list(operands)
     return update(
         *flat,
-        coefficients[tensors.steps[i]],
+        coefficients[(tensors.steps[i], param.device)],
         inv_grad_scale,
         rule_of(param),
         hp.maximize,

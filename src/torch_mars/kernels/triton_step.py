@@ -44,6 +44,7 @@ from torch_mars.optim.step_math import (
 from torch_mars.optim.step_types import (
     AdamWHyperparams,
     MarsHyperparams,
+    StepCount,
     StepTensors,
     group_indices,
 )
@@ -55,7 +56,9 @@ NORM_CHUNKS_PER_PROGRAM = 8
 # kernels can use them.
 COEFFICIENT_LR, COEFFICIENT_BETA1, COEFFICIENT_BETA2, COEFFICIENT_EPS, COEFFICIENT_WD = range(5)
 COEFFICIENT_SCALE, COEFFICIENT_BC1, COEFFICIENT_BC2_SQRT, COEFFICIENT_RULE = range(5, 9)
-N_COEFFICIENTS = 9
+# 1 on a ``cuda_graph`` step's first step (g_tilde = g, with the scale zeroed), else 0.
+COEFFICIENT_FIRST = 9
+N_COEFFICIENTS = 10
 COLUMN_P, COLUMN_G, COLUMN_LAST_G, COLUMN_M, COLUMN_V, COLUMN_V_MAX = range(6)
 N_ADDRESSES = 6
 # Codes of the rules in the coefficient table: their index in ELEMENTWISE_RULES.
@@ -189,22 +192,25 @@ if TRITON_AVAILABLE:
         program = tl.program_id(0)
         tensor = tl.load(chunk_tensor + program)
         offsets = tl.load(chunk_start + program) + tl.arange(0, BLOCK)
-        mask = offsets < tl.load(numels + tensor)
+        in_bounds = offsets < tl.load(numels + tensor)
+        mask = in_bounds
         if SKIP_NONFINITE:
             # NaN < inf is False too: a tensor whose ||c|| is not finite writes nothing.
-            mask = tl.where(tl.load(norm_sq + tensor) < float("inf"), mask, False)
+            mask = tl.where(tl.load(norm_sq + tensor) < float("inf"), in_bounds, False)
         row = coefficients + tensor * N_COEFFICIENTS
         lr = tl.load(row + COEFFICIENT_LR).to(COMPUTE)
         beta1 = tl.load(row + COEFFICIENT_BETA1).to(COMPUTE)
         weight_decay = tl.load(row + COEFFICIENT_WD).to(COMPUTE)
         rule = tl.load(row + COEFFICIENT_RULE).to(tl.int32)
 
+        # Read in bounds, not under the skip's mask: a ``cuda_graph`` first step keeps g even
+        # when the tensor is skipped.
         g, c = _gradients(
             addresses,
             row,
             tensor,
             offsets,
-            mask,
+            in_bounds,
             inv_grad_scale,
             G_DTYPE,
             S_DTYPE,
@@ -216,7 +222,15 @@ if TRITON_AVAILABLE:
         if IS_MARS and CLIP:
             c = c / tl.maximum(tl.sqrt(tl.load(norm_sq + tensor).to(COMPUTE)), 1.0)
         if IS_MARS and STORE_LAST_GRAD:
-            _store_tensor(addresses, tensor, COLUMN_LAST_G, offsets, mask, g, S_DTYPE)
+            kept = g
+            kept_mask = mask
+            if SKIP_NONFINITE:
+                # A ``cuda_graph`` first step keeps g, non-finite entries zeroed, even when the
+                # tensor is skipped: what MARS._step_tensors writes on the host otherwise.
+                first = tl.load(row + COEFFICIENT_FIRST) != 0
+                kept = tl.where(first, tl.where(tl.abs(g) < float("inf"), g, 0.0), g)
+                kept_mask = tl.where(first, in_bounds, mask)
+            _store_tensor(addresses, tensor, COLUMN_LAST_G, offsets, kept_mask, kept, S_DTYPE)
         m = _load_tensor(addresses, tensor, COLUMN_M, offsets, mask, S_DTYPE, COMPUTE)
         m = m + (1.0 - beta1) * (c - m)
         _store_tensor(addresses, tensor, COLUMN_M, offsets, mask, m, S_DTYPE)
@@ -362,15 +376,26 @@ def _address(tensor: Tensor | None) -> int:
 
 
 def _coefficient_table(
-    hp: AdamWHyperparams, scale: object, steps: list[int], rules: list[int], device: torch.device
+    hp: AdamWHyperparams,
+    scale: object,
+    steps: list[StepCount],
+    rules: list[int],
+    device: torch.device,
 ) -> Tensor:
-    """The ``(n, 9)`` float64 table of per-tensor coefficients, built without a host read of a
-    tensor hyperparameter: one row per distinct step count (usually one), gathered per tensor."""
+    """The ``(n, N_COEFFICIENTS)`` float64 table of per-tensor coefficients, built without a
+    host read of a tensor hyperparameter: one row per distinct step count (usually one),
+    gathered per tensor. Tensor step counts (``cuda_graph``) take
+    :func:`_device_coefficient_table`."""
+    if steps and isinstance(steps[0], Tensor):
+        return _device_coefficient_table(hp, scale, steps, rules, device)
     distinct = sorted(set(steps))
-    step_rows = [coefficient_values(hp, scale, step) for step in distinct]
+    step_rows = [[*coefficient_values(hp, scale, step), 0.0] for step in distinct]
     if not any(isinstance(v, Tensor) for row in step_rows for v in row):
         by_step = dict(zip(distinct, step_rows, strict=True))
-        values = [[*by_step[step], rule] for step, rule in zip(steps, rules, strict=True)]
+        values = [
+            [*by_step[step][:-1], rule, by_step[step][-1]]
+            for step, rule in zip(steps, rules, strict=True)
+        ]
         return torch.tensor(values, dtype=torch.float64).to(device, non_blocking=True)
     stacked = torch.stack(
         [
@@ -383,7 +408,98 @@ def _coefficient_table(
     host = torch.tensor(
         [[distinct.index(step), rule] for step, rule in zip(steps, rules, strict=True)]
     ).to(device, non_blocking=True)
-    return torch.cat([stacked[host[:, 0]], host[:, 1:].double()], dim=1)
+    gathered = stacked[host[:, 0]]
+    return torch.cat([gathered[:, :-1], host[:, 1:].double(), gathered[:, -1:]], dim=1)
+
+
+def _device_coefficient_table(
+    hp: AdamWHyperparams,
+    scale: object,
+    steps: list[Tensor],
+    rules: list[int],
+    device: torch.device,
+) -> Tensor:
+    """The coefficient table of a ``cuda_graph`` step, computed on the device from each
+    tensor's step count (0-d tensors, already incremented): the bias corrections, the first
+    step's flag, and on it a zero scale, so ``c = g``. Nothing is copied from the host per step,
+    so a CUDA graph replays it: float hyperparameters are device scalars made once
+    (:func:`_device_scalar`; a float changed later makes a new one outside the graph, so
+    schedule ``lr`` through a tensor on the device), tensor ones are read where they are."""
+    step = torch.stack(steps).to(torch.float64)
+    first = (step == 1).to(torch.float64)
+    lr, beta1, beta2, eps, weight_decay, scale_value = (
+        _as_device_scalar(value, device)
+        for value in (hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, scale)
+    )
+    n = len(steps)
+    columns = [
+        lr.expand(n),
+        beta1.expand(n),
+        beta2.expand(n),
+        eps.expand(n),
+        weight_decay.expand(n),
+        scale_value * (1.0 - first),
+        1.0 - beta1**step,
+        (1.0 - beta2**step).sqrt(),
+        _held_for_graphs(_rule_codes(tuple(rules), device)),
+        first,
+    ]
+    return torch.stack(columns, dim=1)
+
+
+def _as_device_scalar(value: object, device: torch.device) -> Tensor:
+    if isinstance(value, Tensor):
+        return value.to(device, torch.float64).reshape(())
+    return _held_for_graphs(_device_scalar(float(value), device))  # type: ignore[arg-type]
+
+
+# The device constants below are cached across steps, and a captured CUDA graph reads them by
+# address without keeping a reference: those a capture uses (and the pinned host memory that
+# a copy recorded in a graph reads again at every replay) are held here for the process's life,
+# so that a cache eviction cannot free them under a graph. A few KB per capture.
+_HELD_FOR_GRAPHS: list[Tensor] = []
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _held_for_graphs(tensor: Tensor) -> Tensor:
+    """``tensor``, held for the process's life when a CUDA graph is being captured."""
+    if _capturing(tensor.device):
+        _HELD_FOR_GRAPHS.append(tensor)
+    return tensor
+
+
+def _to_device(
+    values: list[Any] | tuple[Any, ...], dtype: torch.dtype, device: torch.device
+) -> Tensor:
+    """``values`` as a tensor on ``device``. During a CUDA-graph capture the copy is made from
+    pinned memory (the only host copy a graph may record), which is held for the replays."""
+    host = torch.tensor(values, dtype=dtype)
+    if _capturing(device):
+        host = host.pin_memory()
+        _HELD_FOR_GRAPHS.append(host)
+    return host.to(device, non_blocking=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _device_scalar(value: float, device: torch.device) -> Tensor:
+    """A float64 0-d tensor of ``value`` on ``device``, made once (read only)."""
+    return _to_device(value, torch.float64, device)  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=64)
+def _rule_codes(rules: tuple[int, ...], device: torch.device) -> Tensor:
+    return _to_device(rules, torch.float64, device)
+
+
+@functools.lru_cache(maxsize=64)
+def _address_table(rows: tuple[tuple[int, ...], ...], device: torch.device) -> Tensor:
+    """The ``(n, N_ADDRESSES)`` table of data pointers on ``device``. Cached by the pointers
+    themselves, so a step whose tensors sit where they sat (static gradients, a CUDA graph)
+    copies nothing from the host."""
+    return _to_device(rows, torch.int64, device)
 
 
 def _launch(
@@ -404,22 +520,24 @@ def _launch(
     state_dtype = tensors.exp_avgs[0].dtype
     compute = torch.float64 if param_dtype == torch.float64 else torch.float32
     n = len(tensors)
-    addresses = torch.tensor(
-        [
-            [
-                _address(tensors.params[i]),
-                _address(tensors.grads[i]),
-                _address(tensors.last_grads[i]) if is_mars else 0,
-                _address(tensors.exp_avgs[i]),
-                _address(tensors.exp_avg_sqs[i]),
-                _address(tensors.max_exp_avg_sqs[i]) if hp.amsgrad else 0,
-            ]
-            for i in range(n)
-        ],
-        dtype=torch.int64,
-    ).to(device, non_blocking=True)
+    addresses = _held_for_graphs(
+        _address_table(
+            tuple(
+                (
+                    _address(tensors.params[i]),
+                    _address(tensors.grads[i]),
+                    _address(tensors.last_grads[i]) if is_mars else 0,
+                    _address(tensors.exp_avgs[i]),
+                    _address(tensors.exp_avg_sqs[i]),
+                    _address(tensors.max_exp_avg_sqs[i]) if hp.amsgrad else 0,
+                )
+                for i in range(n)
+            ),
+            device,
+        )
+    )
     numels = tuple(p.numel() for p in tensors.params)
-    numel_table = _numel_table(numels, device)
+    numel_table = _held_for_graphs(_numel_table(numels, device))
     coefficients = _coefficient_table(hp, scale, tensors.steps, rules, device)
     norm_sq = torch.zeros(n, dtype=compute, device=device)
     scale_pointer = inv_grad_scale if inv_grad_scale is not None else norm_sq
@@ -428,7 +546,7 @@ def _launch(
     )
     if is_mars and (clip or skip_nonfinite):
         span = BLOCK * NORM_CHUNKS_PER_PROGRAM
-        norm_chunks = _chunk_table(numels, span, device)
+        norm_chunks = tuple(map(_held_for_graphs, _chunk_table(numels, span, device)))
         _mars_norm_kernel[(norm_chunks[0].numel(),)](
             addresses,
             numel_table,
@@ -439,7 +557,7 @@ def _launch(
             CHUNKS=NORM_CHUNKS_PER_PROGRAM,
             **common,
         )
-    chunks = _chunk_table(numels, BLOCK, device)
+    chunks = tuple(map(_held_for_graphs, _chunk_table(numels, BLOCK, device)))
     _mars_update_kernel[(chunks[0].numel(),)](
         addresses,
         numel_table,
@@ -465,15 +583,12 @@ def _chunk_table(numels: tuple[int, ...], span: int, device: torch.device) -> tu
         offsets = range(0, numel, span)
         tensor_ids += [index] * len(offsets)
         starts += offsets
-    return (
-        torch.tensor(tensor_ids, dtype=torch.int32).to(device),
-        torch.tensor(starts, dtype=torch.int64).to(device),
-    )
+    return _to_device(tensor_ids, torch.int32, device), _to_device(starts, torch.int64, device)
 
 
 @functools.lru_cache(maxsize=64)
 def _numel_table(numels: tuple[int, ...], device: torch.device) -> Tensor:
-    return torch.tensor(numels, dtype=torch.int64).to(device)
+    return _to_device(numels, torch.int64, device)
 
 
 def _flat_addressable(tensors: StepTensors, index: int) -> bool:

@@ -164,8 +164,21 @@ class MARS(Optimizer):
             hand after Newton-Schulz, where ``c`` is gone. The 1-D AdamW tensors are not
             masked. Under ``fused=True`` on CUDA the MARS tensors take the compiled per-tensor
             kernel instead of the multi-tensor Triton kernels.
+        cuda_graph: make ``step()`` safe to capture in a CUDA graph (``torch.cuda.graph``) and
+            replay: step counts are 0-d float32 tensors on the device, and the Triton kernels
+            derive the bias corrections and the first step's ``g_tilde = g`` there, so a step
+            copies nothing from the host and reads nothing back. It runs the Triton kernels
+            (CUDA tensors, ``fused`` True or None) in the approximate mode, without
+            ``one_buffer`` or ``cautious``, and not on FSDP2 shards. A float ``lr`` is recorded
+            into a captured graph as it was: schedule it through a one-element tensor on the
+            device (``lr=torch.tensor(3e-3, device="cuda")``, written in place). Capture after
+            a few eager steps on a side stream, as ``torch.cuda.graph`` asks, so that the state
+            exists and the kernels are compiled. (torch.optim calls this ``capturable``; that
+            key is not used here because torch.compile sets a group's ``capturable`` to True
+            when it traces an optimizer, with torch.optim's meaning.)
 
-    State per tensor: ``step`` (int), ``exp_avg``, ``exp_avg_sq`` (tensors on an Adam rule: not
+    State per tensor: ``step`` (int; a 0-d float32 device tensor under ``cuda_graph``),
+    ``exp_avg``, ``exp_avg_sq`` (tensors on an Adam rule: not
     the Lion tensors or the Shampoo matrices), ``max_exp_avg_sq`` (AMSGrad),
     ``last_grad`` (MARS-routed tensors: a copy of the previous gradient, never an alias of
     ``p.grad``) and ``prev_param`` (exact mode: the parameters of the previous step), in
@@ -212,6 +225,7 @@ class MARS(Optimizer):
         clip: bool = True,
         one_buffer: bool = False,
         cautious: bool = False,
+        cuda_graph: bool = False,
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -239,6 +253,7 @@ class MARS(Optimizer):
             "clip": clip,
             "one_buffer": one_buffer,
             "cautious": cautious,
+            "cuda_graph": cuda_graph,
         }
         validate_group(defaults)
         super().__init__(params, defaults)
@@ -330,6 +345,7 @@ class MARS(Optimizer):
             group.setdefault("clip", True)
             group.setdefault("one_buffer", False)
             group.setdefault("cautious", False)
+            group.setdefault("cuda_graph", False)
             group.setdefault("lr_at_construction", group["lr"])
         # Also run by load_state_dict: the loaded state may lack buffers the settings need.
         self._plans = {}
@@ -441,9 +457,11 @@ class MARS(Optimizer):
     ) -> None:
         """Create whatever state ``param`` lacks under its group's settings now: ``step = 0``
         and the buffers ``names`` (by default :func:`state_buffer_names`), zeros except
-        ``prev_param`` (a copy of the parameter). The one place where state is created."""
+        ``prev_param`` (a copy of the parameter). The one place where state is created; it
+        also puts an existing step count in the form ``cuda_graph`` asks for (run when a plan
+        is rebuilt, so after a load or a change of the setting)."""
         state = self.state[param]
-        state.setdefault("step", 0)
+        state["step"] = _step_count(state.get("step", 0), param, group["cuda_graph"])
         if (
             group["skip_nonfinite"]
             and "nonfinite_skips" not in state
@@ -603,29 +621,34 @@ class MARS(Optimizer):
         ones when ``use_mars``, else its AdamW-routed ones), with their gradients, state and
         incremented step counts. On a MARS tensor's first step (``step == 0``) its
         ``last_grad`` takes the gradient itself: ``g_tilde = g``, so ``c = g`` (the paper's
-        ``x_1 = x_0``)."""
+        ``x_1 = x_0``); under ``cuda_graph`` the kernels do that on the device, and the step
+        counts, device tensors, advance in one multi-tensor add."""
         tensors = StepTensors([], [], [], [])
+        on_device_steps = group["cuda_graph"]
         for i in indices:
             param = group["params"][i]
             state = self.state[param]
             if not state:  # state cleared since the plan was built
                 self._create_state(param, group)
-            if use_mars and state["step"] == 0 and "last_grad" in state:
+            if not on_device_steps and use_mars and state["step"] == 0 and "last_grad" in state:
                 first_grad = self._effective_grad(param, group, inv_grad_scale)
                 if group["skip_nonfinite"]:
                     # A non-finite g skips this step; g_tilde must stay finite for the next.
                     first_grad.nan_to_num_(0.0, 0.0, 0.0)
                 state["last_grad"].copy_(first_grad)
-            state["step"] += 1
+            if not on_device_steps:
+                state["step"] += 1
+            tensors.steps.append(state["step"])
             tensors.params.append(param)
             tensors.grads.append(param.grad)
             tensors.exp_avgs.append(state["exp_avg"])
             tensors.exp_avg_sqs.append(state.get("exp_avg_sq"))
             if group["amsgrad"]:
                 tensors.max_exp_avg_sqs.append(state.get("max_exp_avg_sq"))
-            tensors.steps.append(state["step"])
             if use_mars and "last_grad" in state:
                 tensors.last_grads.append(state["last_grad"])
+        if on_device_steps and tensors.steps:
+            torch._foreach_add_(tensors.steps, 1.0)
         return tensors
 
     def _step_sharded_group(
@@ -689,6 +712,16 @@ def _copy_locally(targets: list[Tensor], sources: list[Tensor]) -> None:
         return
     for target, source in zip(targets, sources, strict=True):
         target.copy_(source)
+
+
+def _step_count(step: int | Tensor, param: Tensor, on_device: bool) -> int | Tensor:
+    """A step count in the form the group keeps: a 0-d float32 tensor on ``param``'s device
+    under ``cuda_graph``, else an int (read from a tensor once, when the setting changed)."""
+    if not on_device:
+        return int(step)
+    if isinstance(step, Tensor) and step.dtype == torch.float32 and step.device == param.device:
+        return step
+    return torch.as_tensor(step, dtype=torch.float32).to(param.device).reshape(())
 
 
 def _state_dtype(param: Tensor, group: dict[str, Any]) -> torch.dtype:

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from torch_mars.kernels import TRITON_AVAILABLE
+from torch_mars.optim import functional
 from torch_mars.optim.functional import Implementation, default_foreach
 from torch_mars.optim.step_math import elementwise_rule
 
@@ -43,6 +44,7 @@ PLANNED_SETTINGS: tuple[str, ...] = (
     "fused",
     "foreach",
     "cautious",
+    "cuda_graph",
 )
 
 
@@ -159,7 +161,7 @@ def build_plan(group: dict[str, Any], key: tuple[Hashable, ...]) -> GroupStepPla
     params = group["params"]
     stepped = [i for i, p in enumerate(params) if p.grad is not None]
     routed = {i: routes_to_mars(params[i], group) for i in stepped}
-    return GroupStepPlan(
+    plan = GroupStepPlan(
         key=key,
         mars=tuple(i for i in stepped if routed[i]),
         adamw=tuple(i for i in stepped if not routed[i]),
@@ -167,3 +169,15 @@ def build_plan(group: dict[str, Any], key: tuple[Hashable, ...]) -> GroupStepPla
         path=step_path(group, [params[i] for i in stepped]),
         sharding=group_sharding_of(params),
     )
+    if group.get("cuda_graph") and stepped:
+        triton = plan.path == "fused" and (
+            functional.fused_backend([params[i] for i in stepped]) == "triton"
+        )
+        if plan.sharding is not None or not triton:
+            raise ValueError(
+                "cuda_graph=True runs the multi-tensor Triton kernels: it needs plain CUDA "
+                "tensors (not FSDP2 shards) and fused=True or None, and a step that "
+                "torch.compile does not trace; this group would take the "
+                f"{plan.path!r} path{' on shards' if plan.sharding is not None else ''}"
+            )
+    return plan

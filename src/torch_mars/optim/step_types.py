@@ -25,6 +25,9 @@ import torch
 from torch import Tensor
 
 Scalar = float | Tensor
+# A tensor's step count: a Python int, or under ``cuda_graph`` a 0-d float32 tensor on the
+# tensor's device (as torch.optim keeps it), so that a CUDA graph replays the count too.
+StepCount = int | Tensor
 
 MarsType = Literal["mars-adamw", "mars-lion", "mars-shampoo", "mars-m"]
 MARS_TYPES: tuple[str, ...] = ("mars-adamw", "mars-lion", "mars-shampoo", "mars-m")
@@ -193,6 +196,21 @@ def validate_group(group: Mapping[str, Any]) -> None:
         _check_flag(name, group.get(name), allow_none=True)
     if group.get("foreach") and group.get("fused"):
         raise ValueError("foreach and fused cannot both be True: pick one implementation")
+    _check_flag("cuda_graph", group.get("cuda_graph", False))
+    if group.get("cuda_graph", False):
+        conflicts = {
+            "is_approx": not group["is_approx"],
+            "foreach": bool(group.get("foreach")),
+            "fused": group.get("fused") is False,
+            "one_buffer": group.get("one_buffer", False),
+            "cautious": group.get("cautious", False),
+        }
+        if any(conflicts.values()):
+            raise ValueError(
+                "cuda_graph=True runs the multi-tensor Triton kernels (fused=True or None, on "
+                "CUDA) in the approximate mode, without one_buffer or cautious; it conflicts "
+                f"with {[name for name, bad in conflicts.items() if bad]}"
+            )
     state_dtype = group.get("state_dtype")
     if state_dtype not in STATE_DTYPES:
         raise ValueError(
@@ -260,7 +278,9 @@ class StepTensors:
         exp_avg_sqs: second moments ``v``; None for tensors without one (``mars-lion`` and the
             Shampoo matrices).
         max_exp_avg_sqs: AMSGrad maxima of ``v``; empty unless AMSGrad is on.
-        steps: the per-tensor step count ``t``, already incremented (1 on the first step).
+        steps: the per-tensor step count ``t``, already incremented (1 on the first step):
+            ints, or 0-d float32 device tensors under ``cuda_graph`` (the Triton kernels then
+            derive the bias corrections and the first step's ``g_tilde = g`` on the device).
         last_grads: ``g_tilde`` of the MARS rule; empty for the plain AdamW path.
     """
 
@@ -269,7 +289,7 @@ class StepTensors:
     exp_avgs: list[Tensor]
     exp_avg_sqs: list[Tensor | None]
     max_exp_avg_sqs: list[Tensor | None] = field(default_factory=list)
-    steps: list[int] = field(default_factory=list)
+    steps: list[StepCount] = field(default_factory=list)
     last_grads: list[Tensor] = field(default_factory=list)
 
     def __len__(self) -> int:
