@@ -31,12 +31,14 @@ lr re-tuned on a 5-point 1.5x grid at every point):
   on `tiny` at 8x and 4x (the Adam pair's 7-point grid), then at 4 and 64 sequences per step
   (a 5-point grid around that point's tuned lr), betas kept from each point's winner: the
   control with MARS-AdamW's weight decay, which the axes did not sweep.
+- ``adamw-weight-decay``: the same for AdamW, at 8x and 4x: how much of MARS-AdamW's lead over
+  AdamW is its weight decay.
 Each lr grid of the axes gains a 1.5x point beyond an edge that holds the best lr, up to three
 times (as in study_compare's stage A); the gain is then read at each optimizer's tuned lr.
 
     python benchmarks/study_axes.py [--jobs 6] [--folder study-axes-h100] [--data stdlib]
         [--winners study-compare-h100]
-        [--stages controls exact-compute batch tokens batch-tiny weight-decay]
+        [--stages controls exact-compute batch tokens batch-tiny weight-decay adamw-weight-decay]
 
 ``--stages`` with no stage redraws ``axes.png`` and prints the map's table from ``axes.json``.
 
@@ -50,6 +52,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -255,16 +258,16 @@ WEIGHT_DECAY_MULTIPLES = (8, 4)
 
 
 def control_at_mars_weight_decay(
-    folder: Path, base: TrainConfig, winners: dict, jobs: int
+    folder: Path, base: TrainConfig, winners: dict, jobs: int, optimizer: str = "nadamw"
 ) -> dict[str, dict]:
-    """NAdamW on `tiny` with MARS-AdamW's matrix weight decay (1e-2, on every tensor), lr
-    re-tuned, betas kept from each point's winner: the tokens axis's 8x and 4x points, then
-    the batch axis's 4 and 64 sequences per step."""
+    """``optimizer`` on `tiny` with MARS-AdamW's matrix weight decay (1e-2, on every tensor),
+    lr re-tuned, betas kept from each point's winner: the tokens axis's 8x and 4x points, then
+    (NAdamW only) the batch axis's 4 and 64 sequences per step."""
     points = {
         f"tokens-{multiple}x": (tiny_budget(base, multiple), list(ADAM_TINY_LRS))
         for multiple in WEIGHT_DECAY_MULTIPLES
     }
-    for batch in TINY_BATCHES:
+    for batch in TINY_BATCHES if optimizer == "nadamw" else ():
         if batch != MINI_BUDGET.batch_size:
             tuned = json.loads((folder / f"batch-tiny-{batch}" / "sweep.json").read_text())
             lr = tuned["winners"]["nadamw"]["lr"]
@@ -274,12 +277,14 @@ def control_at_mars_weight_decay(
     for point, (sized, lrs) in points.items():
         tuned = json.loads((folder / point / "sweep.json").read_text())
         fixed = {
-            **fixed_axes(tuned["winners"]["nadamw"]),
+            **fixed_axes(tuned["winners"][optimizer]),
             "weight_decay": (MARS_MATRIX_WEIGHT_DECAY,),
         }
         name = point.replace("tokens-", "").replace("batch-tiny-", "batch-")
+        if optimizer != "nadamw":
+            name = f"{optimizer}-{name}"
         report = sweep_lr_with_edges(
-            folder / f"weight-decay-{name}", sized, {"nadamw": lrs}, {"nadamw": fixed}, jobs
+            folder / f"weight-decay-{name}", sized, {optimizer: lrs}, {optimizer: fixed}, jobs
         )
         results[point] = summary_of(report)
     return results
@@ -419,7 +424,15 @@ def main() -> None:
     parser.add_argument(
         "--stages",
         nargs="*",
-        choices=("controls", "exact-compute", "batch", "tokens", "batch-tiny", "weight-decay"),
+        choices=(
+            "controls",
+            "exact-compute",
+            "batch",
+            "tokens",
+            "batch-tiny",
+            "weight-decay",
+            "adamw-weight-decay",
+        ),
         default=["controls", "batch", "tokens"],
     )
     args = parser.parse_args()
@@ -435,6 +448,7 @@ def main() -> None:
         "tokens": tokens_axis,
         "batch-tiny": tiny_batch_axis,
         "weight-decay": control_at_mars_weight_decay,
+        "adamw-weight-decay": functools.partial(control_at_mars_weight_decay, optimizer="adamw"),
     }
     for stage in args.stages:
         axes[stage] = stages[stage](folder, base, winners, args.jobs)

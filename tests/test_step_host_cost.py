@@ -4,10 +4,12 @@ step pays before any byte moves. Limits from the issue "Fast by default on a GPU
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from torch_mars import MARS, mars_param_groups
 from torch_mars.bench.op_count import count_aten_ops, matmul_ops
+from torch_mars.kernels import TRITON_AVAILABLE
 from torch_mars.models import GPT, gpt_config
 from torch_mars.optim.step_math import matrix_shape
 
@@ -61,3 +63,35 @@ def test_the_default_path_is_triton_on_cuda_when_it_imports_and_foreach_or_loop_
     assert step_plan.step_path({**group, "cautious": True}, on_cuda) == "foreach"
     monkeypatch.setattr(step_plan, "TRITON_AVAILABLE", False)
     assert step_plan.step_path(group, on_cuda) == "foreach"
+
+
+class _LaunchNothing:
+    """Stands in for a Triton kernel: ``kernel[grid](...)`` launches nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+@pytest.mark.skipif(not TRITON_AVAILABLE, reason="needs triton")
+@pytest.mark.parametrize(
+    "flags",
+    [{}, {"skip_nonfinite": False}, {"cuda_graph": True}],
+    ids=["default", "no-skip", "cuda-graph"],
+)
+def test_a_triton_step_dispatches_as_many_ops_for_64_tensors_as_for_16(monkeypatch, flags):
+    """Besides its kernel launches (stubbed here), a step on the Triton path dispatches a fixed
+    number of ops, however many tensors it updates: no per-tensor gate or step-count op."""
+    import torch_mars.kernels.triton_step as triton_step
+    import torch_mars.optim.functional as functional
+
+    monkeypatch.setattr(functional, "fused_backend", lambda tensors: "triton")
+    monkeypatch.setattr(triton_step, "_mars_update_kernel", _LaunchNothing())
+    monkeypatch.setattr(triton_step, "_mars_norm_kernel", _LaunchNothing())
+    counts = []
+    for n in (8, 32):
+        matrices = [torch.zeros(4, 4, requires_grad=True) for _ in range(n)]
+        vectors = [torch.zeros(4, requires_grad=True) for _ in range(n)]
+        for param in matrices + vectors:
+            param.grad = torch.ones_like(param)
+        counts.append(ops_of_second_step(MARS(matrices + vectors, fused=True, **flags)))
+    assert counts[0] == counts[1], counts

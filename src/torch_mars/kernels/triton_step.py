@@ -615,11 +615,13 @@ def _launch_groups(
     inv_grad_scale: Tensor | None,
     skip_nonfinite: bool = False,
     clip: bool = True,
-) -> list[Tensor]:
-    """Launch the kernels per (device, dtypes) group; returns each tensor's gate (1 where
-    ``||c||`` is finite; 1 for tensors with no elements)."""
+) -> list[Tensor] | None:
+    """Launch the kernels per (device, dtypes) group. Under ``skip_nonfinite``, returns each
+    tensor's gate (1 where ``||c||`` is finite; 1 for tensors with no elements): views of one
+    vector per group, so the ops a step dispatches do not grow with the number of tensors;
+    else None."""
     require_triton()
-    gates = [p.new_ones(()) for p in tensors.params]
+    gates: list[Tensor | None] | None = [None] * len(tensors) if skip_nonfinite else None
     keys = [
         (p.device, p.dtype, g.dtype, m.dtype)
         for p, g, m in zip(tensors.params, tensors.grads, tensors.exp_avgs, strict=True)
@@ -638,10 +640,13 @@ def _launch_groups(
                 skip_nonfinite,
                 clip,
             )
-            dtype = tensors.params[nonempty[0]].dtype
-            for i, gate in zip(nonempty, finite_gates(norm_sq, dtype).unbind(), strict=True):
-                gates[i] = gate
-    return gates
+            if gates is not None:
+                dtype = tensors.params[nonempty[0]].dtype
+                for i, gate in zip(nonempty, finite_gates(norm_sq, dtype).unbind(), strict=True):
+                    gates[i] = gate
+    if gates is None:
+        return None
+    return [tensors.params[i].new_ones(()) if g is None else g for i, g in enumerate(gates)]
 
 
 def mars_elementwise_triton(
@@ -679,7 +684,7 @@ def mars_elementwise_triton(
             hp.skip_nonfinite,
             hp.clip,
         )
-        for i, gate in zip(flat, flat_gates, strict=True):
+        for i, gate in zip(flat, flat_gates or [None] * len(flat), strict=True):
             gates[i] = gate
     if strided:
         strided_gates = mars_elementwise_compiled(
