@@ -103,11 +103,22 @@ def newton_schulz_orthogonalize(
         x = x.mT
     for _ in range(steps):
         gram = x @ x.mT
-        gram_x = gram @ x
-        x = a * x + b * gram_x + c * (gram @ gram_x)
+        # (b G + c G^2) X: the small square product first, then one product with X, each
+        # with its sum fused into the matmul, as Muon's reference does.
+        polynomial = _add_product(gram, gram, gram, beta=b, alpha=c)
+        x = _add_product(x, polynomial, x, beta=a)
     if transposed:
         x = x.mT
     return x.to(matrix.dtype)
+
+
+def _add_product(
+    base: Tensor, left: Tensor, right: Tensor, beta: float, alpha: float = 1.0
+) -> Tensor:
+    """``beta * base + alpha * left @ right`` in one matmul kernel (``addmm``, or ``baddbmm``
+    for batches)."""
+    fused = torch.addmm if base.ndim == 2 else torch.baddbmm
+    return fused(base, left, right, beta=beta, alpha=alpha)
 
 
 def batched_shampoo_directions(
