@@ -169,7 +169,9 @@ class MARS(Optimizer):
             derive the bias corrections and the first step's ``g_tilde = g`` there, so a step
             copies nothing from the host and reads nothing back. It runs the Triton kernels
             (CUDA tensors, ``fused`` True or None) in the approximate mode, without
-            ``one_buffer`` or ``cautious``, and not on FSDP2 shards. A float ``lr`` is recorded
+            ``one_buffer`` or ``cautious``, and not on FSDP2 shards; a GradScaler's
+            ``found_inf`` is still read on the host, so use bf16 autocast without a scaler
+            when capturing. A float ``lr`` is recorded
             into a captured graph as it was: schedule it through a one-element tensor on the
             device (``lr=torch.tensor(3e-3, device="cuda")``, written in place). Capture after
             a few eager steps on a side stream, as ``torch.cuda.graph`` asks, so that the state
