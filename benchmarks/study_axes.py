@@ -31,8 +31,8 @@ lr re-tuned on a 5-point 1.5x grid at every point):
   on `tiny` at 8x and 4x (the Adam pair's 7-point grid), then at 4 and 64 sequences per step
   (a 5-point grid around that point's tuned lr), betas kept from each point's winner: the
   control with MARS-AdamW's weight decay, which the axes did not sweep.
-- ``adamw-weight-decay``: the same for AdamW, at 8x and 4x: how much of MARS-AdamW's lead over
-  AdamW is its weight decay.
+- ``adamw-weight-decay``: the same for AdamW, at the same points: how much of MARS-AdamW's lead
+  over AdamW is its weight decay.
 Each lr grid of the axes gains a 1.5x point beyond an edge that holds the best lr, up to three
 times (as in study_compare's stage A); the gain is then read at each optimizer's tuned lr.
 
@@ -262,15 +262,16 @@ def control_at_mars_weight_decay(
 ) -> dict[str, dict]:
     """``optimizer`` on `tiny` with MARS-AdamW's matrix weight decay (1e-2, on every tensor),
     lr re-tuned, betas kept from each point's winner: the tokens axis's 8x and 4x points, then
-    (NAdamW only) the batch axis's 4 and 64 sequences per step."""
+    the batch axis's 4 and 64 sequences per step (a 5-point grid around ``optimizer``'s lr
+    tuned there)."""
     points = {
         f"tokens-{multiple}x": (tiny_budget(base, multiple), list(ADAM_TINY_LRS))
         for multiple in WEIGHT_DECAY_MULTIPLES
     }
-    for batch in TINY_BATCHES if optimizer == "nadamw" else ():
+    for batch in TINY_BATCHES:
         if batch != MINI_BUDGET.batch_size:
             tuned = json.loads((folder / f"batch-tiny-{batch}" / "sweep.json").read_text())
-            lr = tuned["winners"]["nadamw"]["lr"]
+            lr = tuned["winners"][optimizer]["lr"]
             sized = tiny_budget(at_batch(base, batch), TINY_BATCH_MULTIPLE)
             points[f"batch-tiny-{batch}"] = (sized, list(grid_around(lr)))
     results = {}
