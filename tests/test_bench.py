@@ -11,8 +11,10 @@ import torch
 
 from torch_mars import MARS
 from torch_mars.bench.step import (
+    Candidate,
     bytes_per_step,
     default_candidates,
+    run_step_benchmark,
     state_bytes,
     uses_newton_schulz,
 )
@@ -124,3 +126,27 @@ def test_newton_schulz_rows_are_the_muon_and_shampoo_ones():
         "mars-shampoo-loop",
         "muon",
     ]
+
+
+def test_step_rounds_time_the_candidates_in_a_new_order_each_round():
+    """No row is always timed right after the same other one (an order effect looked like a
+    1 ms gap between two rows that run the same code on an H100); every row is still timed
+    once per round."""
+    timed: list[str] = []
+
+    class Recorder:
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.param_groups: list[dict] = []
+            self.state: dict = {}
+
+        def step(self) -> None:
+            timed.append(self.name)
+
+    names = ["a", "b", "c", "d"]
+    candidates = [Candidate(name, lambda model, n=name: Recorder(n)) for name in names]
+    run_step_benchmark(torch.nn.Linear(4, 4), candidates, warmup=0, repeats=6)
+    rounds = [timed[4 * k : 4 * k + 4] for k in range(6)]
+    assert all(sorted(order) == names for order in rounds)
+    assert len({tuple(order) for order in rounds}) > 1
+    assert len({order[0] for order in rounds}) > 1

@@ -14,6 +14,7 @@ memory.
 from __future__ import annotations
 
 import platform
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -267,7 +268,10 @@ def run_step_benchmark(
     """Time every candidate on ``model``'s parameters, round-robin.
 
     All candidates are built (each holds its own state) and warmed up, then each round times
-    one step of every candidate in turn, so slow drifts of a shared machine hit all rows alike.
+    one step of every candidate, so slow drifts of a shared machine hit all rows alike. Each
+    round takes the candidates in a new order (seeded, so a rerun repeats it): a row always
+    timed right after the same other one pays for what that one leaves behind (caches, the
+    allocator, a GPU's clocks), and the medians would carry that order.
     """
     params = benchmark_parameters(model)
     device = params[0].device
@@ -280,9 +284,10 @@ def run_step_benchmark(
         optimizers.append(optimizer)
     times: list[list[float]] = [[] for _ in candidates]
     peaks: list[float | None] = [None] * len(candidates)
+    order = random.Random(0)
     for _ in range(repeats):
-        for index, optimizer in enumerate(optimizers):
-            seconds, peak = _timed_step(optimizer, device)
+        for index in order.sample(range(len(optimizers)), len(optimizers)):
+            seconds, peak = _timed_step(optimizers[index], device)
             times[index].append(seconds)
             if peak is not None:
                 peaks[index] = max(peak, peaks[index] or 0.0)
