@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torch_mars import MARS, mars_param_groups
-from torch_mars.bench.op_count import count_aten_ops, matmul_ops
+from torch_mars.bench.op_count import count_aten_ops, count_python_calls, matmul_ops
 from torch_mars.kernels import TRITON_AVAILABLE
 from torch_mars.models import GPT, gpt_config
 from torch_mars.optim.step_math import matrix_shape
@@ -81,17 +81,46 @@ class _LaunchNothing:
 def test_a_triton_step_dispatches_as_many_ops_for_64_tensors_as_for_16(monkeypatch, flags):
     """Besides its kernel launches (stubbed here), a step on the Triton path dispatches a fixed
     number of ops, however many tensors it updates: no per-tensor gate or step-count op."""
+    counts = [
+        ops_of_second_step(optimizer) for optimizer in stubbed_triton_steps(monkeypatch, flags)
+    ]
+    assert counts[0] == counts[1], counts
+
+
+@pytest.mark.skipif(not TRITON_AVAILABLE, reason="needs triton")
+@pytest.mark.parametrize(
+    "flags",
+    [{}, {"skip_nonfinite": False}, {"cuda_graph": True}, {"mars_type": "mars-shampoo"}],
+    ids=["default", "no-skip", "cuda-graph", "mars-shampoo"],
+)
+def test_a_triton_steps_python_work_per_tensor_is_its_state_lookups(monkeypatch, flags):
+    """Eagerly on a GPU the host's Python is the step's time until the kernels are queued. The
+    Python functions a step calls grow with the number of tensors only by ``Tensor.__hash__``
+    of the state lookups every torch.optim optimizer makes (one per tensor, one more per MARS
+    tensor under the skip): tables, pointers and contiguity are list comprehensions, not a
+    call per tensor (this was about 20 calls per tensor)."""
+    counts = []
+    for optimizer in stubbed_triton_steps(monkeypatch, flags):
+        optimizer.step()
+        counts.append(count_python_calls(optimizer.step))
+    added_tensors = 2 * (32 - 8)
+    assert counts[1] - counts[0] <= 2 * added_tensors, counts
+
+
+def stubbed_triton_steps(monkeypatch, flags: dict) -> list[MARS]:
+    """MARS on the Triton path with its kernels stubbed, over 8 and over 32 (matrix, vector)
+    pairs."""
     import torch_mars.kernels.triton_step as triton_step
     import torch_mars.optim.functional as functional
 
     monkeypatch.setattr(functional, "fused_backend", lambda tensors: "triton")
     monkeypatch.setattr(triton_step, "_mars_update_kernel", _LaunchNothing())
     monkeypatch.setattr(triton_step, "_mars_norm_kernel", _LaunchNothing())
-    counts = []
+    optimizers = []
     for n in (8, 32):
         matrices = [torch.zeros(4, 4, requires_grad=True) for _ in range(n)]
         vectors = [torch.zeros(4, requires_grad=True) for _ in range(n)]
         for param in matrices + vectors:
             param.grad = torch.ones_like(param)
-        counts.append(ops_of_second_step(MARS(matrices + vectors, fused=True, **flags)))
-    assert counts[0] == counts[1], counts
+        optimizers.append(MARS(matrices + vectors, fused=True, **flags))
+    return optimizers

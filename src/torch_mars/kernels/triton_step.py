@@ -371,8 +371,30 @@ def launch_specializations() -> list[Specialization]:
     return specializations
 
 
-def _address(tensor: Tensor | None) -> int:
-    return 0 if tensor is None else tensor.data_ptr()
+def _address_rows(
+    tensors: StepTensors, is_mars: bool, amsgrad: bool
+) -> tuple[tuple[int, ...], ...]:
+    """Each tensor's row of data pointers, in the kernels' column order (0 for a buffer it does
+    not have). List comprehensions over the columns, not a call per tensor: this runs on every
+    step, and on a GPU the host's time is the step's time until the kernels are queued."""
+    n = len(tensors)
+
+    def pointers(buffer: list[Tensor | None], used: bool = True) -> list[int]:
+        if not used or not buffer:
+            return [0] * n
+        return [0 if t is None else t.data_ptr() for t in buffer]
+
+    return tuple(
+        zip(
+            pointers(tensors.params),
+            pointers(tensors.grads),
+            pointers(tensors.last_grads, is_mars),
+            pointers(tensors.exp_avgs),
+            pointers(tensors.exp_avg_sqs),
+            pointers(tensors.max_exp_avg_sqs, amsgrad),
+            strict=True,
+        )
+    )
 
 
 def _coefficient_table(
@@ -391,12 +413,16 @@ def _coefficient_table(
     distinct = sorted(set(steps))
     step_rows = [[*coefficient_values(hp, scale, step), 0.0] for step in distinct]
     if not any(isinstance(v, Tensor) for row in step_rows for v in row):
-        by_step = dict(zip(distinct, step_rows, strict=True))
-        values = [
-            [*by_step[step][:-1], rule, by_step[step][-1]]
-            for step, rule in zip(steps, rules, strict=True)
-        ]
-        return torch.tensor(values, dtype=torch.float64).to(device, non_blocking=True)
+        # Built from the distinct rows and the cached rule column, not from n Python lists:
+        # this runs on every step, before the kernels can be queued.
+        by_step = torch.tensor(step_rows, dtype=torch.float64)
+        if len(distinct) == 1:
+            rows = by_step.expand(len(steps), -1)
+        else:
+            position = {step: index for index, step in enumerate(distinct)}
+            rows = by_step[torch.tensor([position[step] for step in steps])]
+        table = torch.cat([rows[:, :-1], _host_rule_codes(tuple(rules)), rows[:, -1:]], dim=1)
+        return table.to(device, non_blocking=True)
     stacked = torch.stack(
         [
             torch.stack(
@@ -495,6 +521,12 @@ def _rule_codes(rules: tuple[int, ...], device: torch.device) -> Tensor:
 
 
 @functools.lru_cache(maxsize=64)
+def _host_rule_codes(rules: tuple[int, ...]) -> Tensor:
+    """The ``(n, 1)`` float64 column of rule codes on the host, made once (read only)."""
+    return torch.tensor(rules, dtype=torch.float64).unsqueeze(1)
+
+
+@functools.lru_cache(maxsize=64)
 def _address_table(rows: tuple[tuple[int, ...], ...], device: torch.device) -> Tensor:
     """The ``(n, N_ADDRESSES)`` table of data pointers on ``device``. Cached by the pointers
     themselves, so a step whose tensors sit where they sat (static gradients, a CUDA graph)
@@ -521,22 +553,9 @@ def _launch(
     compute = torch.float64 if param_dtype == torch.float64 else torch.float32
     n = len(tensors)
     addresses = _held_for_graphs(
-        _address_table(
-            tuple(
-                (
-                    _address(tensors.params[i]),
-                    _address(tensors.grads[i]),
-                    _address(tensors.last_grads[i]) if is_mars else 0,
-                    _address(tensors.exp_avgs[i]),
-                    _address(tensors.exp_avg_sqs[i]),
-                    _address(tensors.max_exp_avg_sqs[i]) if hp.amsgrad else 0,
-                )
-                for i in range(n)
-            ),
-            device,
-        )
+        _address_table(_address_rows(tensors, is_mars, hp.amsgrad), device)
     )
-    numels = tuple(p.numel() for p in tensors.params)
+    numels = tuple([p.numel() for p in tensors.params])
     numel_table = _held_for_graphs(_numel_table(numels, device))
     coefficients = _coefficient_table(hp, scale, tensors.steps, rules, device)
     norm_sq = torch.zeros(n, dtype=compute, device=device)
@@ -591,18 +610,22 @@ def _numel_table(numels: tuple[int, ...], device: torch.device) -> Tensor:
     return _to_device(numels, torch.int64, device)
 
 
-def _flat_addressable(tensors: StepTensors, index: int) -> bool:
-    """Whether every buffer of tensor ``index`` is contiguous, as the kernels' flat indexing
-    needs; the others take the per-tensor path."""
-    buffers = [
-        tensors.params[index],
-        tensors.grads[index],
-        tensors.exp_avgs[index],
-        tensors.last_grads[index] if tensors.last_grads else None,
-        tensors.exp_avg_sqs[index],
-        tensors.max_exp_avg_sqs[index] if tensors.max_exp_avg_sqs else None,
-    ]
-    return all(t is None or t.is_contiguous() for t in buffers)
+def _flat_and_strided(tensors: StepTensors) -> tuple[list[int], list[int]]:
+    """The indices of the tensors whose every buffer is contiguous, as the kernels' flat
+    indexing needs, and of the others, which take the per-tensor path."""
+    buffers = (
+        tensors.params,
+        tensors.grads,
+        tensors.exp_avgs,
+        tensors.last_grads,
+        tensors.exp_avg_sqs,
+        tensors.max_exp_avg_sqs,
+    )
+    columns = [[t is None or t.is_contiguous() for t in buffer] for buffer in buffers if buffer]
+    contiguous = [all(row) for row in zip(*columns, strict=True)]
+    flat = [i for i, ok in enumerate(contiguous) if ok]
+    strided = [i for i, ok in enumerate(contiguous) if not ok]
+    return flat, strided
 
 
 def _launch_groups(
@@ -663,15 +686,15 @@ def mars_elementwise_triton(
     whose Newton-Schulz matrices need ``m_t`` written out rather than kept."""
     if hp.cautious or hp.one_buffer:
         return mars_elementwise_compiled(tensors, hp, store_last_grad, inv_grad_scale)
-    flat = [i for i in range(len(tensors)) if _flat_addressable(tensors, i)]
-    strided = [i for i in range(len(tensors)) if i not in set(flat)]
+    flat, strided = _flat_and_strided(tensors)
     gates: list[Tensor | None] = [None] * len(tensors)
     if flat:
         kernel_tensors = tensors.select(flat)
-        rules = [
-            ELEMENTWISE_RULES.index(elementwise_rule(hp.mars_type, p.ndim))
-            for p in kernel_tensors.params
-        ]
+        code_of = {
+            ndim: ELEMENTWISE_RULES.index(elementwise_rule(hp.mars_type, ndim))
+            for ndim in {p.ndim for p in kernel_tensors.params}
+        }
+        rules = [code_of[p.ndim] for p in kernel_tensors.params]
         scale = correction_scale(hp.gamma, hp.beta1)
         flat_gates = _launch_groups(
             kernel_tensors,
@@ -699,8 +722,7 @@ def adamw_step_triton(
     tensors: StepTensors, hp: AdamWHyperparams, inv_grad_scale: Tensor | None = None
 ) -> None:
     """One AdamW step with the Triton update kernel; see :func:`~.functional.adamw_step`."""
-    flat = [i for i in range(len(tensors)) if _flat_addressable(tensors, i)]
-    strided = [i for i in range(len(tensors)) if i not in set(flat)]
+    flat, strided = _flat_and_strided(tensors)
     if flat:
         rules = [ELEMENTWISE_RULES.index("adam")] * len(flat)
         _launch_groups(tensors.select(flat), hp, 0.0, rules, False, False, inv_grad_scale)

@@ -173,11 +173,14 @@ def mars_step(
     working, pairs, gates, momenta = elementwise_pass(
         tensors, hp, store_last_grad, backend, inv_grad_scale, whole
     )
-    matrices = [i for i, p in enumerate(working.params) if is_shampoo_matrix(hp.mars_type, p.ndim)]
+    ndims = {p.ndim for p in working.params}
+    matrix_ndims = {ndim for ndim in ndims if is_shampoo_matrix(hp.mars_type, ndim)}
+    matrices = [i for i, p in enumerate(working.params) if p.ndim in matrix_ndims]
     if matrices:
         matrix_gates = None if gates is None else [gates[i] for i in matrices]
-        selected = working.select(matrices)
-        selected.exp_avgs = [momenta[i] for i in matrices]
+        selected = dataclasses.replace(
+            working.select(matrices), exp_avgs=[momenta[i] for i in matrices]
+        )
         apply_shampoo_directions(selected, hp, whole, matrix_gates)
     _write_back(pairs)
     return gates

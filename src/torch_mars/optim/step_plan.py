@@ -129,7 +129,7 @@ def plan_key(group: dict[str, Any]) -> tuple[Hashable, ...]:
     """What a plan of ``group`` is derived from, compared on every step: each tensor's
     identity, whether it has a gradient, its device and dtype, the :data:`PLANNED_SETTINGS`,
     and whether the step is being traced by ``torch.compile``."""
-    tensors = tuple((id(p), p.grad is not None, p.device, p.dtype) for p in group["params"])
+    tensors = tuple([(id(p), p.grad is not None, p.device, p.dtype) for p in group["params"]])
     settings = tuple(group.get(name) for name in PLANNED_SETTINGS)
     return tensors, settings, torch.compiler.is_compiling()
 

@@ -296,7 +296,10 @@ class StepTensors:
         return len(self.params)
 
     def select(self, indices: Sequence[int]) -> StepTensors:
-        """The entries at ``indices``; lists that are empty stay empty."""
+        """The entries at ``indices``; lists that are empty stay empty. All of them in order
+        (the usual case on every step) is ``self``, not a copy."""
+        if list(indices) == list(range(len(self.params))):
+            return self
 
         def pick(values: list) -> list:
             return [values[i] for i in indices] if values else []
