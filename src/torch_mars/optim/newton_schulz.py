@@ -147,11 +147,16 @@ def batched_shampoo_directions(
             for index in indices:
                 directions[index] = torch.zeros_like(exp_avgs[index])
             continue
-        stacked = torch.stack([exp_avgs[i].reshape(rows, cols) for i in indices])
+        # Matrices are stacked and unstacked as they are; only other shapes (conv kernels)
+        # take a view each way: a view is a dispatch, and on a GPU host time is step time.
+        as_matrix = len(shape) == 2
+        stacked = torch.stack(
+            [exp_avgs[i] if as_matrix else exp_avgs[i].reshape(rows, cols) for i in indices]
+        )
         orthogonal = newton_schulz_orthogonalize(stacked, steps, ns_dtype)
         orthogonal.mul_(orthogonal_update_scale(mars_type, shape, transposed))
         for index, matrix in zip(indices, orthogonal.unbind(0), strict=True):
-            directions[index] = matrix.view(shape)
+            directions[index] = matrix if as_matrix else matrix.view(shape)
     return directions  # type: ignore[return-value]
 
 
