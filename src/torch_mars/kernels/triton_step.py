@@ -26,6 +26,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
 import torch
 from torch import Tensor
 
@@ -413,15 +414,16 @@ def _coefficient_table(
     distinct = sorted(set(steps))
     step_rows = [[*coefficient_values(hp, scale, step), 0.0] for step in distinct]
     if not any(isinstance(v, Tensor) for row in step_rows for v in row):
-        # Built from the distinct rows and the cached rule column, not from n Python lists:
-        # this runs on every step, before the kernels can be queued.
-        by_step = torch.tensor(step_rows, dtype=torch.float64)
+        # Built in numpy from the distinct rows, not from n Python lists nor with torch ops:
+        # this runs on every step, before the kernels can be queued, and one copy to the
+        # device is its only dispatch.
+        by_step = numpy.array(step_rows, dtype=numpy.float64)
         if len(distinct) == 1:
-            rows = by_step.expand(len(steps), -1)
+            rows = numpy.broadcast_to(by_step, (len(steps), by_step.shape[1]))
         else:
             position = {step: index for index, step in enumerate(distinct)}
-            rows = by_step[torch.tensor([position[step] for step in steps])]
-        table = torch.cat([rows[:, :-1], _host_rule_codes(tuple(rules)), rows[:, -1:]], dim=1)
+            rows = by_step[[position[step] for step in steps]]
+        table = torch.from_numpy(numpy.insert(rows, rows.shape[1] - 1, rules, axis=1))
         return table.to(device, non_blocking=True)
     stacked = torch.stack(
         [
@@ -518,12 +520,6 @@ def _device_scalar(value: float, device: torch.device) -> Tensor:
 @functools.lru_cache(maxsize=64)
 def _rule_codes(rules: tuple[int, ...], device: torch.device) -> Tensor:
     return _to_device(rules, torch.float64, device)
-
-
-@functools.lru_cache(maxsize=64)
-def _host_rule_codes(rules: tuple[int, ...]) -> Tensor:
-    """The ``(n, 1)`` float64 column of rule codes on the host, made once (read only)."""
-    return torch.tensor(rules, dtype=torch.float64).unsqueeze(1)
 
 
 @functools.lru_cache(maxsize=64)
