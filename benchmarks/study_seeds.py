@@ -5,10 +5,16 @@ weight-decay stages), unchanged, trains on seeds 3-5; the table gives seeds 0-2 
 protocol's, as the map reports them) beside seeds 0-5. No hyperparameter is chosen here, so the
 new seeds carry no selection. Resumable: finished runs are never rerun.
 
-    python benchmarks/study_seeds.py [--jobs 2] [--folder study-axes] [--seeds 3 4 5]
+``--select-on-mean``: the same sweeps with the lr chosen on the mean of seeds 0-2 instead of
+on seed 0 (every grid point of the Adam-rule optimizers trains on seeds 1 and 2 too), and the
+new winner held out on seeds 3-5: whether a gap at this point is the optimizer's, or the
+search seed's luck at a learning rate on the edge of stability.
 
-Writes benchmarks/results/FOLDER/more-seeds-batch-64/<sweep>/ (run folders, runs.jsonl,
-sweep.json, summary.md) and FOLDER/more-seeds-batch-64.json.
+    python benchmarks/study_seeds.py [--jobs 2] [--folder study-axes] [--seeds 3 4 5]
+        [--select-on-mean]
+
+Writes benchmarks/results/FOLDER/more-seeds-batch-64/<sweep>[-mean]/ (run folders, runs.jsonl,
+sweep.json, summary.md) and FOLDER/more-seeds-batch-64[-mean].json.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import statistics
 from pathlib import Path
 
 from study_axes import (
+    CONTROLS,
     RESULTS,
     TINY_BATCH_MULTIPLE,
     at_batch,
@@ -56,14 +63,79 @@ def mean_std(values: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values), "n": len(values)}
 
 
+def select_on_mean(folder: Path, base: object, held_out: tuple[int, ...], jobs: int) -> dict:
+    """Each Adam-rule optimizer of each sweep at this point, its lr grid run on seeds 0-2 and
+    the lr with the best mean kept, then that lr on ``held_out``. The sweep folder starts from
+    the archives of the source sweep and of its seeds-3-5 runs, so nothing trains twice."""
+    adam_rule = {"mars-adamw", *CONTROLS["mars-adamw"]}
+    table: dict[str, dict] = {}
+    for source, renamed in SWEEPS.items():
+        recorded = json.loads((folder / source / "sweep.json").read_text())
+        old = recorded["winners"]
+        lrs: dict[str, set[float]] = {}
+        for point in recorded["points"]:
+            if point["optimizer"] in adam_rule:
+                lrs.setdefault(point["optimizer"], set()).add(point["hyperparams"]["lr"])
+        grid = {
+            name: fixed_axes(old[name]) | {"lr": tuple(sorted(values))}
+            for name, values in lrs.items()
+        }
+        target = folder / f"more-seeds-batch-{BATCH}" / f"{source}-mean"
+        archive = target / "runs.jsonl"
+        if not archive.exists():
+            target.mkdir(parents=True, exist_ok=True)
+            seeded = [folder / source, folder / f"more-seeds-batch-{BATCH}" / source]
+            archive.write_text("".join((s / "runs.jsonl").read_text() for s in seeded))
+        plan = SweepPlan(
+            base=base, grid=grid, search_seeds=(0, 1, 2), seeds=held_out, sweep_dir=target,
+            jobs=jobs,
+        )  # fmt: skip
+        report = run_sweep(plan, progress)
+        write_report(plan, report)
+        for name, winner in report.winners.items():
+            point = winner.hyperparams
+            runs = finals(target, name, {"lr": point["lr"], **fixed_point(old[name])})
+            table[renamed.get(name, name)] = {
+                "lr on seed 0": old[name]["lr"],
+                "lr on seeds 0-2": point["lr"],
+                "seeds 0-2": mean_std([runs[s] for s in (0, 1, 2)]),
+                "held out": mean_std([runs[s] for s in held_out]),
+                "all seeds": mean_std(list(runs.values())),
+            }
+    return table
+
+
+def fixed_point(point: dict) -> dict:
+    """A winner's settings other than lr, as the run configs record them."""
+    return {key: value for key, value in point.items() if key != "lr"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--folder", default="study-axes")
     parser.add_argument("--seeds", type=int, nargs="+", default=[3, 4, 5])
+    parser.add_argument("--select-on-mean", action="store_true")
     args = parser.parse_args()
     folder = RESULTS / args.folder
     base = tiny_budget(at_batch(MINI_BUDGET, BATCH), TINY_BATCH_MULTIPLE)
+    if args.select_on_mean:
+        table = select_on_mean(folder, base, tuple(args.seeds), args.jobs)
+        out = folder / f"more-seeds-batch-{BATCH}-mean.json"
+        out.write_text(json.dumps(table, indent=2) + "\n")
+        print("| optimizer | lr on seed 0 | lr on seeds 0-2 | seeds 0-2 | held out | all seeds |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, row in sorted(table.items(), key=lambda item: item[1]["held out"]["mean"]):
+            cells = [
+                f"{row[key]['mean']:.4f} ± {row[key]['std']:.4f}"
+                for key in ("seeds 0-2", "held out", "all seeds")
+            ]
+            print(
+                f"| {name} | {row['lr on seed 0']:g} | {row['lr on seeds 0-2']:g} | "
+                + " | ".join(cells)
+                + " |"
+            )
+        return
     table: dict[str, dict] = {}
     for source, renamed in SWEEPS.items():
         winners = json.loads((folder / source / "sweep.json").read_text())["winners"]
