@@ -77,7 +77,7 @@ def select_on_mean(folder: Path, base: object, held_out: tuple[int, ...], jobs: 
             if point["optimizer"] in adam_rule:
                 lrs.setdefault(point["optimizer"], set()).add(point["hyperparams"]["lr"])
         grid = {
-            name: fixed_axes(old[name]) | {"lr": tuple(sorted(values))}
+            name: {"lr": tuple(sorted(values)), **fixed_axes(old[name])}
             for name, values in lrs.items()
         }
         target = folder / f"more-seeds-batch-{BATCH}" / f"{source}-mean"
@@ -139,7 +139,9 @@ def main() -> None:
     table: dict[str, dict] = {}
     for source, renamed in SWEEPS.items():
         winners = json.loads((folder / source / "sweep.json").read_text())["winners"]
-        grid = {name: fixed_axes(point) | {"lr": (point["lr"],)} for name, point in winners.items()}
+        grid = {
+            name: {"lr": (point["lr"],), **fixed_axes(point)} for name, point in winners.items()
+        }
         extra = folder / f"more-seeds-batch-{BATCH}" / source
         seeds = tuple(args.seeds)
         plan = SweepPlan(
