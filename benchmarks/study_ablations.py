@@ -15,29 +15,48 @@ seed 0, its best lr on seeds 0-2.
   what the clip buys from what the recipe buys against NAdamW (weight decay 0.1 everywhere).
 The tuned gamma = 0.05 is the tokens axis's own MARS-AdamW at that point. Resumable.
 
+``--batch 64``: the same at 4 x 20 tokens per parameter and 64 sequences per step, where
+MARS-AdamW leads every Adam-rule control on six seeds (benchmarks/study_seeds.py). There the
+seeds of one lr disagree by more than neighbouring lrs do, so each variant's lr is chosen as
+study_seeds.py ``--select-on-mean`` chose the controls' there: a 5-point 1.5x grid around the
+tuned MARS-AdamW's lr (4.4e-2), edge-extended, every point on seeds 0-2, the best mean kept
+and held out on seeds 3-5.
+
     python benchmarks/study_ablations.py [--jobs 2] [--folder study-axes] [--multiple 4]
-        [--variants clip-off gamma-0 gamma-0.1 gamma-0.2]
+        [--batch 16] [--variants clip-off gamma-0 gamma-0.1 gamma-0.2]
 
 Writes benchmarks/results/FOLDER/ablations/<variant>/ (runs.jsonl, sweep.json, summary.md,
 figures) and FOLDER/ablations.json; at another multiple M, FOLDER/ablations-Mx/ and
-FOLDER/ablations-Mx.json.
+FOLDER/ablations-Mx.json; at another batch B, FOLDER/ablations-batch-B/ and
+FOLDER/ablations-batch-B.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+from pathlib import Path
 
 from study_axes import (
     ADAM_TINY_LRS,
     RESULTS,
     TINY_BATCH_MULTIPLE,
+    TINY_BATCHES,
     TOKEN_MULTIPLES,
+    at_batch,
     fixed_axes,
+    grid_around,
+    progress,
     summary_of,
     sweep_lr_with_edges,
 )
-from study_compare import MINI_BUDGET, tiny_budget
+from study_compare import EXTENSIONS, MINI_BUDGET, extend_at_edges, tiny_budget
+
+from torch_mars.train.sweep import SweepPlan, run_sweep, write_report
+from torch_mars.train.trainer import TrainConfig
+
+HELD_OUT = (3, 4, 5)
 
 VARIANTS: dict[str, dict] = {
     "clip-off": {"clip": False},
@@ -48,6 +67,33 @@ VARIANTS: dict[str, dict] = {
 }
 
 
+def sweep_lr_on_seed_mean(
+    folder: Path, base: TrainConfig, lrs: list[float], fixed: dict, jobs: int
+) -> dict:
+    """MARS-AdamW's lr grid on seeds 0-2, extended past an edge holding the best mean up to
+    :data:`EXTENSIONS` times, the best mean held out on :data:`HELD_OUT`: mean ± std over seeds
+    0-2 and over the held-out seeds."""
+    grid = {"mars-adamw": list(lrs)}
+    for _ in range(EXTENSIONS + 1):
+        plan = SweepPlan(
+            base=base, grid={"mars-adamw": {"lr": tuple(grid["mars-adamw"]), **fixed}},
+            search_seeds=(0, 1, 2), seeds=HELD_OUT, sweep_dir=folder, jobs=jobs,
+        )  # fmt: skip
+        report = run_sweep(plan, progress)
+        write_report(plan, report)
+        winner = report.winners["mars-adamw"]
+        if not extend_at_edges(grid, {"mars-adamw": winner.hyperparams["lr"]}):
+            break
+    searched = [winner.finals[seed] for seed in (0, 1, 2)]
+    held = report.summaries[0]
+    return {
+        "point": winner.hyperparams,
+        "seeds 0-2": {"mean": statistics.fmean(searched), "std": statistics.stdev(searched)},
+        "mean": held.final,
+        "std": held.final_std,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2)
@@ -56,9 +102,16 @@ def main() -> None:
         "--multiple", type=int, choices=TOKEN_MULTIPLES, default=TINY_BATCH_MULTIPLE,
         help="the tokens axis's point: this many x 20 tokens per parameter",
     )  # fmt: skip
+    parser.add_argument(
+        "--batch", type=int, choices=TINY_BATCHES, default=MINI_BUDGET.batch_size,
+        help="sequences per step (64: lr chosen on the mean of seeds 0-2, held out on 3-5)",
+    )  # fmt: skip
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     args = parser.parse_args()
     folder = RESULTS / args.folder
+    if args.batch != MINI_BUDGET.batch_size:
+        ablations_at_batch(folder, args.batch, args.variants, args.jobs)
+        return
     point = f"tokens-{args.multiple}x"
     tuned = json.loads((folder / point / "sweep.json").read_text())["winners"]["mars-adamw"]
     base = tiny_budget(MINI_BUDGET, args.multiple)
@@ -76,6 +129,27 @@ def main() -> None:
             args.jobs,
         )
         results[name] = summary_of(report)["mars-adamw"]
+        table.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+def ablations_at_batch(folder: Path, batch: int, variants: list[str], jobs: int) -> None:
+    """Each variant at ``batch`` sequences per step (4 x 20 tokens per parameter), by
+    :func:`sweep_lr_on_seed_mean`."""
+    tuned = json.loads((folder / f"batch-tiny-{batch}" / "sweep.json").read_text())
+    tuned = tuned["winners"]["mars-adamw"]
+    base = tiny_budget(at_batch(MINI_BUDGET, batch), TINY_BATCH_MULTIPLE)
+    table = folder / f"ablations-batch-{batch}.json"
+    results = json.loads(table.read_text()) if table.exists() else {}
+    for name in variants:
+        fixed = {**fixed_axes(tuned), **{key: (value,) for key, value in VARIANTS[name].items()}}
+        results[name] = sweep_lr_on_seed_mean(
+            folder / f"ablations-batch-{batch}" / name,
+            base,
+            list(grid_around(tuned["lr"])),
+            fixed,
+            jobs,
+        )
         table.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 
