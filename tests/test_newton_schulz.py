@@ -67,3 +67,9 @@ def test_the_ns_dtype_switch_reaches_the_step(foreach):
 def test_a_bad_ns_dtype_is_refused():
     with pytest.raises(ValueError, match="ns_dtype must be None"):
         MARS([torch.nn.Parameter(torch.zeros(2, 2))], ns_dtype=torch.float16)
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 3, 4, 4)])
+def test_a_tensor_that_is_neither_a_matrix_nor_a_batch_of_them_is_refused(shape):
+    with pytest.raises(ValueError, match=r"matrix must have shape \(rows, cols\)"):
+        newton_schulz_orthogonalize(torch.randn(shape), steps=5)

@@ -93,6 +93,10 @@ def newton_schulz_orthogonalize(
     >>> bool(((torch.linalg.svdvals(q) - 1).abs() < 0.35).all())
     True
     """
+    if matrix.ndim not in (2, 3):
+        raise ValueError(
+            f"matrix must have shape (rows, cols) or (batch, rows, cols), got {tuple(matrix.shape)}"
+        )
     a, b, c = NS_COEFFICIENTS
     norm = torch.linalg.vector_norm(
         matrix, dim=(-2, -1), keepdim=True, dtype=reduction_dtype(matrix.dtype)
@@ -101,8 +105,11 @@ def newton_schulz_orthogonalize(
     transposed = matrix.size(-2) > matrix.size(-1)
     if transposed:
         x = x.mT
+    # bmm/mm rather than ``@``: matmul on a batch dispatches expand, view and _unsafe_view
+    # around its bmm, host work that a GPU pays per iteration and per shape.
+    product = torch.mm if x.ndim == 2 else torch.bmm
     for _ in range(steps):
-        gram = x @ x.mT
+        gram = product(x, x.mT)
         # (b G + c G^2) X: the small square product first, then one product with X, each
         # with its sum fused into the matmul, as Muon's reference does.
         polynomial = _add_product(gram, gram, gram, beta=b, alpha=c)
