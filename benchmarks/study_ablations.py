@@ -13,6 +13,9 @@ seed 0, its best lr on seeds 0-2.
 - ``gamma-0-clip-off``: neither the correction nor the clip: AdamW on ``g`` with MARS-AdamW's
   recipe (weight decay 1e-2 on the matrices, its 1-D AdamW path at lr 3e-3), which separates
   what the clip buys from what the recipe buys against NAdamW (weight decay 0.1 everywhere).
+- ``gamma-0.1-v-of-g``, ``gamma-0.2-v-of-g``: gamma 0.1 and 0.2 with ``v`` averaging ``g^2``
+  instead of ``c^2`` (``second_moment="gradient"``): at gamma 0.1 the matrices then have
+  NAdamW's moments up to the clip, so what is left of the gain is not the second moment's.
 The tuned gamma = 0.05 is the tokens axis's own MARS-AdamW at that point. Resumable.
 
 ``--batch 64``: the same at 4 x 20 tokens per parameter and 64 sequences per step, where
@@ -23,7 +26,7 @@ tuned MARS-AdamW's lr (4.4e-2), edge-extended, every point on seeds 0-2, the bes
 and held out on seeds 3-5.
 
     python benchmarks/study_ablations.py [--jobs 2] [--folder study-axes] [--multiple 4]
-        [--batch 16] [--variants clip-off gamma-0 gamma-0.1 gamma-0.2]
+        [--batch 16] [--variants clip-off gamma-0 gamma-0.1 gamma-0.2 ...]
 
 Writes benchmarks/results/FOLDER/ablations/<variant>/ (runs.jsonl, sweep.json, summary.md,
 figures) and FOLDER/ablations.json; at another multiple M, FOLDER/ablations-Mx/ and
@@ -64,6 +67,8 @@ VARIANTS: dict[str, dict] = {
     "gamma-0.1": {"gamma": 0.1},
     "gamma-0.2": {"gamma": 0.2},
     "gamma-0-clip-off": {"gamma": 0.0, "clip": False},
+    "gamma-0.1-v-of-g": {"gamma": 0.1, "second_moment": "gradient"},
+    "gamma-0.2-v-of-g": {"gamma": 0.2, "second_moment": "gradient"},
 }
 
 

@@ -6,9 +6,11 @@ protocol's, as the map reports them) beside seeds 0-5. No hyperparameter is chos
 new seeds carry no selection. Resumable: finished runs are never rerun.
 
 ``--select-on-mean``: the same sweeps with the lr chosen on the mean of seeds 0-2 instead of
-on seed 0 (every grid point of the Adam-rule optimizers trains on seeds 1 and 2 too), and the
-new winner held out on seeds 3-5: whether a gap at this point is the optimizer's, or the
-search seed's luck at a learning rate on the edge of stability.
+on seed 0 (every grid point trains on seeds 1 and 2 too), and the new winner held out on seeds
+3-5: whether a gap at this point is the optimizer's, or the search seed's luck at a learning
+rate on the edge of stability. Two more NAdamW controls run the same way, at MARS-AdamW's betas
+and weight decay: with its own routing (every tensor on NAdamW) and with MARS-AdamW's (the 1-D
+tensors on MARS-AdamW's AdamW path).
 
     python benchmarks/study_seeds.py [--jobs 2] [--folder study-axes] [--seeds 3 4 5]
         [--select-on-mean]
@@ -38,6 +40,8 @@ from torch_mars.train.sweep import SweepPlan, SweepReport, run_sweep, write_repo
 
 BATCH = 64
 MARS_WEIGHT_DECAY = 1e-2
+# MARS-AdamW's AdamW path on `tiny` (its defaults), for NAdamW with MARS-AdamW's routing.
+MARS_ADAMW_PATH = {"lr_1d": 3e-3, "betas_1d": (0.9, 0.95), "weight_decay_1d": 0.1}
 # Each sweep of the point, and the name its optimizer takes in the table.
 SWEEPS = {
     f"batch-tiny-{BATCH}": {},
@@ -55,9 +59,14 @@ def finals(sweep: Path, optimizer: str, point: dict) -> dict[int, float]:
         config = record["config"]
         if config["optimizer"] != optimizer:
             continue
-        if all(config["hyperparams"].get(key) == value for key, value in point.items()):
+        if all(config["hyperparams"].get(key) == as_recorded(v) for key, v in point.items()):
             out[config["seed"]] = record["summary"]["final"]
     return out
+
+
+def as_recorded(value: object) -> object:
+    """``value`` as a run config records it (JSON: tuples become lists)."""
+    return json.loads(json.dumps(value))
 
 
 def mean_std(values: list[float]) -> dict[str, float]:
@@ -65,18 +74,18 @@ def mean_std(values: list[float]) -> dict[str, float]:
 
 
 def select_on_mean(folder: Path, base: object, held_out: tuple[int, ...], jobs: int) -> dict:
-    """Each Adam-rule optimizer of each sweep at this point, its lr grid run on seeds 0-2 and
+    """Each optimizer of each sweep at this point, its lr grid run on seeds 0-2 and
     the lr with the best mean kept (a grid whose best mean sits at an edge gains a 1.5x point
     there, up to three times), then that lr on ``held_out``. The sweep folder starts from the
     archives of the source sweep and of its seeds-3-5 runs, so nothing trains twice."""
-    adam_rule = {"mars-adamw", *CONTROLS["mars-adamw"]}
+    tuned = {name for mars, controls in CONTROLS.items() for name in (mars, *controls)}
     table: dict[str, dict] = {}
     for source, renamed in SWEEPS.items():
         recorded = json.loads((folder / source / "sweep.json").read_text())
         old = recorded["winners"]
         lrs: dict[str, set[float]] = {}
         for point in recorded["points"]:
-            if point["optimizer"] in adam_rule:
+            if point["optimizer"] in tuned:
                 lrs.setdefault(point["optimizer"], set()).add(point["hyperparams"]["lr"])
         grids = {name: sorted(values) for name, values in lrs.items()}
         target = folder / f"more-seeds-batch-{BATCH}" / f"{source}-mean"
@@ -100,21 +109,24 @@ def select_on_mean(folder: Path, base: object, held_out: tuple[int, ...], jobs: 
             }
     # NAdamW at MARS-AdamW's betas (0.9, 0.95) and weight decay: the control whose first moment
     # equals unclipped MARS-AdamW's at gamma = 1 - beta1 (its betas were swept at 16 sequences
-    # per step only, where (0.95, 0.99) won).
+    # per step only, where (0.95, 0.99) won); then the same with MARS-AdamW's routing, its 1-D
+    # tensors on MARS-AdamW's AdamW path (lr 3e-3, betas (0.9, 0.95), weight decay 0.1).
     nesterov = {"betas": ((0.9, 0.95),), "weight_decay": (MARS_WEIGHT_DECAY,)}
-    target = folder / f"more-seeds-batch-{BATCH}" / f"weight-decay-batch-{BATCH}-betas-0.9-mean"
-    lrs = {"nadamw": sorted(table["nadamw-wd0.01"]["grid"])}
-    report = sweep_on_seed_mean(target, base, lrs, {"nadamw": nesterov}, held_out, jobs)
-    point = report.winners["nadamw"].hyperparams
-    runs = finals(target, "nadamw", {"lr": point["lr"], "betas": [0.9, 0.95]})
-    table["nadamw-wd0.01-betas-0.9"] = {
-        "lr on seed 0": None,
-        "lr on seeds 0-2": point["lr"],
-        "seeds 0-2": mean_std([runs[s] for s in (0, 1, 2)]),
-        "held out": mean_std([runs[s] for s in held_out]),
-        "all seeds": mean_std(list(runs.values())),
-        "grid": sorted(lrs["nadamw"]),
-    }
+    routed = {**nesterov, **{key: (value,) for key, value in MARS_ADAMW_PATH.items()}}
+    for suffix, fixed_settings in (("betas-0.9", nesterov), ("betas-0.9-routed", routed)):
+        target = folder / f"more-seeds-batch-{BATCH}" / f"weight-decay-batch-{BATCH}-{suffix}-mean"
+        lrs = {"nadamw": sorted(table["nadamw-wd0.01"]["grid"])}
+        report = sweep_on_seed_mean(target, base, lrs, {"nadamw": fixed_settings}, held_out, jobs)
+        point = report.winners["nadamw"].hyperparams
+        runs = finals(target, "nadamw", {"lr": point["lr"], **fixed_point(point)})
+        table[f"nadamw-wd0.01-{suffix}"] = {
+            "lr on seed 0": None,
+            "lr on seeds 0-2": point["lr"],
+            "seeds 0-2": mean_std([runs[s] for s in (0, 1, 2)]),
+            "held out": mean_std([runs[s] for s in held_out]),
+            "all seeds": mean_std(list(runs.values())),
+            "grid": sorted(lrs["nadamw"]),
+        }
     return table
 
 

@@ -32,6 +32,7 @@ class ReferenceConfig:
     ns_steps: int = 5
     clip: bool = True
     cautious: bool = False
+    second_moment: str = "corrected"  # or "gradient": v averages g^2 instead of c^2
     skip_nonfinite: bool = True  # the reference problems have finite gradients only
     lr0: float = field(default=0.0)
 
@@ -133,7 +134,8 @@ class ReferenceMARS:
                 direction = orthogonalize(matrix, cfg.ns_steps) * scale
                 self.params[i] = x - lr * (masked(direction.reshape(x.shape)) + wd * x)
             else:
-                st["v"] = b2 * st["v"] + (1 - b2) * c * c
+                y = g if cfg.second_moment == "gradient" else c
+                st["v"] = b2 * st["v"] + (1 - b2) * y * y
                 st["vmax"] = torch.maximum(st["vmax"], st["v"])
                 v = st["vmax"] if cfg.amsgrad else st["v"]
                 u = (st["m"] / (1 - b1**t)) / (torch.sqrt(v / (1 - b2**t)) + cfg.eps)

@@ -12,6 +12,7 @@ import torch
 from torch_mars import MARS
 from torch_mars.train.nadamw import NAdamW
 from torch_mars.train.optimizers import build_optimizer, default_hyperparams
+from torch_mars.train.trainer import TrainConfig
 
 
 def gradient_sequence(steps: int, shape: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:
@@ -142,3 +143,18 @@ def test_the_harness_builds_the_constant_momentum_control_and_keeps_dozats_as_na
 def test_nadamw_refuses_bad_hyperparameters(kwargs, message):
     with pytest.raises(ValueError, match=message):
         NAdamW([torch.nn.Parameter(torch.zeros(2))], **kwargs)
+
+
+def test_nadamw_given_a_1d_setting_takes_mars_adamws_routing():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    settings = {**default_hyperparams("nadamw", "mini"), "lr_1d": 3e-3, "weight_decay": 1e-2}
+    built = build_optimizer("nadamw", model, settings)
+    nadamw, adamw = built.optimizer
+    assert isinstance(nadamw, NAdamW) and type(adamw) is torch.optim.AdamW
+    assert [p.shape for p in nadamw.param_groups[0]["params"]] == [torch.Size([4, 4])]
+    assert len(adamw.param_groups[0]["params"]) == 3  # the bias and the norm's two vectors
+    assert nadamw.param_groups[0]["weight_decay"] == 1e-2
+    group = adamw.param_groups[0]
+    assert (group["lr"], group["betas"], group["weight_decay"]) == (3e-3, (0.9, 0.95), 0.1)
+    config = TrainConfig(optimizer="nadamw", model="tiny", hyperparams={"weight_decay_1d": 0.0})
+    assert config.resolved_hyperparams()["weight_decay_1d"] == 0.0

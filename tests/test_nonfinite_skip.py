@@ -104,15 +104,19 @@ def test_a_nonfinite_tensor_keeps_its_state_and_the_others_step(
     assert int(opt.nonfinite_skips()) == 1
 
 
-@pytest.mark.parametrize("clip", [True, False], ids=["clip", "no-clip"])
+@pytest.mark.parametrize(
+    "settings",
+    [{"clip": True}, {"clip": False}, {"second_moment": "gradient"}],
+    ids=["clip", "no-clip", "v-of-g"],
+)
 @pytest.mark.parametrize("path", [path_params(p) for p in PATHS])
-def test_every_path_skips_like_the_loop(use_path, path, clip):
+def test_every_path_skips_like_the_loop(use_path, path, settings):
     """Trajectories with skips agree across paths: they skip the same tensors at the same steps,
-    with the clip and without it."""
+    with the clip, without it, and with ``v`` of ``g`` (a skipped ``g`` is non-finite)."""
 
     def run(options: dict) -> list[torch.Tensor]:
         params = [torch.zeros(shape, requires_grad=True) for shape in SHAPES]
-        opt = MARS(params, lr=0.05, gamma=0.3, clip=clip, **options)
+        opt = MARS(params, lr=0.05, gamma=0.3, **settings, **options)
         for step in range(5):
             take_step(params, opt, step, math.nan if step in (0, 2) else None)
         return [p.detach() for p in params]

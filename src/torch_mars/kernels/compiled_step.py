@@ -54,6 +54,7 @@ def tensor_update(
     clip: bool = True,
     cautious: bool = False,
     one_buffer: bool = False,
+    second_moment_of_grad: bool = False,
 ) -> Tensor | None:
     """Update one tensor in place; the body of the compiled kernel. Returns the tensor's gate
     under ``skip_nonfinite`` (1: updated; 0: ``||c||`` not finite, nothing written but the
@@ -73,6 +74,8 @@ def tensor_update(
         cautious: mask the Adam and Lion updates against ``g`` (C-AdamW; MARS only).
         one_buffer: ``exp_avg`` is the one buffer ``u`` (:func:`one_buffer_update`) and
             ``last_grad``, when given, receives ``m_t`` for Newton-Schulz (rule ``"momentum"``).
+        second_moment_of_grad: ``v`` averages ``g^2`` instead of ``c^2`` (MARS's
+            ``second_moment="gradient"``).
     """
     compute = _compute_dtype(param.dtype)
     h = coefficients.to(compute)
@@ -108,7 +111,10 @@ def tensor_update(
         param.copy_(p - k.lr * (_cautious(update, g) if cautious else update))
         return gate
     assert exp_avg_sq is not None
-    v = exp_avg_sq.to(compute) * k.second_moment_decay + (1.0 - h[_BETA2]) * c * c
+    y = c
+    if second_moment_of_grad:
+        y = g if gate is None else torch.where(gate > 0, g, 0.0)
+    v = exp_avg_sq.to(compute) * k.second_moment_decay + (1.0 - h[_BETA2]) * y * y
     exp_avg_sq.copy_(v)
     if max_exp_avg_sq is not None:
         v = torch.maximum(max_exp_avg_sq.to(compute), v)
@@ -244,6 +250,7 @@ def _update_one(
     clip = not isinstance(hp, MarsHyperparams) or hp.clip
     cautious = isinstance(hp, MarsHyperparams) and hp.cautious
     one_buffer = isinstance(hp, MarsHyperparams) and hp.one_buffer
+    of_grad = isinstance(hp, MarsHyperparams) and hp.second_moment == "gradient"
     if param.numel() == 0:
         return param.new_ones(()) if skip else None
     operands = (
@@ -268,6 +275,7 @@ def _update_one(
         clip,
         cautious,
         one_buffer,
+        of_grad,
     )
 
 

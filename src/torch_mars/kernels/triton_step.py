@@ -676,11 +676,12 @@ def mars_elementwise_triton(
 ) -> list[Tensor] | None:
     """The element-wise part of a MARS step with the Triton kernels: everything but
     Newton-Schulz (see :func:`torch_mars.optim.functional.mars_step`). Returns each tensor's
-    gate under ``hp.skip_nonfinite``, else None. Two options take the compiled per-tensor
+    gate under ``hp.skip_nonfinite``, else None. Three options take the compiled per-tensor
     kernel (inductor's own Triton on CUDA) instead: cautious updates, which need each tensor's
-    kept fraction before its update (these two passes do not have it), and ``hp.one_buffer``,
-    whose Newton-Schulz matrices need ``m_t`` written out rather than kept."""
-    if hp.cautious or hp.one_buffer:
+    kept fraction before its update (these two passes do not have it), ``hp.one_buffer``,
+    whose Newton-Schulz matrices need ``m_t`` written out rather than kept, and the
+    ``second_moment="gradient"`` ablation."""
+    if hp.cautious or hp.one_buffer or hp.second_moment != "corrected":
         return mars_elementwise_compiled(tensors, hp, store_last_grad, inv_grad_scale)
     flat, strided = _flat_and_strided(tensors)
     gates: list[Tensor | None] = [None] * len(tensors)

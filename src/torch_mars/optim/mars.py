@@ -30,6 +30,7 @@ from torch_mars.optim.step_plan import (
 from torch_mars.optim.step_types import (
     MarsType,
     Scalar,
+    SecondMoment,
     StepTensors,
     adamw_1d_hyperparams,
     group_indices,
@@ -164,6 +165,14 @@ class MARS(Optimizer):
             hand after Newton-Schulz, where ``c`` is gone. The 1-D AdamW tensors are not
             masked. Under ``fused=True`` on CUDA the MARS tensors take the compiled per-tensor
             kernel instead of the multi-tensor Triton kernels.
+        second_moment: what ``v`` averages the square of on the MARS tensors that take the
+            Adam rule: ``"corrected"`` (``c``, after the clip; the paper's and the authors'
+            code's) or ``"gradient"`` (``g``, as AdamW's ``v``; ``m`` still averages ``c``).
+            An ablation: with ``clip=False`` and ``gamma = 1 - beta1``, ``"gradient"`` gives
+            MARS-AdamW's matrices NAdamW's moments (up to a term decaying as ``beta1^t`` and
+            the bias corrections), so it asks what the second moment of ``c`` adds. Not
+            ``mars-lion`` (no ``v``); under ``fused=True`` on CUDA it takes the compiled
+            per-tensor kernel, as ``cautious`` does.
         cuda_graph: make ``step()`` safe to capture in a CUDA graph (``torch.cuda.graph``) and
             replay: step counts are 0-d float32 tensors on the device, and the Triton kernels
             derive the bias corrections and the first step's ``g_tilde = g`` there, so a step
@@ -227,6 +236,7 @@ class MARS(Optimizer):
         clip: bool = True,
         one_buffer: bool = False,
         cautious: bool = False,
+        second_moment: SecondMoment = "corrected",
         cuda_graph: bool = False,
     ) -> None:
         defaults: dict[str, Any] = {
@@ -255,6 +265,7 @@ class MARS(Optimizer):
             "clip": clip,
             "one_buffer": one_buffer,
             "cautious": cautious,
+            "second_moment": second_moment,
             "cuda_graph": cuda_graph,
         }
         validate_group(defaults)
@@ -347,6 +358,7 @@ class MARS(Optimizer):
             group.setdefault("clip", True)
             group.setdefault("one_buffer", False)
             group.setdefault("cautious", False)
+            group.setdefault("second_moment", "corrected")
             group.setdefault("cuda_graph", False)
             group.setdefault("lr_at_construction", group["lr"])
         # Also run by load_state_dict: the loaded state may lack buffers the settings need.

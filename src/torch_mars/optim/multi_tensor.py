@@ -23,6 +23,7 @@ from torch_mars.optim.step_math import (
     is_shampoo_matrix,
     one_buffer_coefficients,
     reduction_dtype,
+    second_moment_input,
     update_coefficients,
 )
 from torch_mars.optim.step_types import (
@@ -82,18 +83,24 @@ def _decay_weights(params: list[Tensor], hp: AdamWHyperparams, k: UpdateCoeffici
 
 
 def _update_moments(
-    update_inputs: list[Tensor], tensors: StepTensors, hp: AdamWHyperparams, k: UpdateCoefficients
+    update_inputs: list[Tensor],
+    tensors: StepTensors,
+    hp: AdamWHyperparams,
+    k: UpdateCoefficients,
+    second_moment_inputs: list[Tensor] | None = None,
 ) -> list[Tensor]:
-    """Update ``m`` and ``v`` (and the AMSGrad maxima); return the second moments to use."""
+    """Update ``m`` on ``update_inputs`` and ``v`` on ``second_moment_inputs`` (default: the
+    same), and the AMSGrad maxima; return the second moments to use."""
     n = len(update_inputs)
+    ys = update_inputs if second_moment_inputs is None else second_moment_inputs
     torch._foreach_lerp_(tensors.exp_avgs, update_inputs, _lerp_weights(k.momentum_weight, n))
     torch._foreach_mul_(tensors.exp_avg_sqs, k.second_moment_decay)
     if isinstance(hp.beta2, Tensor):
-        squares = torch._foreach_mul(update_inputs, update_inputs)
+        squares = torch._foreach_mul(ys, ys)
         torch._foreach_mul_(squares, 1.0 - hp.beta2)
         torch._foreach_add_(tensors.exp_avg_sqs, squares)
     else:
-        torch._foreach_addcmul_(tensors.exp_avg_sqs, update_inputs, update_inputs, 1.0 - hp.beta2)
+        torch._foreach_addcmul_(tensors.exp_avg_sqs, ys, ys, 1.0 - hp.beta2)
     if not hp.amsgrad:
         return tensors.exp_avg_sqs
     torch._foreach_maximum_(tensors.max_exp_avg_sqs, tensors.exp_avg_sqs)
@@ -119,10 +126,12 @@ def _adam_rule_foreach(
     k: UpdateCoefficients,
     cautious_grads: list[Tensor] | None = None,
     whole: WholeTensorOps | None = None,
+    second_moment_inputs: list[Tensor] | None = None,
 ) -> None:
-    """Adam on ``update_inputs``; with ``cautious_grads``, each update is masked against them
+    """Adam on ``update_inputs`` (``v`` on ``second_moment_inputs`` when given); with
+    ``cautious_grads``, each update is masked against them
     (:func:`~torch_mars.optim.step_math.foreach_cautious_`)."""
-    second_moments = _update_moments(update_inputs, tensors, hp, k)
+    second_moments = _update_moments(update_inputs, tensors, hp, k, second_moment_inputs)
     _decay_weights(tensors.params, hp, k)
     for indices in _same_step_groups(tensors.steps):
         bias_correction1, bias_correction2_sqrt = bias_corrections(
@@ -178,6 +187,10 @@ def _mars_elementwise_one_group(
         weights = _lerp_weights(k.select(matrices).momentum_weight, len(matrices))
         torch._foreach_lerp_(momenta, [cs[i] for i in matrices], weights)
     if adam_indices:
+        of_grads = None
+        if hp.second_moment == "gradient":
+            tensor_gates = [None] * n if gates is None else gates.unbind()
+            of_grads = [second_moment_input(grads[i], tensor_gates[i]) for i in adam_indices]
         _adam_rule_foreach(
             [cs[i] for i in adam_indices],
             tensors.select(adam_indices),
@@ -185,6 +198,7 @@ def _mars_elementwise_one_group(
             k.select(adam_indices),
             [grads[i] for i in adam_indices] if hp.cautious else None,
             whole,
+            of_grads,
         )
     return gates
 

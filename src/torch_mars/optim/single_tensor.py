@@ -24,6 +24,7 @@ from torch_mars.optim.step_math import (
     one_buffer_coefficients,
     orthogonal_update_scale,
     reduction_dtype,
+    second_moment_input,
     update_coefficients,
 )
 from torch_mars.optim.step_types import (
@@ -84,20 +85,22 @@ def adam_rule_(
     hp: AdamWHyperparams,
     k: UpdateCoefficients | None = None,
     cautious_grad: Tensor | None = None,
+    second_moment_input: Tensor | None = None,
 ) -> None:
     """Decoupled-weight-decay Adam on ``update_input`` (the gradient, or MARS's ``c``)::
 
-    m <- b1 m + (1-b1) x;   v <- b2 v + (1-b2) x^2   (AMSGrad: v_max <- max(v_max, v))
+    m <- b1 m + (1-b1) x;   v <- b2 v + (1-b2) y^2   (AMSGrad: v_max <- max(v_max, v))
     p <- p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
 
-    ``k``: the coefficients with the tensor's skip gate folded in (default: ungated ``hp``).
-    ``cautious_grad``: mask the update with :func:`~torch_mars.optim.step_math.cautious_`
-    against this gradient.
+    with ``y = second_moment_input`` (default: ``x``). ``k``: the coefficients with the
+    tensor's skip gate folded in (default: ungated ``hp``). ``cautious_grad``: mask the update
+    with :func:`~torch_mars.optim.step_math.cautious_` against this gradient.
     """
     k = k or update_coefficients(hp)
+    y = update_input if second_moment_input is None else second_moment_input
     exp_avg.lerp_(update_input, k.momentum_weight)
     exp_avg_sq.mul_(k.second_moment_decay)
-    addcmul_scaled_(exp_avg_sq, update_input, update_input, 1.0 - hp.beta2)
+    addcmul_scaled_(exp_avg_sq, y, y, 1.0 - hp.beta2)
     second_moment = exp_avg_sq
     if max_exp_avg_sq is not None:
         torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
@@ -222,6 +225,7 @@ def mars_step_single_tensor(
                 hp,
                 k,
                 grad if hp.cautious else None,
+                second_moment_input(grad, gate) if hp.second_moment == "gradient" else None,
             )
         if gate is not None:
             gates.append(gate)

@@ -105,6 +105,12 @@ def foreach_cautious_(
     torch._foreach_div_(updates, list(fractions.to(updates[0].dtype).unbind()))
 
 
+def second_moment_input(grad: Tensor, gate: Tensor | None) -> Tensor:
+    """``g`` as ``v`` averages it under ``second_moment="gradient"``: zero where the tensor's
+    gate skips the step (``v`` keeps its value there; a non-finite ``g`` would not)."""
+    return grad if gate is None else torch.where(gate > 0, grad, 0.0)
+
+
 def finite_gates(norms: Tensor, dtype: torch.dtype) -> Tensor:
     """1 where ``norms`` is finite, 0 where it is not (NaN, inf), in ``dtype``."""
     return torch.isfinite(norms).to(dtype)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 # The group settings a plan is derived from: routing (use_mars, optimize_1d,
 # reference_routing), state buffers (mars_type, amsgrad, one_buffer, is_approx, skip_nonfinite,
-# state_dtype), and the path (fused, foreach, cautious).
+# state_dtype), and the path (fused, foreach, cautious, second_moment).
 PLANNED_SETTINGS: tuple[str, ...] = (
     "use_mars",
     "optimize_1d",
@@ -44,6 +44,7 @@ PLANNED_SETTINGS: tuple[str, ...] = (
     "fused",
     "foreach",
     "cautious",
+    "second_moment",
     "cuda_graph",
 )
 
@@ -79,15 +80,16 @@ def state_buffer_names(param: Tensor, group: dict[str, Any]) -> tuple[str, ...]:
 
 def default_fused(group: dict[str, Any], params: Sequence[Tensor]) -> bool:
     """Whether a group with neither ``fused`` nor ``foreach`` set takes the fused kernels: on
-    CUDA when Triton imports, for the settings the Triton kernels run themselves (``cautious``
-    and ``one_buffer`` go to a compiled per-tensor kernel there, which compiles on the first
-    step: those stay on foreach unless asked)."""
+    CUDA when Triton imports, for the settings the Triton kernels run themselves (``cautious``,
+    ``one_buffer`` and ``second_moment="gradient"`` go to a compiled per-tensor kernel there,
+    which compiles on the first step: those stay on foreach unless asked)."""
     return (
         TRITON_AVAILABLE
         and bool(params)
         and all(p.is_cuda for p in params)
         and not group["cautious"]
         and not group["one_buffer"]
+        and group["second_moment"] == "corrected"
     )
 
 

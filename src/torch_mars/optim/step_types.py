@@ -31,6 +31,10 @@ StepCount = int | Tensor
 
 MarsType = Literal["mars-adamw", "mars-lion", "mars-shampoo", "mars-m"]
 MARS_TYPES: tuple[str, ...] = ("mars-adamw", "mars-lion", "mars-shampoo", "mars-m")
+# What the Adam rule's second moment ``v`` of a MARS-routed tensor averages: the corrected
+# gradient ``c`` (the paper's) or the gradient ``g`` (an ablation).
+SecondMoment = Literal["corrected", "gradient"]
+SECOND_MOMENTS: tuple[str, ...] = ("corrected", "gradient")
 STATE_DTYPES: tuple[torch.dtype | None, ...] = (None, torch.float32, torch.bfloat16)
 
 
@@ -82,6 +86,9 @@ class MarsHyperparams(AdamWHyperparams):
             :func:`~torch_mars.optim.step_math.one_buffer_coefficients`).
         cautious: keep only the update's entries whose sign agrees with ``g``'s, rescaled by
             the kept fraction (C-AdamW; see :func:`~torch_mars.optim.step_math.cautious_`).
+        second_moment: what the Adam rule's ``v`` averages the square of: ``"corrected"``
+            (``c``, clipped as ``m``'s input is; the paper's) or ``"gradient"`` (``g``, as
+            AdamW's; an ablation).
     """
 
     gamma: Scalar = 0.025
@@ -93,6 +100,7 @@ class MarsHyperparams(AdamWHyperparams):
     clip: bool = True
     one_buffer: bool = False
     cautious: bool = False
+    second_moment: SecondMoment = "corrected"
 
 
 HyperparamsT = TypeVar("HyperparamsT", AdamWHyperparams, MarsHyperparams)
@@ -181,6 +189,14 @@ def validate_group(group: Mapping[str, Any]) -> None:
     _check_flag("clip", group.get("clip", True))
     _check_flag("one_buffer", group.get("one_buffer", False))
     _check_flag("cautious", group.get("cautious", False))
+    second_moment = group.get("second_moment", "corrected")
+    if second_moment not in SECOND_MOMENTS:
+        raise ValueError(f"second_moment must be one of {SECOND_MOMENTS}, got {second_moment!r}")
+    if second_moment != "corrected" and group["mars_type"] == "mars-lion":
+        raise ValueError(
+            "second_moment='gradient' needs a rule with a second moment (mars-adamw, or the "
+            "1-D tensors of mars-shampoo and mars-m under optimize_1d); mars-lion has none"
+        )
     if group.get("one_buffer", False):
         if group["mars_type"] == "mars-adamw" or not group["is_approx"] or group["clip"]:
             raise ValueError(
@@ -204,11 +220,13 @@ def validate_group(group: Mapping[str, Any]) -> None:
             "fused": group.get("fused") is False,
             "one_buffer": group.get("one_buffer", False),
             "cautious": group.get("cautious", False),
+            "second_moment": second_moment != "corrected",
         }
         if any(conflicts.values()):
             raise ValueError(
                 "cuda_graph=True runs the multi-tensor Triton kernels (fused=True or None, on "
-                "CUDA) in the approximate mode, without one_buffer or cautious; it conflicts "
+                "CUDA) in the approximate mode, without one_buffer, cautious or "
+                "second_moment='gradient'; it conflicts "
                 f"with {[name for name, bad in conflicts.items() if bad]}"
             )
     state_dtype = group.get("state_dtype")
@@ -246,6 +264,7 @@ def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
         clip=group.get("clip", True),
         one_buffer=group.get("one_buffer", False),
         cautious=group.get("cautious", False),
+        second_moment=group.get("second_moment", "corrected"),
     )
 
 

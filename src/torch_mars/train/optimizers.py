@@ -16,7 +16,11 @@ Names:
   approximate MARS's first moment unrolls to ``(1 - b1 + gamma b1) g_t + b1 (1 - gamma)
   u_{t-1}`` (``u``: the plain EMA of gradients), a quasi-hyperbolic momentum that is Nesterov's
   at ``gamma = 1 - b1``, so NAdamW is the same-cost control that separates MARS's variance
-  reduction from the shape of its momentum.
+  reduction from the shape of its momentum. Given ``lr_1d``, ``betas_1d`` or
+  ``weight_decay_1d``, it takes MARS-AdamW's routing instead: NAdamW on the tensors
+  :func:`~torch_mars.mars_param_groups` puts on the MARS rule, :class:`torch.optim.AdamW` with
+  those settings on the rest (MARS-AdamW's 1-D path; ``betas_1d`` defaults to
+  ``(0.9, 0.95)``, ``weight_decay_1d`` to 0.1, ``lr_1d`` to ``lr``).
 - ``nadam``: :class:`torch.optim.NAdam` with decoupled weight decay and its default
   ``momentum_decay``: Dozat's momentum schedule, about ``b1 / 2`` over a short run. Not a
   Nesterov control at ``b1``; kept for comparison with the earlier study.
@@ -134,7 +138,8 @@ _CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
 
 # MARS options beyond the defaults that `--opt-arg` may set: how a step runs (foreach, fused),
 # what its state is stored in and what Newton-Schulz runs in (state_dtype, ns_dtype:
-# "bfloat16" or "float32"), and the rule's switches.
+# "bfloat16" or "float32"), and the rule's switches (second_moment: "corrected" or
+# "gradient").
 MARS_OPTIONS = (
     "foreach",
     "fused",
@@ -144,10 +149,13 @@ MARS_OPTIONS = (
     "clip",
     "one_buffer",
     "skip_nonfinite",
+    "second_moment",
 )
 STATE_DTYPES_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# The hyperparameters whose value is a name, not a number: the dtypes above.
-NAME_VALUED_KEYS = ("state_dtype", "ns_dtype")
+# The keys that give `nadamw` MARS-AdamW's routing, with an AdamW path of their settings.
+ADAMW_PATH_KEYS = ("lr_1d", "betas_1d", "weight_decay_1d")
+# The hyperparameters whose value is a name, not a number.
+NAME_VALUED_KEYS = ("state_dtype", "ns_dtype", "second_moment")
 
 # Floor of the schedule where no min_lr is given (the CPU-sized models): a tenth of the peak lr.
 DEFAULT_MIN_LR_RATIO = 0.1
@@ -332,7 +340,17 @@ def _construct(
     if name == "lion":
         return Lion(model.parameters(), **settings)
     if name == "nadamw":
-        return NAdamW(model.parameters(), **settings)
+        if not any(key in settings for key in ADAMW_PATH_KEYS):
+            return NAdamW(model.parameters(), **settings)
+        groups = mars_param_groups(model)
+        adamw = torch.optim.AdamW(
+            [p for group in groups if not group["use_mars"] for p in group["params"]],
+            lr=settings.pop("lr_1d", settings["lr"]),
+            betas=settings.pop("betas_1d", (0.9, 0.95)),
+            weight_decay=settings.pop("weight_decay_1d", 0.1),
+        )
+        on_mars_rule = [p for group in groups if group["use_mars"] for p in group["params"]]
+        return CombinedOptimizer(NAdamW(on_mars_rule, **settings), adamw)
     if name == "nadam":
         return torch.optim.NAdam(model.parameters(), decoupled_weight_decay=True, **settings)
     if not hasattr(torch.optim, "Muon"):

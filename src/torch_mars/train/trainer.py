@@ -41,6 +41,7 @@ from torch_mars.train.checkpoint import (
 from torch_mars.train.diagnostics import MarsDiagnostics
 from torch_mars.train.metrics import MetricsLogger
 from torch_mars.train.optimizers import (
+    ADAMW_PATH_KEYS,
     MARS_OPTIONS,
     MARS_RULE_OF,
     build_optimizer,
@@ -134,6 +135,8 @@ class TrainConfig:
         allowed = set(settings) | {"min_lr"}
         if self.optimizer in MARS_RULE_OF:
             allowed |= set(MARS_OPTIONS)
+        if self.optimizer == "nadamw":
+            allowed |= set(ADAMW_PATH_KEYS)
         unknown = set(self.hyperparams) - allowed
         if unknown:
             raise ValueError(
