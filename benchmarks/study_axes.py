@@ -41,6 +41,10 @@ times (as in study_compare's stage A); the gain is then read at each optimizer's
         [--stages controls exact-compute batch tokens batch-tiny weight-decay adamw-weight-decay]
 
 ``--stages`` with no stage redraws ``axes.png`` and prints the map's table from ``axes.json``.
+Where benchmarks/study_seeds.py ``--select-on-mean`` and study_ablations.py ``--batch 64`` have
+run, the batch panel also shows their held-out check at 64 sequences per step (hollow markers:
+every lr and MARS-AdamW's gamma chosen on the mean of seeds 0-2, the gap read on seeds 3-5 to
+the control that is best there, which favours the control).
 
 Writes benchmarks/results/FOLDER/<sweep>/ (run folders, sweep.json, summary.md, figures), then
 ``axes.json`` and ``axes.png`` (each MARS rule's gain over its base, in units of the base's
@@ -329,10 +333,54 @@ def gap_points(results: dict, mars: str) -> list[tuple[float, float, float, floa
     return points
 
 
-def plot_axes(axes: dict, path: Path) -> None:
+# The 64-sequence point's held-out check: MARS-AdamW's gammas there (the tuned 0.05 and the
+# ablations' 0.1 and 0.2; the other ablations change more than gamma) and every control run.
+HELD_OUT_BATCH = 64
+HELD_OUT_GAMMAS = {"mars-adamw": 0.05, "gamma-0.1": 0.1, "gamma-0.2": 0.2}
+
+
+def held_out_checks(folder: Path) -> dict[str, tuple[float, float, float, float, str]]:
+    """Per MARS rule, ``(x, gap, spread, gap in control std, label)`` of the held-out check at
+    :data:`HELD_OUT_BATCH` sequences per step (see the module docstring); {} before it ran."""
+    seeds_file = folder / f"more-seeds-batch-{HELD_OUT_BATCH}-mean.json"
+    ablations_file = folder / f"ablations-batch-{HELD_OUT_BATCH}.json"
+    if not (seeds_file.exists() and ablations_file.exists()):
+        return {}
+    rows = json.loads(seeds_file.read_text())
+    ablations = json.loads(ablations_file.read_text())
+    candidates = {"mars-adamw": rows["mars-adamw"]}
+    for name in HELD_OUT_GAMMAS:
+        if name in ablations:
+            row = ablations[name]
+            held = {"mean": row["mean"], "std": row["std"]}
+            candidates[name] = {"seeds 0-2": row["seeds 0-2"], "held out": held}
+    pairs = {
+        "mars-adamw": (candidates, [n for n in rows if n.startswith(("adamw", "nadamw"))]),
+        "mars-shampoo": ({"mars-shampoo": rows.get("mars-shampoo")}, ["muon"]),
+    }
+    checks = {}
+    for mars, (ours_by_name, control_names) in pairs.items():
+        controls = {n: rows[n] for n in control_names if n in rows}
+        ours_by_name = {n: row for n, row in ours_by_name.items() if row is not None}
+        if not controls or not ours_by_name:
+            continue
+        ours_name = min(ours_by_name, key=lambda n: ours_by_name[n]["seeds 0-2"]["mean"])
+        control = min(controls, key=lambda n: controls[n]["held out"]["mean"])
+        ours, base = ours_by_name[ours_name]["held out"], controls[control]["held out"]
+        gap = ours["mean"] - base["mean"]
+        spread = (ours["std"] ** 2 + base["std"] ** 2) ** 0.5
+        label = control
+        if mars == "mars-adamw":
+            label = f"gamma {HELD_OUT_GAMMAS[ours_name]}, {control}"
+        checks[mars] = (float(HELD_OUT_BATCH), gap, spread, gap / base["std"], label)
+    return checks
+
+
+def plot_axes(axes: dict, path: Path, checks: dict | None = None) -> None:
     """The regime map: one panel per axis that has results, each MARS rule's gap to its
     strongest same-cost control in nats (error bars: the two stds combined), each point
-    labelled with that control and the gap in its std."""
+    labelled with that control and the gap in its std; ``checks`` (:func:`held_out_checks`)
+    drawn hollow on the batch panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -371,6 +419,17 @@ def plot_axes(axes: dict, path: Path) -> None:
                 text = control + (f" {in_std:+.1f} sd" if in_std is not None else "")
                 panel.annotate(text, (x, gap), textcoords="offset points", fontsize=7,
                                xytext=(6, 4 - 12 * pair), color=line[0].get_color())  # fmt: skip
+            if name == "batch-tiny" and checks and mars in checks:
+                x, gap, spread, in_std, text = checks[mars]
+                x *= (high / low) ** (0.02 * pair + 0.05)
+                color = line[0].get_color()
+                panel.errorbar(
+                    [x], [gap], yerr=[spread], marker="o", capsize=3, color=color,
+                    markerfacecolor="white", linestyle="none",
+                    label=f"{mars}, held out: lr on seeds 0-2, read on 3-5",
+                )  # fmt: skip
+                panel.annotate(f"{text} {in_std:+.1f} sd", (x, gap), textcoords="offset points",
+                               fontsize=7, xytext=(6, -10), color=color)  # fmt: skip
         panel.margins(x=0.15)
         if log:
             panel.set_xscale("log", base=2)
@@ -456,7 +515,7 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         axes_file.write_text(json.dumps(axes, indent=2) + "\n")
     mapped = with_weight_decay_controls(json.loads(axes_file.read_text()))
-    plot_axes(mapped, folder / "axes.png")
+    plot_axes(mapped, folder / "axes.png", held_out_checks(folder))
     print(control_table(mapped))
 
 
