@@ -337,6 +337,11 @@ def gap_points(results: dict, mars: str) -> list[tuple[float, float, float, floa
 # ablations' 0.1 and 0.2; the other ablations change more than gamma) and every control run.
 HELD_OUT_BATCH = 64
 HELD_OUT_GAMMAS = {"mars-adamw": 0.05, "gamma-0.1": 0.1, "gamma-0.2": 0.2}
+# Shorter names of study_seeds.py's NAdamW rows at MARS-AdamW's settings, for the figure.
+HELD_OUT_LABELS = {
+    "nadamw-wd0.01-betas-0.9": "nadamw, MARS-AdamW's betas and wd",
+    "nadamw-wd0.01-betas-0.9-routed": "nadamw, MARS-AdamW's recipe",
+}
 
 
 def held_out_checks(folder: Path) -> dict[str, tuple[float, float, float, float, str]]:
@@ -369,9 +374,9 @@ def held_out_checks(folder: Path) -> dict[str, tuple[float, float, float, float,
         ours, base = ours_by_name[ours_name]["held out"], controls[control]["held out"]
         gap = ours["mean"] - base["mean"]
         spread = (ours["std"] ** 2 + base["std"] ** 2) ** 0.5
-        label = control
+        label = HELD_OUT_LABELS.get(control, control)
         if mars == "mars-adamw":
-            label = f"gamma {HELD_OUT_GAMMAS[ours_name]}, {control}"
+            label = f"gamma {HELD_OUT_GAMMAS[ours_name]} vs {label}"
         checks[mars] = (float(HELD_OUT_BATCH), gap, spread, gap / base["std"], label)
     return checks
 
@@ -429,7 +434,7 @@ def plot_axes(axes: dict, path: Path, checks: dict | None = None) -> None:
                     label=f"{mars}, held out: lr on seeds 0-2, read on 3-5",
                 )  # fmt: skip
                 panel.annotate(f"{text} {in_std:+.1f} sd", (x, gap), textcoords="offset points",
-                               fontsize=7, xytext=(6, -10), color=color)  # fmt: skip
+                               fontsize=7, xytext=(-8, -12), ha="right", color=color)  # fmt: skip
         panel.margins(x=0.15)
         if log:
             panel.set_xscale("log", base=2)
