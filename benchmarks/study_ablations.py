@@ -18,6 +18,9 @@ seed 0, its best lr on seeds 0-2.
   NAdamW's moments up to the clip, so what is left of the gain is not the second moment's.
 The tuned gamma = 0.05 is the tokens axis's own MARS-AdamW at that point. Resumable.
 
+``--batch 4``: the same at 4 x 20 tokens per parameter and 4 sequences per step, where NAdamW
+leads MARS-AdamW, with the 5-point grid around that point's tuned MARS-AdamW lr.
+
 ``--batch 64``: the same at 4 x 20 tokens per parameter and 64 sequences per step, where
 MARS-AdamW leads every Adam-rule control on six seeds (benchmarks/study_seeds.py). There the
 seeds of one lr disagree by more than neighbouring lrs do, so each variant's lr is chosen as
@@ -60,6 +63,8 @@ from torch_mars.train.sweep import SweepPlan, run_sweep, write_report
 from torch_mars.train.trainer import TrainConfig
 
 HELD_OUT = (3, 4, 5)
+# The batch whose lr is chosen on the mean of seeds 0-2 and held out (the others: on seed 0).
+HELD_OUT_BATCH = 64
 
 VARIANTS: dict[str, dict] = {
     "clip-off": {"clip": False},
@@ -109,18 +114,27 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--batch", type=int, choices=TINY_BATCHES, default=MINI_BUDGET.batch_size,
-        help="sequences per step (64: lr chosen on the mean of seeds 0-2, held out on 3-5)",
+        help="sequences per step at 4x (64: lr chosen on the mean of seeds 0-2, held out on 3-5)",
     )  # fmt: skip
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     args = parser.parse_args()
     folder = RESULTS / args.folder
-    if args.batch != MINI_BUDGET.batch_size:
+    if args.batch != MINI_BUDGET.batch_size and args.multiple != TINY_BATCH_MULTIPLE:
+        parser.error(f"the batch axis runs at {TINY_BATCH_MULTIPLE}x only; drop --multiple")
+    if args.batch == HELD_OUT_BATCH:
         ablations_at_batch(folder, args.batch, args.variants, args.jobs)
         return
     point = f"tokens-{args.multiple}x"
-    tuned = json.loads((folder / point / "sweep.json").read_text())["winners"]["mars-adamw"]
     base = tiny_budget(MINI_BUDGET, args.multiple)
     name_of = "ablations" if args.multiple == TINY_BATCH_MULTIPLE else f"ablations-{args.multiple}x"
+    lrs = list(ADAM_TINY_LRS)
+    if args.batch != MINI_BUDGET.batch_size:
+        point = f"batch-tiny-{args.batch}"
+        base = tiny_budget(at_batch(MINI_BUDGET, args.batch), TINY_BATCH_MULTIPLE)
+        name_of = f"ablations-batch-{args.batch}"
+    tuned = json.loads((folder / point / "sweep.json").read_text())["winners"]["mars-adamw"]
+    if args.batch != MINI_BUDGET.batch_size:
+        lrs = list(grid_around(tuned["lr"]))
     table = folder / f"{name_of}.json"
     results = json.loads(table.read_text()) if table.exists() else {}
     for name in args.variants:
@@ -129,7 +143,7 @@ def main() -> None:
         report = sweep_lr_with_edges(
             folder / name_of / name,
             base,
-            {"mars-adamw": list(ADAM_TINY_LRS)},
+            {"mars-adamw": lrs},
             {"mars-adamw": fixed},
             args.jobs,
         )

@@ -11,6 +11,7 @@ import torch
 from problems import run_mars
 from test_mars_reference import run_reference, warmup_and_gamma_schedule
 from torch_mars import MARS
+from torch_mars.cli import build_parser
 from torch_mars.train.optimizers import build_optimizer, default_hyperparams
 from torch_mars.train.trainer import TrainConfig
 
@@ -64,6 +65,12 @@ def test_bad_second_moments_are_refused_and_nothing_changes(kwargs, message):
 
 
 def test_the_harness_passes_second_moment_by_name():
+    args = build_parser().parse_args(
+        ["compare", "--optimizers", "mars-adamw", "--opt-arg", "mars-adamw:second_moment=gradient"]
+    )
+    assert (
+        args.command_entry.configure(args).hyperparams["mars-adamw"]["second_moment"] == "gradient"
+    )
     config = TrainConfig(
         optimizer="mars-adamw", model="tiny", hyperparams={"second_moment": "gradient"}
     )
