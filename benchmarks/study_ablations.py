@@ -39,7 +39,6 @@ FOLDER/ablations-batch-B.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from pathlib import Path
@@ -49,11 +48,11 @@ from study_axes import (
     RESULTS,
     TINY_BATCH_MULTIPLE,
     TINY_BATCHES,
-    TOKEN_MULTIPLES,
     at_batch,
     fixed_axes,
     grid_around,
     progress,
+    study_parser,
     summary_of,
     sweep_lr_with_edges,
 )
@@ -105,13 +104,7 @@ def sweep_lr_on_seed_mean(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--folder", default="study-axes")
-    parser.add_argument(
-        "--multiple", type=int, choices=TOKEN_MULTIPLES, default=TINY_BATCH_MULTIPLE,
-        help="the tokens axis's point: this many x 20 tokens per parameter",
-    )  # fmt: skip
+    parser = study_parser(__doc__, multiple=True)
     parser.add_argument(
         "--batch", type=int, choices=TINY_BATCHES, default=MINI_BUDGET.batch_size,
         help="sequences per step at 4x (64: lr chosen on the mean of seeds 0-2, held out on 3-5)",

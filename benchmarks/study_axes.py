@@ -93,6 +93,20 @@ TINY_LRS = {
 BETAS = ((0.9, 0.95), (0.95, 0.99))
 
 
+def study_parser(doc: str, multiple: bool = False) -> argparse.ArgumentParser:
+    """The arguments every study of this folder takes: ``--jobs``, ``--folder`` (default
+    ``study-axes``) and, with ``multiple``, the tokens axis's point ``--multiple``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--folder", default="study-axes")
+    if multiple:
+        parser.add_argument(
+            "--multiple", type=int, choices=TOKEN_MULTIPLES, default=TINY_BATCH_MULTIPLE,
+            help="the tokens axis's point: this many x 20 tokens per parameter",
+        )  # fmt: skip
+    return parser
+
+
 def progress(done: int, total: int) -> None:
     print(f"{done}/{total} runs", flush=True)
 
@@ -481,9 +495,7 @@ def control_table(axes: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--folder", default="study-axes")
+    parser = study_parser(__doc__)
     parser.add_argument("--winners", default="study-compare", help="the study whose winners to use")
     parser.add_argument("--data", default=MINI_BUDGET.data)
     parser.add_argument(

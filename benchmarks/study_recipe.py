@@ -19,7 +19,6 @@ FOLDER/recipe.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from study_axes import (
@@ -28,6 +27,7 @@ from study_axes import (
     at_batch,
     fixed_axes,
     grid_around,
+    study_parser,
     summary_of,
     sweep_lr_with_edges,
 )
@@ -39,9 +39,7 @@ SOURCES = {16: f"weight-decay-{TINY_BATCH_MULTIPLE}x", 4: "weight-decay-batch-4"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--folder", default="study-axes")
+    parser = study_parser(__doc__)
     parser.add_argument("--batches", type=int, nargs="+", choices=list(SOURCES), default=[16, 4])
     args = parser.parse_args()
     folder = RESULTS / args.folder

@@ -21,7 +21,6 @@ sweep.json, summary.md) and FOLDER/more-seeds-batch-64[-mean].json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from pathlib import Path
@@ -33,15 +32,17 @@ from study_axes import (
     at_batch,
     fixed_axes,
     progress,
+    study_parser,
 )
 from study_compare import EXTENSIONS, MINI_BUDGET, extend_at_edges, tiny_budget
 
+from torch_mars.train.optimizers import ADAMW_PATH_KEYS, default_hyperparams
 from torch_mars.train.sweep import SweepPlan, SweepReport, run_sweep, write_report
 
 BATCH = 64
 MARS_WEIGHT_DECAY = 1e-2
 # MARS-AdamW's AdamW path on `tiny` (its defaults), for NAdamW with MARS-AdamW's routing.
-MARS_ADAMW_PATH = {"lr_1d": 3e-3, "betas_1d": (0.9, 0.95), "weight_decay_1d": 0.1}
+MARS_ADAMW_PATH = {key: default_hyperparams("mars-adamw", "tiny")[key] for key in ADAMW_PATH_KEYS}
 # Each sweep of the point, and the name its optimizer takes in the table.
 SWEEPS = {
     f"batch-tiny-{BATCH}": {},
@@ -160,9 +161,7 @@ def fixed_point(point: dict) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--folder", default="study-axes")
+    parser = study_parser(__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[3, 4, 5])
     parser.add_argument("--select-on-mean", action="store_true")
     args = parser.parse_args()

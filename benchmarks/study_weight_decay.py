@@ -25,7 +25,6 @@ against weight decay, one line per optimizer, error bars over the seeds.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -34,9 +33,9 @@ from study_axes import (
     CONTROLS,
     RESULTS,
     TINY_BATCH_MULTIPLE,
-    TOKEN_MULTIPLES,
     fixed_axes,
     grid_around,
+    study_parser,
     summary_of,
     sweep_lr_with_edges,
 )
@@ -182,13 +181,7 @@ def plot_weight_decay(results: dict, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--folder", default="study-axes")
-    parser.add_argument(
-        "--multiple", type=int, choices=TOKEN_MULTIPLES, default=TINY_BATCH_MULTIPLE,
-        help="the tokens axis's point: this many x 20 tokens per parameter",
-    )  # fmt: skip
+    parser = study_parser(__doc__, multiple=True)
     parser.add_argument("--optimizers", nargs="*", choices=AXIS_OPTIMIZERS, default=list(ORDER))
     args = parser.parse_args()
     folder = RESULTS / args.folder

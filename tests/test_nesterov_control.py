@@ -158,3 +158,5 @@ def test_nadamw_given_a_1d_setting_takes_mars_adamws_routing():
     assert (group["lr"], group["betas"], group["weight_decay"]) == (3e-3, (0.9, 0.95), 0.1)
     config = TrainConfig(optimizer="nadamw", model="tiny", hyperparams={"weight_decay_1d": 0.0})
     assert config.resolved_hyperparams()["weight_decay_1d"] == 0.0
+    with pytest.raises(ValueError, match="lr_1d must be a number >= 0"):
+        build_optimizer("nadamw", model, {**settings, "lr_1d": -1.0})

@@ -24,6 +24,7 @@ from torch_mars.optim.step_math import (
     correction_scale,
     elementwise_rule,
     one_buffer_coefficients,
+    second_moment_input,
     update_coefficients,
 )
 from torch_mars.optim.step_types import AdamWHyperparams, MarsHyperparams, StepTensors
@@ -111,9 +112,7 @@ def tensor_update(
         param.copy_(p - k.lr * (_cautious(update, g) if cautious else update))
         return gate
     assert exp_avg_sq is not None
-    y = c
-    if second_moment_of_grad:
-        y = g if gate is None else torch.where(gate > 0, g, 0.0)
+    y = second_moment_input(g, gate) if second_moment_of_grad else c
     v = exp_avg_sq.to(compute) * k.second_moment_decay + (1.0 - h[_BETA2]) * y * y
     exp_avg_sq.copy_(v)
     if max_exp_avg_sq is not None:

@@ -85,19 +85,19 @@ def adam_rule_(
     hp: AdamWHyperparams,
     k: UpdateCoefficients | None = None,
     cautious_grad: Tensor | None = None,
-    second_moment_input: Tensor | None = None,
+    second_moment_of: Tensor | None = None,
 ) -> None:
     """Decoupled-weight-decay Adam on ``update_input`` (the gradient, or MARS's ``c``)::
 
     m <- b1 m + (1-b1) x;   v <- b2 v + (1-b2) y^2   (AMSGrad: v_max <- max(v_max, v))
     p <- p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
 
-    with ``y = second_moment_input`` (default: ``x``). ``k``: the coefficients with the
+    with ``y = second_moment_of`` (default: ``x``). ``k``: the coefficients with the
     tensor's skip gate folded in (default: ungated ``hp``). ``cautious_grad``: mask the update
     with :func:`~torch_mars.optim.step_math.cautious_` against this gradient.
     """
     k = k or update_coefficients(hp)
-    y = update_input if second_moment_input is None else second_moment_input
+    y = update_input if second_moment_of is None else second_moment_of
     exp_avg.lerp_(update_input, k.momentum_weight)
     exp_avg_sq.mul_(k.second_moment_decay)
     addcmul_scaled_(exp_avg_sq, y, y, 1.0 - hp.beta2)

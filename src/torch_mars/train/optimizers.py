@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -269,13 +269,18 @@ class BuiltOptimizer:
     needs_closure: bool
 
 
-def _split_matrices(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """Hidden 2-D matrices (not embeddings, norms or conv kernels) and everything else, as
-    ``torch.optim.Muon`` needs them."""
-    groups = mars_param_groups(model, embeddings="adamw")
-    matrices = [p for g in groups if g["use_mars"] for p in g["params"] if p.ndim == 2]
-    chosen = {id(p) for p in matrices}
-    return matrices, [p for p in model.parameters() if id(p) not in chosen]
+def _split_by_routing(
+    model: nn.Module, embeddings: Literal["mars", "adamw"] = "mars", matrices_only: bool = False
+) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """The tensors :func:`~torch_mars.mars_param_groups` puts on the MARS rule (with
+    ``matrices_only``, its 2-D ones: the hidden matrices ``torch.optim.Muon`` takes, not conv
+    kernels) and everything else."""
+    groups = mars_param_groups(model, embeddings=embeddings)
+    routed = [p for g in groups if g["use_mars"] for p in g["params"]]
+    if matrices_only:
+        routed = [p for p in routed if p.ndim == 2]
+    chosen = {id(p) for p in routed}
+    return routed, [p for p in model.parameters() if id(p) not in chosen]
 
 
 def build_optimizer(
@@ -342,20 +347,22 @@ def _construct(
     if name == "nadamw":
         if not any(key in settings for key in ADAMW_PATH_KEYS):
             return NAdamW(model.parameters(), **settings)
-        groups = mars_param_groups(model)
+        lr_1d = settings.pop("lr_1d", settings["lr"])
+        if isinstance(lr_1d, bool) or not isinstance(lr_1d, int | float) or not lr_1d >= 0:
+            raise ValueError(f"nadamw: lr_1d must be a number >= 0, got {lr_1d!r}")
+        on_mars_rule, rest = _split_by_routing(model)
         adamw = torch.optim.AdamW(
-            [p for group in groups if not group["use_mars"] for p in group["params"]],
-            lr=settings.pop("lr_1d", settings["lr"]),
+            rest,
+            lr=lr_1d,
             betas=settings.pop("betas_1d", (0.9, 0.95)),
             weight_decay=settings.pop("weight_decay_1d", 0.1),
         )
-        on_mars_rule = [p for group in groups if group["use_mars"] for p in group["params"]]
         return CombinedOptimizer(NAdamW(on_mars_rule, **settings), adamw)
     if name == "nadam":
         return torch.optim.NAdam(model.parameters(), decoupled_weight_decay=True, **settings)
     if not hasattr(torch.optim, "Muon"):
         raise ValueError(f"muon needs torch.optim.Muon (torch >= 2.9), not in {torch.__version__}")
-    matrices, rest = _split_matrices(model)
+    matrices, rest = _split_by_routing(model, embeddings="adamw", matrices_only=True)
     adamw = torch.optim.AdamW(
         rest,
         lr=settings.pop("adamw_lr"),
