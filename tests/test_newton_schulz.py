@@ -1,5 +1,6 @@
-"""Newton-Schulz: batched by shape equals one matrix at a time (float64), the dtype it runs in
-follows the device unless ``ns_dtype`` says otherwise, and that switch reaches the step."""
+"""Newton-Schulz: batched by shape (a matrix and its transpose's shape together) equals one
+matrix at a time (float64), the dtype it runs in follows the device unless ``ns_dtype`` says
+otherwise, and that switch reaches the step."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from torch_mars.optim.newton_schulz import (
 )
 from torch_mars.optim.single_tensor import shampoo_direction
 
-SHAPES = [(6, 4), (6, 4), (4, 6), (3, 2, 2), (6, 4), (5, 5), (4, 6)]
+# (6, 4), (4, 6) and the kernels (6, 2, 2), (4, 3, 2) are one batch of 4 x 6 matrices.
+SHAPES = [(6, 4), (6, 4), (4, 6), (3, 2, 2), (6, 2, 2), (6, 4), (5, 5), (4, 3, 2), (4, 6)]
 
 
 @pytest.mark.parametrize("mars_type", ["mars-shampoo", "mars-m"])

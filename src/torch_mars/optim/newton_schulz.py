@@ -139,32 +139,59 @@ def batched_shampoo_directions(
     (:func:`~torch_mars.optim.step_math.orthogonal_update_scale`), the iterations in
     ``ns_dtype`` (None: the device's, :func:`fast_matmul_dtype`).
 
-    Tensors of the same shape, dtype and device are stacked and orthogonalised together, one
-    chain of batched matmuls per shape instead of one per tensor. ``transposed``: the matrices
-    are stored as ``(in, out)`` (see :func:`shampoo_scale`). Returns tensors of the shapes of
-    ``exp_avgs`` (zeros for tensors with no elements).
+    Matrices are orthogonalised as ``(short, long)``: a ``(rows, cols)`` matrix with ``rows >
+    cols`` is taken transposed, since Newton-Schulz commutes with transposition. Those of one
+    such shape, dtype and device are stacked (a ``3072 x 768`` and a ``768 x 3072`` matrix
+    together) and orthogonalised in one chain of batched matmuls instead of one per tensor.
+    ``transposed``: the matrices are stored as ``(in, out)`` (see :func:`shampoo_scale`).
+    Returns tensors of the shapes of ``exp_avgs`` (zeros for tensors with no elements).
     """
     directions: list[Tensor | None] = [None] * len(exp_avgs)
-    groups: dict[tuple, list[int]] = {}
+    by_shape: dict[tuple, list[int]] = {}
     for index, m in enumerate(exp_avgs):
-        groups.setdefault((m.shape, m.dtype, m.device), []).append(index)
-    for (shape, _, _), indices in groups.items():
+        by_shape.setdefault((m.shape, m.dtype, m.device), []).append(index)
+    # Shapes, not tensors, are looped over in Python below: on a GPU host time is step time.
+    batches: dict[tuple, list[tuple[torch.Size, list[int]]]] = {}
+    for (shape, dtype, device), indices in by_shape.items():
         rows, cols = matrix_shape(shape)
-        if rows * cols == 0:
-            for index in indices:
-                directions[index] = torch.zeros_like(exp_avgs[index])
+        key = (min(rows, cols), max(rows, cols), dtype, device)
+        batches.setdefault(key, []).append((shape, indices))
+    for (short, long, _, _), shapes in batches.items():
+        if short * long == 0:
+            for _, indices in shapes:
+                for index in indices:
+                    directions[index] = torch.zeros_like(exp_avgs[index])
             continue
-        # Matrices are stacked and unstacked as they are; only other shapes (conv kernels)
-        # take a view each way: a view is a dispatch, and on a GPU host time is step time.
-        as_matrix = len(shape) == 2
-        stacked = torch.stack(
-            [exp_avgs[i] if as_matrix else exp_avgs[i].reshape(rows, cols) for i in indices]
-        )
-        orthogonal = newton_schulz_orthogonalize(stacked, steps, ns_dtype)
-        orthogonal.mul_(orthogonal_update_scale(mars_type, shape, transposed))
-        for index, matrix in zip(indices, orthogonal.unbind(0), strict=True):
-            directions[index] = matrix if as_matrix else matrix.view(shape)
+        wide = [matrix for shape, indices in shapes for matrix in _wide(exp_avgs, shape, indices)]
+        orthogonal = newton_schulz_orthogonalize(torch.stack(wide), steps, ns_dtype)
+        start = 0
+        for shape, indices in shapes:
+            block = orthogonal if len(shapes) == 1 else orthogonal[start : start + len(indices)]
+            block.mul_(orthogonal_update_scale(mars_type, shape, transposed))
+            for index, matrix in zip(indices, _unwide(block, shape), strict=True):
+                directions[index] = matrix
+            start += len(indices)
     return directions  # type: ignore[return-value]
+
+
+def _wide(tensors: list[Tensor], shape: torch.Size, indices: list[int]) -> list[Tensor]:
+    """``tensors[i]`` for ``i`` in ``indices``, all of ``shape``, as ``(shape[0], -1)``
+    matrices, transposed when they have more rows than columns (Newton-Schulz commutes with
+    transposition). Matrices that need neither are passed as they are: a view is a dispatch."""
+    rows, cols = matrix_shape(shape)
+    if len(shape) != 2:
+        matrices = [tensors[i].reshape(rows, cols) for i in indices]
+        return [m.mT for m in matrices] if rows > cols else matrices
+    return [tensors[i].mT for i in indices] if rows > cols else [tensors[i] for i in indices]
+
+
+def _unwide(block: Tensor, shape: torch.Size) -> list[Tensor]:
+    """The inverse of :func:`_wide` on a stacked ``block``: one tensor of ``shape`` each."""
+    rows, cols = matrix_shape(shape)
+    matrices = block.mT if rows > cols else block
+    if len(shape) == 2:
+        return list(matrices.unbind(0))
+    return list(matrices.reshape(-1, *shape).unbind(0))
 
 
 def apply_shampoo_directions(
