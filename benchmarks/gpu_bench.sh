@@ -2,7 +2,8 @@
 # Everything issues #4, #5, #14, #17 and #26 need from a CUDA machine, in one call: the Triton
 # kernels against the per-tensor loop on the GPU and a captured CUDA-graph step against eager
 # steps, the count of host syncs per step, then `torch-mars bench step` (with CUDA-graph replay
-# rows) and `bench iteration` on GPT-2 small, and the FSDP2 step (distributed mode) on every GPU
+# rows), Newton-Schulz's profile and its cheaper forms (benchmarks/newton_schulz_forms.py) and
+# `bench iteration` on GPT-2 small, and the FSDP2 step (distributed mode) on every GPU
 # of the machine under torchrun (NCCL; on one GPU it still shows the DTensor dispatch cost the
 # sharded path avoids).
 # Run from the repository root where torch and triton are installed (the lent H100/H200 image
@@ -25,6 +26,8 @@ python benchmarks/sync_check.py | tee "$out/sync-check.txt"
 python benchmarks/host_calls.py | tee "$out/host-calls.txt"
 python -m torch_mars.cli bench step --device cuda --model gpt2-small --repeats 50 --warmup 5 \
     --json "$out/step-gpt2-small.json" || echo "bench step failed (above); going on"
+python benchmarks/newton_schulz_forms.py --device cuda --json "$out/newton-schulz-forms.json" \
+    | tee "$out/newton-schulz-forms.txt" || echo "newton_schulz_forms failed (above); going on"
 python -m torch_mars.cli bench iteration --device cuda --model gpt2-small \
     --batch-size 16 --repeats 20 --warmup 5 --json "$out/iteration-gpt2-small.json"
 python -m torch.distributed.run --standalone --nproc_per_node "$(nvidia-smi -L | wc -l)" \
