@@ -101,7 +101,10 @@ def newton_schulz_orthogonalize(
     norm = torch.linalg.vector_norm(
         matrix, dim=(-2, -1), keepdim=True, dtype=reduction_dtype(matrix.dtype)
     )
-    x = (matrix / (norm + NS_NORM_EPS)).to(dtype or default_ns_dtype(matrix))
+    # The quotient is stored in the iteration dtype as it is formed: one pass over the matrix
+    # instead of two (a float32 quotient, then its cast), the same values.
+    x = torch.empty_like(matrix, dtype=dtype or default_ns_dtype(matrix))
+    torch.div(matrix, norm + NS_NORM_EPS, out=x)
     transposed = matrix.size(-2) > matrix.size(-1)
     if transposed:
         x = x.mT
