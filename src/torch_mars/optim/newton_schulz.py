@@ -97,17 +97,42 @@ def newton_schulz_orthogonalize(
         raise ValueError(
             f"matrix must have shape (rows, cols) or (batch, rows, cols), got {tuple(matrix.shape)}"
         )
+    wide = _orthogonalize_wide([matrix], steps, dtype or default_ns_dtype(matrix))
+    return (wide.mT if matrix.size(-2) > matrix.size(-1) else wide).to(matrix.dtype)
+
+
+def _orthogonalize_wide(stacks: list[Tensor], steps: int, dtype: torch.dtype) -> Tensor:
+    """Newton-Schulz of every matrix of ``stacks`` in one chain of matmuls, in ``dtype``.
+
+    Args:
+        stacks: tensors of one dtype and device, each a ``(rows, cols)`` matrix or a ``(batch,
+            rows, cols)`` stack, ``(rows, cols)`` one ``(short, long)`` shape or its transpose;
+            more than one only as stacks.
+        steps, dtype: as in :func:`newton_schulz_orthogonalize`.
+
+    Returns:
+        The orthogonalised matrices as ``(short, long)`` (the transpose of those with more rows
+        than columns: Newton-Schulz commutes with transposition, and the Gram matrix ``X X^T``
+        is then the smaller one), in ``dtype``, stacked along dim 0 in the order of ``stacks``.
+    """
+    short, long = sorted(stacks[0].shape[-2:])
+    if len(stacks) == 1:
+        x = _normalized(stacks[0], dtype)
+        x = x.mT if x.size(-2) > short else x
+    else:
+        x = torch.empty(
+            (sum(len(s) for s in stacks), short, long), dtype=dtype, device=stacks[0].device
+        )
+        start = 0
+        for stack in stacks:
+            block = x[start : start + len(stack)]
+            if stack.size(-2) > short:
+                # Transposed into its place in the batch; a plain stack is divided into it.
+                block.copy_(_normalized(stack, dtype).mT)
+            else:
+                _normalized(stack, dtype, out=block)
+            start += len(stack)
     a, b, c = NS_COEFFICIENTS
-    norm = torch.linalg.vector_norm(
-        matrix, dim=(-2, -1), keepdim=True, dtype=reduction_dtype(matrix.dtype)
-    )
-    # The quotient is stored in the iteration dtype as it is formed: one pass over the matrix
-    # instead of two (a float32 quotient, then its cast), the same values.
-    x = torch.empty_like(matrix, dtype=dtype or default_ns_dtype(matrix))
-    torch.div(matrix, norm + NS_NORM_EPS, out=x)
-    transposed = matrix.size(-2) > matrix.size(-1)
-    if transposed:
-        x = x.mT
     # bmm/mm rather than ``@``: matmul on a batch dispatches expand, view and _unsafe_view
     # around its bmm, host work that a GPU pays per iteration and per shape.
     product = torch.mm if x.ndim == 2 else torch.bmm
@@ -117,9 +142,18 @@ def newton_schulz_orthogonalize(
         # with its sum fused into the matmul, as Muon's reference does.
         polynomial = _add_product(gram, gram, gram, beta=b, alpha=c)
         x = _add_product(x, polynomial, x, beta=a)
-    if transposed:
-        x = x.mT
-    return x.to(matrix.dtype)
+    return x
+
+
+def _normalized(matrix: Tensor, dtype: torch.dtype, out: Tensor | None = None) -> Tensor:
+    """``matrix / (||matrix||_F + 1e-7)`` per matrix, stored in ``dtype`` (into ``out`` when
+    given) as it is formed: one pass, not a quotient in ``matrix``'s precision and its cast."""
+    norm = torch.linalg.vector_norm(
+        matrix, dim=(-2, -1), keepdim=True, dtype=reduction_dtype(matrix.dtype)
+    )
+    if out is None:
+        out = torch.empty_like(matrix, dtype=dtype)
+    return torch.div(matrix, norm + NS_NORM_EPS, out=out)
 
 
 def _add_product(
@@ -165,31 +199,29 @@ def batched_shampoo_directions(
                 for index in indices:
                     directions[index] = torch.zeros_like(exp_avgs[index])
             continue
-        wide = [matrix for shape, indices in shapes for matrix in _wide(exp_avgs, shape, indices)]
-        orthogonal = newton_schulz_orthogonalize(torch.stack(wide), steps, ns_dtype)
+        stacks = [_stacked_matrices(exp_avgs, shape, indices) for shape, indices in shapes]
+        dtype = ns_dtype or default_ns_dtype(stacks[0])
+        orthogonal = _orthogonalize_wide(stacks, steps, dtype).to(stacks[0].dtype)
         start = 0
         for shape, indices in shapes:
             block = orthogonal if len(shapes) == 1 else orthogonal[start : start + len(indices)]
             block.mul_(orthogonal_update_scale(mars_type, shape, transposed))
-            for index, matrix in zip(indices, _unwide(block, shape), strict=True):
+            for index, matrix in zip(indices, _unstacked(block, shape), strict=True):
                 directions[index] = matrix
             start += len(indices)
     return directions  # type: ignore[return-value]
 
 
-def _wide(tensors: list[Tensor], shape: torch.Size, indices: list[int]) -> list[Tensor]:
-    """``tensors[i]`` for ``i`` in ``indices``, all of ``shape``, as ``(shape[0], -1)``
-    matrices, transposed when they have more rows than columns (Newton-Schulz commutes with
-    transposition). Matrices that need neither are passed as they are: a view is a dispatch."""
-    rows, cols = matrix_shape(shape)
-    if len(shape) != 2:
-        matrices = [tensors[i].reshape(rows, cols) for i in indices]
-        return [m.mT for m in matrices] if rows > cols else matrices
-    return [tensors[i].mT for i in indices] if rows > cols else [tensors[i] for i in indices]
+def _stacked_matrices(tensors: list[Tensor], shape: torch.Size, indices: list[int]) -> Tensor:
+    """``tensors[i]`` for ``i`` in ``indices``, all of ``shape``, stacked as ``(batch, rows,
+    cols)`` matrices (the ``(shape[0], -1)`` view): one view of the stack, not one per tensor."""
+    stacked = torch.stack([tensors[i] for i in indices])
+    return stacked if len(shape) == 2 else stacked.view(len(indices), *matrix_shape(shape))
 
 
-def _unwide(block: Tensor, shape: torch.Size) -> list[Tensor]:
-    """The inverse of :func:`_wide` on a stacked ``block``: one tensor of ``shape`` each."""
+def _unstacked(block: Tensor, shape: torch.Size) -> list[Tensor]:
+    """Tensors of ``shape``, one per ``(short, long)`` matrix of ``block`` (transposed back
+    where ``shape`` has more rows than columns)."""
     rows, cols = matrix_shape(shape)
     matrices = block.mT if rows > cols else block
     if len(shape) == 2:
