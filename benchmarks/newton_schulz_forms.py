@@ -40,14 +40,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from torch_mars.bench.step import synchronize
+from torch_mars.bench.step import synchronize, time_steps
 from torch_mars.optim.newton_schulz import (
     NS_COEFFICIENTS,
     NS_NORM_EPS,
@@ -209,15 +207,7 @@ def timing_rows(table: dict, stacks: list[Tensor], dtype: torch.dtype, repeats: 
             for stack in stacks:
                 orthogonalize(stack, dtype)
 
-        run()
-        times = []
-        for _ in range(repeats):
-            synchronize(device)
-            start = time.perf_counter()
-            run()
-            synchronize(device)
-            times.append(time.perf_counter() - start)
-        ms = 1e3 * statistics.median(times)
+        ms = time_steps(run, device, warmup=1, repeats=repeats)
         flops = sum(s.size(0) * flops_of(s.size(1), s.size(2)) for s in stacks)
         rows.append(
             {"form": name, "ms": ms, "TFLOP": flops / 1e12, "TFLOP/s": flops / 1e12 / (ms / 1e3)}
