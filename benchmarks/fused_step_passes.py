@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import torch
 
+from torch_mars.cli import _positive_int
 from torch_mars.kernels.compiled_step import VARIANT_LIMIT, compiled_tensor_update
 
 GAMMA, BETA1 = 0.025, 0.9
@@ -79,8 +80,8 @@ def candidates(elements: int) -> dict[str, Callable[[], object]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--elements", type=int, default=50257 * 768)
-    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--elements", type=_positive_int, default=50257 * 768)
+    parser.add_argument("--rounds", type=_positive_int, default=21)
     args = parser.parse_args()
     rows = candidates(args.elements)
     times: dict[str, list[float]] = {name: [] for name in rows}

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from torch_mars.bench.step import synchronize, time_steps
+from torch_mars.cli import _positive_int
 from torch_mars.optim.newton_schulz import (
     NS_COEFFICIENTS,
     NS_NORM_EPS,
@@ -61,12 +62,17 @@ LAYERS = 12
 MATMULS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}
 
 
+def normalized(matrix: Tensor, dtype: torch.dtype) -> Tensor:
+    """Every form's start, the library's: each matrix over its Frobenius norm, in ``dtype``."""
+    norm = torch.linalg.vector_norm(matrix, dim=(-2, -1), keepdim=True)
+    return (matrix / (norm + NS_NORM_EPS)).to(dtype)
+
+
 def muon_reference_newton_schulz(matrix: Tensor, steps: int, dtype: torch.dtype) -> Tensor:
     """Muon's reference form, each product and sum rounded to ``dtype`` as it goes:
     ``A = X X^T; B = b A + c A A; X = a X + B X``."""
     a, b, c = NS_COEFFICIENTS
-    norm = torch.linalg.vector_norm(matrix, dim=(-2, -1), keepdim=True)
-    x = (matrix / (norm + NS_NORM_EPS)).to(dtype)
+    x = normalized(matrix, dtype)
     for _ in range(steps):
         gram = x @ x.mT
         polynomial = b * gram + c * gram @ gram
@@ -80,8 +86,7 @@ def folded_newton_schulz(matrix: Tensor, steps: int, dtype: torch.dtype) -> Tens
     sum, no read of it in the matmul's epilogue); ``a + (b G + c G^2)_ii`` is rounded to
     ``dtype``. ``matrix`` is a ``(batch, m, n)`` stack with ``m <= n``."""
     a, b, c = NS_COEFFICIENTS
-    norm = torch.linalg.vector_norm(matrix, dim=(-2, -1), keepdim=True)
-    x = (matrix / (norm + NS_NORM_EPS)).to(dtype)
+    x = normalized(matrix, dtype)
     for _ in range(steps):
         gram = torch.bmm(x, x.mT)
         polynomial = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)
@@ -94,8 +99,7 @@ def gram_newton_schulz(matrix: Tensor, steps: int, dtype: torch.dtype, restart: 
     """The standard form's polynomial iterated on ``X X^T`` (module docstring), restarted from
     ``X`` every ``restart`` iterations; ``matrix`` is a ``(batch, m, n)`` stack with ``m <= n``."""
     a, b, c = NS_COEFFICIENTS
-    norm = torch.linalg.vector_norm(matrix, dim=(-2, -1), keepdim=True)
-    x = (matrix / (norm + NS_NORM_EPS)).to(dtype)
+    x = normalized(matrix, dtype)
     done = 0
     while done < steps:
         block = min(restart, steps - done)
@@ -270,9 +274,11 @@ def markdown(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--scale", type=int, default=1, help="divide every side by this")
-    parser.add_argument("--restarts", type=int, nargs="+", default=[2, 3, 5])
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--scale", type=int, choices=(1, 2, 4, 8, 16), default=1, help="divide every side by this"
+    )
+    parser.add_argument("--restarts", type=_positive_int, nargs="+", default=[2, 3, 5])
+    parser.add_argument("--repeats", type=_positive_int, default=20)
     parser.add_argument(
         "--dtype",
         choices=["bfloat16", "float32"],
@@ -297,7 +303,7 @@ def main() -> None:
     results = {"device": name, "scale": args.scale, "dtype": str(dtype)}
     results["profile"] = profile_rows(stacks, dtype)
     print("Profile of the library's form, per aten op:\n" + markdown(results["profile"]) + "\n")
-    results["accuracy"] = accuracy_rows(table, max(args.scale, 1), device)
+    results["accuracy"] = accuracy_rows(table, args.scale, device)
     print(
         "Relative distance to the standard form in float64:\n"
         + markdown(results["accuracy"])
