@@ -5,6 +5,7 @@ torch-mars compare-vision --data fashion-mnist:DIR   # ResNet-18, minutes on CPU
 torch-mars train --optimizer mars-adamw --model gpt2-small --data shards:data/owt
 torch-mars train-vision --data cifar:DIR   # the paper's CIFAR schedule (200 epochs)
 torch-mars sweep --grid mars-adamw:lr=3e-3,6e-3 --grid adamw:lr=2e-3,3e-3 --jobs 2
+torch-mars tune --batch-size 64 --jobs 2   # every optimizer tuned alike, winners held out
 torch-mars plot runs/compare-*      # redraw curves.png from saved runs of either task
 torch-mars bench step               # step time of every MARS path vs torch AdamW and Muon
 torch-mars bench distributed        # the step on FSDP2 shards, 2 gloo processes
@@ -23,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -65,6 +67,8 @@ from torch_mars.train.optimizers import NAME_VALUED_KEYS, OPTIMIZER_NAMES
 from torch_mars.train.plots import plot_runs
 from torch_mars.train.run_record import RunFolderBusy, RunResult, is_run_dir
 from torch_mars.train.schedules import TEXT_SCHEDULES
+from torch_mars.train.search_space import tunable_optimizers
+from torch_mars.train.study_store import describe, storage_url
 from torch_mars.train.sweep import (
     SweepPlan,
     format_sweep_table,
@@ -451,6 +455,139 @@ def _sweep_plan(
         sweep_dir=folder,
         jobs=args.jobs,
     )
+
+
+def _study_name(text: str) -> str:
+    """A study or sweep name: it names a folder inside ``--out-dir``, never a path."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]{0,99}", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a name: 1-100 of A-Z a-z 0-9 _ . = + -, not starting with '.' or "
+            "'-', no '/'"
+        )
+    return text
+
+
+def _tune_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("study")
+    group.add_argument(
+        "--optimizers",
+        nargs="+",
+        choices=tunable_optimizers(),
+        default=[n for n in DEFAULT_OPTIMIZERS if n in tunable_optimizers()],
+        metavar="NAME",
+        help="optimizers to tune, each over its whole declared space",
+    )
+    group.add_argument(
+        "--seeds",
+        nargs="+",
+        type=_nonnegative_int,
+        default=[0, 1, 2],
+        help="selection seeds: points are compared on their mean",
+    )
+    group.add_argument(
+        "--heldout-seeds",
+        nargs="+",
+        type=_nonnegative_int,
+        default=[3, 4, 5],
+        help="seeds each winner is read on (the table's figures)",
+    )
+    group.add_argument(
+        "--screen-top",
+        type=_positive_int,
+        help="screen every point on the first selection seed, then rerun the best K (with the "
+        "current point) on the others (default: every point on every selection seed)",
+    )
+    group.add_argument(
+        "--max-rounds", type=_positive_int, default=3, help="coordinate-descent rounds at most"
+    )
+    group.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=1,
+        help="local worker processes (cores divided; one GPU each where there are GPUs)",
+    )
+    group.add_argument(
+        "--storage",
+        help="Optuna storage: an SQLAlchemy URL (postgresql://..., sqlite:///...) or "
+        "journal:PATH, shared by workers on other machines (default: OUT_DIR/NAME/study.db)",
+    )
+    group.add_argument(
+        "--name", type=_study_name, default="tune", help="study name, and its folder's"
+    )
+    group.add_argument("--out-dir", type=Path, default=Path("runs"))
+    group.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start the study afresh if it was tuned with other settings",
+    )
+    group.add_argument(
+        "--worker",
+        action="store_true",
+        help="join the existing study --name in --storage, with its settings (model, budget, "
+        "optimizers come from the study)",
+    )
+    group.add_argument(
+        "--report", action="store_true", help="write the report of the study as it stands, and stop"
+    )
+    _add_text_flags(parser, DEFAULT_COMPARE, quiet_flag=False)
+
+
+def _tune_plan(args: argparse.Namespace) -> tuple[Any, bool, bool]:
+    from torch_mars.train.tune import Selection, TunePlan, join_study, plan_of_identity
+
+    folder = args.out_dir / args.name
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out-dir/--name: {folder} is a file, not a folder")
+    if args.worker:
+        _, identity = join_study(storage_url(args.storage, folder), args.name)
+        plan = plan_of_identity(identity, folder, args.storage, args.name)
+        plan = dataclasses.replace(plan, jobs=args.jobs)
+    else:
+        plan = TunePlan(
+            base=dataclasses.replace(_text_config(args, DEFAULT_COMPARE), quiet=True),
+            optimizers=tuple(args.optimizers),
+            selection=Selection(tuple(args.seeds), tuple(args.heldout_seeds), args.screen_top),
+            study_dir=folder,
+            storage=args.storage,
+            study_name=args.name,
+            max_rounds=args.max_rounds,
+            jobs=args.jobs,
+            overwrite=args.overwrite,
+        )
+    return plan, args.worker, args.report
+
+
+def _run_tune(configured: tuple[Any, bool, bool]) -> int:
+    from tqdm import tqdm
+
+    from torch_mars.train.tune import join_study, open_study, run_workers, write_tune_report
+
+    plan, worker, report_only = configured
+    study = join_study(plan.url, plan.study_name)[0] if worker else open_study(plan)
+    if not report_only:
+        budget = plan.base
+        print(
+            f"tune {', '.join(plan.optimizers)} on {budget.model}, {budget.steps} steps of "
+            f"{budget.batch_size * budget.grad_accum} sequences; selection seeds "
+            f"{list(plan.selection.seeds)}, held out {list(plan.selection.heldout)}; study "
+            f"{plan.study_name!r} in {describe(plan.url)}; {plan.jobs} worker(s)",
+            flush=True,
+        )
+        bar = tqdm(unit="run", desc="tune", disable=not sys.stderr.isatty() or plan.jobs > 1)
+
+        def progress(line: str) -> None:
+            bar.update()
+            if bar.disable:
+                print(line, flush=True)
+
+        trained = run_workers(plan, progress)
+        bar.close()
+        print(f"{trained} runs trained here; the study is finished")
+    written = write_tune_report(plan, study)
+    print((plan.study_dir / "summary.md").read_text(), end="")
+    print("wrote " + ", ".join(str(path) for path in written))
+    print(f"browse the study: optuna-dashboard {plan.url.removeprefix('journal:')}")
+    return 0
 
 
 # The commands: flags, configuration, run.
@@ -885,6 +1022,13 @@ COMMANDS: tuple[Command, ...] = (
         _sweep_vision_flags,
         lambda args: _sweep_plan(args, _vision_config(args), DEFAULT_VISION_OPTIMIZERS),
         _run_sweep_command,
+    ),
+    Command(
+        ("tune",),
+        "tune every optimizer over its declared space (coordinate descent, held-out seeds)",
+        _tune_flags,
+        _tune_plan,
+        _run_tune,
     ),
     Command(
         ("train",),

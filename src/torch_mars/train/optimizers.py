@@ -20,7 +20,9 @@ Names:
   ``weight_decay_1d``, it takes MARS-AdamW's routing instead: NAdamW on the tensors
   :func:`~torch_mars.mars_param_groups` puts on the MARS rule, :class:`torch.optim.AdamW` with
   those settings on the rest (MARS-AdamW's 1-D path; ``betas_1d`` defaults to
-  ``(0.9, 0.95)``, ``weight_decay_1d`` to 0.1, ``lr_1d`` to ``lr``).
+  ``(0.9, 0.95)``, ``weight_decay_1d`` to 0.1, ``lr_1d`` to ``lr``). ``adamw`` takes the same
+  keys and the same routing (AdamW on both parts), so that a tuned comparison gives every Adam
+  rule the 1-D settings MARS-AdamW has (:mod:`.search_space`).
 - ``nadam``: :class:`torch.optim.NAdam` with decoupled weight decay and its default
   ``momentum_decay``: Dozat's momentum schedule, about ``b1 / 2`` over a short run. Not a
   Nesterov control at ``b1``; kept for comparison with the earlier study.
@@ -40,6 +42,7 @@ part.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -152,7 +155,7 @@ MARS_OPTIONS = (
     "second_moment",
 )
 STATE_DTYPES_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# The keys that give `nadamw` MARS-AdamW's routing, with an AdamW path of their settings.
+# The keys that give `adamw` and `nadamw` MARS-AdamW's routing: an AdamW path of their settings.
 ADAMW_PATH_KEYS = ("lr_1d", "betas_1d", "weight_decay_1d")
 # The hyperparameters whose value is a name, not a number.
 NAME_VALUED_KEYS = ("state_dtype", "ns_dtype", "second_moment")
@@ -339,25 +342,27 @@ def _construct(
             )
         )
         return MARS(params, mars_type=rule, is_approx=not exact, **settings)
-    if name == "adamw":
+    if name in ("adamw", "nadamw"):
         fused = next(model.parameters()).device.type == "cuda" or None
-        return torch.optim.AdamW(model.parameters(), fused=fused, **settings)
-    if name == "lion":
-        return Lion(model.parameters(), **settings)
-    if name == "nadamw":
+        rule: Callable[..., Optimizer] = (
+            functools.partial(torch.optim.AdamW, fused=fused) if name == "adamw" else NAdamW
+        )
         if not any(key in settings for key in ADAMW_PATH_KEYS):
-            return NAdamW(model.parameters(), **settings)
+            return rule(model.parameters(), **settings)
         lr_1d = settings.pop("lr_1d", settings["lr"])
         if isinstance(lr_1d, bool) or not isinstance(lr_1d, int | float) or not lr_1d >= 0:
-            raise ValueError(f"nadamw: lr_1d must be a number >= 0, got {lr_1d!r}")
+            raise ValueError(f"{name}: lr_1d must be a number >= 0, got {lr_1d!r}")
         on_mars_rule, rest = _split_by_routing(model)
         adamw = torch.optim.AdamW(
             rest,
             lr=lr_1d,
             betas=settings.pop("betas_1d", (0.9, 0.95)),
             weight_decay=settings.pop("weight_decay_1d", 0.1),
+            fused=fused,
         )
-        return CombinedOptimizer(NAdamW(on_mars_rule, **settings), adamw)
+        return CombinedOptimizer(rule(on_mars_rule, **settings), adamw)
+    if name == "lion":
+        return Lion(model.parameters(), **settings)
     if name == "nadam":
         return torch.optim.NAdam(model.parameters(), decoupled_weight_decay=True, **settings)
     if not hasattr(torch.optim, "Muon"):

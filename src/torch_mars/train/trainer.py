@@ -135,7 +135,7 @@ class TrainConfig:
         allowed = set(settings) | {"min_lr"}
         if self.optimizer in MARS_RULE_OF:
             allowed |= set(MARS_OPTIONS)
-        if self.optimizer == "nadamw":
+        if self.optimizer in ("adamw", "nadamw"):
             allowed |= set(ADAMW_PATH_KEYS)
         unknown = set(self.hyperparams) - allowed
         if unknown:

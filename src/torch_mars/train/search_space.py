@@ -1,0 +1,204 @@
+"""The search space of ``torch-mars tune``, declared once as data: which dimensions each
+optimizer has, the ladder of values each dimension steps along (the same ladder for every
+optimizer), and the hyperparameter each optimizer spells it as.
+
+A comparison is fair by construction when every optimizer is tuned over every dimension it has.
+The dimensions:
+
+- ``lr``: the peak learning rate, on one geometric ladder of 1.5x steps (``1e-3 * 1.5**k``);
+- ``beta1``: the first-moment decay (Muon's ``momentum``);
+- ``beta2``: the second-moment decay, for the rules that keep one (not Newton-Schulz rules);
+- ``weight_decay``: decoupled weight decay of the matrices;
+- ``lr_1d_ratio`` and ``weight_decay_1d``: the lr (as a ratio to ``lr``) and weight decay of
+  the tensors on the AdamW path (norms, biases; embeddings for the Newton-Schulz rules). Every
+  optimizer here routes them: the MARS rules and Muon by construction, AdamW and NAdamW through
+  the same split (:func:`~torch_mars.train.optimizers.build_optimizer`);
+- ``gamma``: the MARS correction, the one dimension the controls lack.
+
+The AdamW path's betas are one fixed setting for every optimizer (:data:`FIXED_1D_BETAS`).
+
+A point is a mapping from dimension to an integer position on its ladder, so that a point's
+identity never depends on float rounding. ``start_point`` snaps an optimizer's defaults onto
+the ladders; ``hyperparams_of`` spells a point as the harness's hyperparameters.
+
+>>> dimensions_of("mars-adamw")
+('lr', 'beta1', 'beta2', 'weight_decay', 'lr_1d_ratio', 'weight_decay_1d', 'gamma')
+>>> dimensions_of("muon")
+('lr', 'beta1', 'weight_decay', 'lr_1d_ratio', 'weight_decay_1d')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from torch_mars.train.optimizers import default_hyperparams
+
+Point = dict[str, int]
+FIXED_1D_BETAS: tuple[float, float] = (0.9, 0.95)
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """The values a dimension steps along: ``levels`` (finite, ascending), or, with ``levels``
+    empty, the unbounded geometric ladder ``anchor * factor**k``."""
+
+    levels: tuple[float, ...] = ()
+    anchor: float = 1.0
+    factor: float = 1.0
+
+    def value(self, position: int) -> float:
+        if self.levels:
+            return self.levels[position]
+        return float(f"{self.anchor * self.factor**position:.3g}")
+
+    def has(self, position: int) -> bool:
+        return not self.levels or 0 <= position < len(self.levels)
+
+    def nearest(self, value: float) -> int:
+        """The position whose value is nearest ``value`` (in log space on a geometric ladder)."""
+        if self.levels:
+            return min(range(len(self.levels)), key=lambda i: abs(self.levels[i] - value))
+        if value <= 0:
+            raise ValueError(f"a geometric ladder holds positive values only, got {value}")
+        return round(math.log(value / self.anchor) / math.log(self.factor))
+
+
+# The dimensions, in the order coordinate descent visits them, and their ladders.
+LADDERS: dict[str, Ladder] = {
+    "lr": Ladder(anchor=1e-3, factor=1.5),
+    "beta1": Ladder(levels=(0.8, 0.85, 0.9, 0.95, 0.98)),
+    "beta2": Ladder(levels=(0.9, 0.95, 0.98, 0.99, 0.995, 0.999)),
+    "weight_decay": Ladder(levels=(0.0, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3)),
+    "lr_1d_ratio": Ladder(anchor=1.0, factor=1.5),
+    "weight_decay_1d": Ladder(levels=(0.0, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3)),
+    "gamma": Ladder(levels=(0.0, 0.025, 0.05, 0.1, 0.2, 0.4)),
+}
+
+# How each optimizer spells each dimension it has: ``(hyperparameter, index)``, where index
+# picks an entry of a tuple-valued hyperparameter (``betas``) and is None for a scalar. The
+# AdamW-path lr is written as ``lr * lr_1d_ratio`` under the named key.
+ADAM_RULE = {
+    "lr": ("lr", None),
+    "beta1": ("betas", 0),
+    "beta2": ("betas", 1),
+    "weight_decay": ("weight_decay", None),
+    "lr_1d_ratio": ("lr_1d", None),
+    "weight_decay_1d": ("weight_decay_1d", None),
+}
+SPELLING: dict[str, dict[str, tuple[str, int | None]]] = {
+    "adamw": ADAM_RULE,
+    "nadamw": ADAM_RULE,
+    "mars-adamw": {**ADAM_RULE, "gamma": ("gamma", None)},
+    "muon": {
+        "lr": ("lr", None),
+        "beta1": ("momentum", None),
+        "weight_decay": ("weight_decay", None),
+        "lr_1d_ratio": ("adamw_lr", None),
+        "weight_decay_1d": ("adamw_weight_decay", None),
+    },
+    # MARS-Shampoo's matrices use beta1 only; its betas[1] is never read.
+    "mars-shampoo": {
+        **{k: v for k, v in ADAM_RULE.items() if k != "beta2"},
+        "gamma": ("gamma", None),
+    },
+}
+# The hyperparameter that holds each optimizer's fixed AdamW-path betas.
+BETAS_1D_KEY: dict[str, str] = {name: "betas_1d" for name in SPELLING} | {"muon": "adamw_betas"}
+# The dimension only the MARS rules have.
+MARS_ONLY = ("gamma",)
+
+
+def tunable_optimizers() -> tuple[str, ...]:
+    return tuple(SPELLING)
+
+
+def dimensions_of(optimizer: str) -> tuple[str, ...]:
+    """The dimensions ``optimizer`` is tuned over, in the order of :data:`LADDERS`."""
+    _check_known(optimizer)
+    return tuple(d for d in LADDERS if d in SPELLING[optimizer])
+
+
+def _check_known(optimizer: str) -> None:
+    if optimizer not in SPELLING:
+        raise ValueError(f"tune has a search space for {tunable_optimizers()}, not {optimizer!r}")
+
+
+def _read(settings: Mapping[str, Any], key: str, index: int | None) -> float:
+    value = settings[key]
+    return float(value if index is None else value[index])
+
+
+def start_point(optimizer: str, model: str) -> Point:
+    """``optimizer``'s defaults for the GPT config ``model``, snapped onto the ladders.
+    An optimizer whose defaults do not route the 1-D tensors starts with them at its own lr,
+    weight decay and the fixed 1-D betas."""
+    _check_known(optimizer)
+    settings = default_hyperparams(optimizer, model)
+    settings.setdefault("lr_1d", settings["lr"])
+    settings.setdefault("weight_decay_1d", settings["weight_decay"])
+    point: Point = {}
+    for dimension in dimensions_of(optimizer):
+        key, index = SPELLING[optimizer][dimension]
+        value = _read(settings, key, index)
+        if dimension == "lr_1d_ratio":
+            value /= _read(settings, "lr", None)
+        point[dimension] = LADDERS[dimension].nearest(value)
+    return point
+
+
+def values_of(point: Mapping[str, int]) -> dict[str, float]:
+    """The dimension values of a point: ``{"lr": 0.0034, ...}``."""
+    return {d: LADDERS[d].value(i) for d, i in point.items()}
+
+
+def hyperparams_of(optimizer: str, point: Mapping[str, int], model: str) -> dict[str, Any]:
+    """The harness hyperparameters of ``point`` for ``optimizer`` on the GPT config ``model``:
+    every dimension it has and the fixed 1-D betas (a tuple entry that is no dimension, such as
+    MARS-Shampoo's unread ``betas[1]``, keeps its default)."""
+    _check_known(optimizer)
+    if set(point) != set(dimensions_of(optimizer)):
+        raise ValueError(
+            f"a {optimizer} point needs exactly {dimensions_of(optimizer)}, got {sorted(point)}"
+        )
+    defaults = default_hyperparams(optimizer, model)
+    values = values_of(point)
+    settings: dict[str, Any] = {BETAS_1D_KEY[optimizer]: FIXED_1D_BETAS}
+    for dimension, value in values.items():
+        key, index = SPELLING[optimizer][dimension]
+        if dimension == "lr_1d_ratio":
+            value = float(f"{values['lr'] * value:.3g}")
+        if index is None:
+            settings[key] = value
+        else:
+            entries = list(settings.get(key, defaults[key]))
+            entries[index] = value
+            settings[key] = tuple(entries)
+    return settings
+
+
+def point_label(point: Mapping[str, int]) -> str:
+    """A readable name: ``lr=0.0114 beta1=0.9 ...``."""
+    return " ".join(f"{d}={v:g}" for d, v in values_of(point).items())
+
+
+def point_key(point: Mapping[str, int]) -> str:
+    """A point's identity in a study: its ladder positions, ``lr:3,beta1:2,...``."""
+    return ",".join(f"{d}:{point[d]}" for d in LADDERS if d in point)
+
+
+def parse_point_key(key: str) -> Point:
+    """The inverse of :func:`point_key`."""
+    return {d: int(i) for d, i in (part.split(":") for part in key.split(","))}
+
+
+def space_record() -> dict[str, Any]:
+    """The space as data, for a study's identity: a study tuned on other ladders or spellings is
+    another study."""
+    return {
+        "ladders": {d: [list(r.levels), r.anchor, r.factor] for d, r in LADDERS.items()},
+        "spelling": {o: {d: list(s) for d, s in spell.items()} for o, spell in SPELLING.items()},
+        "betas_1d": list(FIXED_1D_BETAS),
+    }
