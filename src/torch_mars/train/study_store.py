@@ -64,15 +64,20 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
 def _cut_unfinished_line(path: Path) -> None:
     """Cut a journal's last line if a kill (or a copy taken mid-write) left it without its
     newline: Optuna skips such a line, but a line appended after it would make the journal
-    unreadable. Done under the claim lock's file, which every worker of the study takes."""
+    unreadable. Done under the journal's own lock, which every append takes."""
     if not path.is_file():
         return
-    with path.with_name(path.name + ".claim-lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
         with path.open("rb+") as handle:
             text = handle.read()
             if text and not text.endswith(b"\n"):
                 handle.truncate(text.rfind(b"\n") + 1)
+    finally:
+        lock.release()
 
 
 def describe(url: str) -> str:
