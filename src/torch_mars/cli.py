@@ -527,12 +527,17 @@ def _tune_flags(parser: argparse.ArgumentParser) -> None:
         "optimizers come from the study)",
     )
     group.add_argument(
+        "--max-trials",
+        type=_positive_int,
+        help="stop each worker after it has trained this many runs (the study resumes later)",
+    )
+    group.add_argument(
         "--report", action="store_true", help="write the report of the study as it stands, and stop"
     )
     _add_text_flags(parser, DEFAULT_COMPARE, quiet_flag=False)
 
 
-def _tune_plan(args: argparse.Namespace) -> tuple[Any, bool, bool]:
+def _tune_plan(args: argparse.Namespace) -> tuple[Any, bool, bool, int | None]:
     from torch_mars.train.tune import Selection, TunePlan, join_study, plan_of_identity
 
     folder = args.out_dir / args.name
@@ -554,15 +559,15 @@ def _tune_plan(args: argparse.Namespace) -> tuple[Any, bool, bool]:
             jobs=args.jobs,
             overwrite=args.overwrite,
         )
-    return plan, args.worker, args.report
+    return plan, args.worker, args.report, args.max_trials
 
 
-def _run_tune(configured: tuple[Any, bool, bool]) -> int:
+def _run_tune(configured: tuple[Any, bool, bool, int | None]) -> int:
     from tqdm import tqdm
 
     from torch_mars.train.tune import join_study, open_study, run_workers, write_tune_report
 
-    plan, worker, report_only = configured
+    plan, worker, report_only, max_trials = configured
     study = join_study(plan.url, plan.study_name)[0] if worker else open_study(plan)
     if not report_only:
         budget = plan.base
@@ -580,9 +585,9 @@ def _run_tune(configured: tuple[Any, bool, bool]) -> int:
             if bar.disable:
                 print(line, flush=True)
 
-        trained = run_workers(plan, progress)
+        trained = run_workers(plan, progress, max_trials)
         bar.close()
-        print(f"{trained} runs trained here; the study is finished")
+        print(f"{trained} runs trained here")
     written = write_tune_report(plan, study)
     print((plan.study_dir / "summary.md").read_text(), end="")
     print("wrote " + ", ".join(str(path) for path in written))

@@ -101,6 +101,7 @@ def claim_lock(url: str, storage: optuna.storages.BaseStorage, study: str) -> It
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
         return
+    storage = getattr(storage, "_backend", storage)  # a study's storage wraps its database's
     if not isinstance(storage, optuna.storages.RDBStorage):
         raise ValueError(f"no claim lock for storage {describe(url)}")
     from sqlalchemy import text

@@ -153,15 +153,15 @@ class TunePlan:
 
     def identity(self, data_fingerprint: str) -> dict[str, Any]:
         """Everything that changes the study's results (JSON)."""
-        budget = {k: getattr(self.base, k) for k in BUDGET_FIELDS}
-        return {
-            "budget": json.loads(json.dumps(budget, default=str)),
+        identity = {
+            "budget": {k: getattr(self.base, k) for k in BUDGET_FIELDS},
             "data_fingerprint": data_fingerprint,
-            "optimizers": list(self.optimizers),
+            "optimizers": self.optimizers,
             "selection": dataclasses.asdict(self.selection),
             "max_rounds": self.max_rounds,
-            "space": json.loads(json.dumps(space_record())),
+            "space": space_record(),
         }
+        return json.loads(json.dumps(identity, default=str))  # as the storage keeps it
 
 
 def plan_of_identity(
@@ -429,18 +429,21 @@ def _heartbeat(study: optuna.Study, trial_id: int, stop: threading.Event, every_
 def work(
     plan: TunePlan,
     progress: Callable[[str], None] | None = None,
-    poll_s: float = 5.0,
+    poll_s: float = 1.0,
     heartbeat_s: float = 60.0,
     stale_after_s: float = 600.0,
+    max_trials: int | None = None,
 ) -> int:
-    """One worker: claim needed runs and train them until the study is finished; returns the
-    number of runs it trained. While other workers hold every needed run, it waits for them,
-    looking again every ``poll_s`` seconds."""
+    """One worker: claim needed runs and train them until the study is finished, or until it
+    has trained ``max_trials``; returns the number of runs it trained. While other workers hold
+    every needed run, it waits for them, looking again every ``poll_s`` seconds. A RUNNING
+    trial of a dead worker on this machine (its work folder unlocked), or of one elsewhere
+    silent for ``stale_after_s``, is failed and its run claimed again."""
     storage = open_storage(plan.url)
     study = optuna.load_study(study_name=plan.study_name, storage=storage)
     pause_after = os.environ.get(PAUSE_AFTER_VARIABLE)
     trained = 0
-    while True:
+    while max_trials is None or trained < max_trials:
         claimed = _claim(plan, study, stale_after_s)
         if claimed is False:
             return trained
@@ -462,8 +465,10 @@ def work(
             for name, value in record.items():
                 trial.set_user_attr(name, value)
             value = record["final"] if record["final"] is not None else math.inf
-            study.tell(trial, value)
-            _remove_work_folder(work_dir)
+            # under the claim lock, so that no worker checks this folder while it goes
+            with claim_lock(plan.url, storage, plan.study_name):
+                study.tell(trial, value)
+                _remove_work_folder(work_dir)
         trained += 1
         if progress is not None:
             final = "diverged" if record["final"] is None else f"{record['final']:.4f}"
@@ -471,6 +476,7 @@ def work(
         if pause_after is not None and trained == int(pause_after):
             print(f"\ntune paused after {trained} finished trials", file=sys.stderr, flush=True)
             threading.Event().wait()
+    return trained
 
 
 def _remove_work_folder(work_dir: Path) -> None:
@@ -481,19 +487,29 @@ def _remove_work_folder(work_dir: Path) -> None:
     shutil.rmtree(work_dir)
 
 
-def _worker_process(plan: TunePlan, index: int, threads: int, gpus: int) -> int:
+def _worker_process(
+    plan: TunePlan, index: int, threads: int, gpus: int, max_trials: int | None
+) -> int:
     torch.set_num_threads(threads)
     if gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
-    return work(plan, progress=lambda line: print(f"[worker {index}] {line}", flush=True))
+    return work(
+        plan,
+        progress=lambda line: print(f"[worker {index}] {line}", flush=True),
+        max_trials=max_trials,
+    )
 
 
-def run_workers(plan: TunePlan, progress: Callable[[str], None] | None = None) -> int:
-    """Run ``plan.jobs`` workers (in this process for one) until the study is finished; each
-    takes its share of the cores, and one GPU each where there are GPUs. Returns the runs
-    trained here."""
+def run_workers(
+    plan: TunePlan,
+    progress: Callable[[str], None] | None = None,
+    max_trials: int | None = None,
+) -> int:
+    """Run ``plan.jobs`` workers (in this process for one) until the study is finished, or
+    each has trained ``max_trials``; each takes its share of the cores, and one GPU each where
+    there are GPUs. Returns the runs trained here."""
     if plan.jobs == 1:
-        return work(plan, progress)
+        return work(plan, progress, max_trials=max_trials)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     threads = max(1, (os.cpu_count() or 1) // plan.jobs)
     context = multiprocessing.get_context("spawn")

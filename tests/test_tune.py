@@ -1,0 +1,222 @@
+"""``torch-mars tune`` on a toy budget: a killed study resumes without rerunning a finished
+trial, workers share one study (a journal file, or a PostgreSQL server the test starts) without
+a duplicated trial, and a study is never reused with other settings."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import optuna
+import pytest
+
+from harness_helpers import write_synthetic_text
+from torch_mars.cli import main
+from torch_mars.train.descent import Selection
+from torch_mars.train.study_store import open_storage
+from torch_mars.train.trainer import TrainConfig
+from torch_mars.train.tune import (
+    PAUSE_AFTER_VARIABLE,
+    TunePlan,
+    finished_results,
+    open_study,
+    work,
+)
+
+TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
+TOY += ["--eval-interval", "2", "--eval-batches", "2", "--optimizers", "adamw"]
+TOY += ["--seeds", "0", "--heldout-seeds", "1", "--max-rounds", "1"]
+
+
+@pytest.fixture
+def corpus_file(tmp_path):
+    return write_synthetic_text(tmp_path / "corpus.txt")
+
+
+def toy_plan(tmp_path: Path, corpus_file: Path, **changes) -> TunePlan:
+    base = TrainConfig(
+        model="tiny",
+        data=str(corpus_file),
+        steps=4,
+        batch_size=4,
+        block_size=16,
+        eval_interval=2,
+        eval_batches=2,
+        quiet=True,
+    )
+    plan = TunePlan(base, ("adamw",), Selection((0,), (1,)), tmp_path / "toy", max_rounds=1)
+    return dataclasses.replace(plan, **changes)
+
+
+def trials_of(plan: TunePlan) -> list[optuna.trial.FrozenTrial]:
+    storage = open_storage(plan.url)
+    return optuna.load_study(study_name=plan.study_name, storage=storage).get_trials()
+
+
+def assert_each_run_once(trials: list[optuna.trial.FrozenTrial]) -> None:
+    runs = collections.Counter(
+        (t.user_attrs["optimizer"], t.user_attrs["point"], t.user_attrs["seed"]) for t in trials
+    )
+    assert runs and max(runs.values()) == 1, runs.most_common(3)
+    assert {t.state for t in trials} == {optuna.trial.TrialState.COMPLETE}
+
+
+def test_a_killed_tune_resumes_without_rerunning_a_finished_trial(tmp_path, corpus_file):
+    """Killed where the test stops it (paused after its third finished trial), not at a moment
+    guessed by polling."""
+    args = [sys.executable, "-m", "torch_mars.cli", "tune", *TOY, "--data", str(corpus_file)]
+    args += ["--out-dir", str(tmp_path), "--name", "k"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", PAUSE_AFTER_VARIABLE: "3"}
+    process = subprocess.Popen(
+        args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    said = []
+    for line in process.stderr:
+        said.append(line)
+        if "tune paused after 3 finished trials" in line:
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert "tune paused after 3" in said[-1], "".join(said)[-2000:]
+    plan = toy_plan(tmp_path, corpus_file, study_dir=tmp_path / "k", study_name="k")
+    before = {t.number: (t.user_attrs["point"], t.value) for t in trials_of(plan)}
+    assert len(before) == 3
+    env.pop(PAUSE_AFTER_VARIABLE)
+    completed = subprocess.run(args, env=env, capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    after = trials_of(plan)
+    assert_each_run_once(after)
+    assert len(after) > 3
+    assert {t.number: (t.user_attrs["point"], t.value) for t in after[:3]} == before
+    assert "| adamw |" in (tmp_path / "k" / "summary.md").read_text()
+
+
+def test_a_dead_local_workers_trial_is_failed_and_its_run_trained_again(tmp_path, corpus_file):
+    """A RUNNING trial whose work folder's lock is free has lost its worker (the operating
+    system drops a dead holder's lock): the next worker fails it and trains the run anew."""
+    plan = toy_plan(tmp_path, corpus_file)
+    study = open_study(plan)
+    from torch_mars.train import tune
+
+    claimed = tune._claim(plan, study, stale_after_s=1e9)
+    _, run, work_dir, held = claimed
+    held.close()  # the worker "dies": its lock goes, its trial stays RUNNING
+    assert work(plan, max_trials=1) == 1
+    trials = trials_of(plan)
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert finished_results(trials) == {run: trials[1].user_attrs["final"]}
+    assert not work_dir.exists()
+
+
+def _start_workers(plan: TunePlan, count: int) -> list[subprocess.Popen]:
+    args = [sys.executable, "-m", "torch_mars.cli", "tune", "--worker", "--name", plan.study_name]
+    args += ["--out-dir", str(plan.study_dir.parent), "--storage", plan.storage]
+    args += ["--max-trials", "6"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return [
+        subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(count)
+    ]
+
+
+def _two_workers_share_one_study(plan: TunePlan) -> None:
+    open_study(plan)
+    workers = _start_workers(plan, 2)
+    for process in workers:
+        out, err = process.communicate()
+        assert process.returncode == 0, (out + err)[-2000:]
+        assert "6 runs trained here" in out
+    trials = trials_of(plan)
+    assert len(trials) == 12
+    assert_each_run_once(trials)
+
+
+def test_two_workers_share_one_journal_study_without_a_duplicated_trial(tmp_path, corpus_file):
+    storage = f"journal:{tmp_path / 'shared' / 'study.log'}"
+    _two_workers_share_one_study(toy_plan(tmp_path, corpus_file, storage=storage))
+
+
+@pytest.fixture
+def postgres_url():
+    """A PostgreSQL server of the test's own (PostgreSQL's initdb and pg_ctl, a Unix socket in
+    a private folder, no TCP), stopped and removed afterwards."""
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("PostgreSQL's initdb/pg_ctl are not installed")
+    pytest.importorskip("psycopg2", reason="the PostgreSQL driver psycopg2 is not installed")
+    folder = Path(tempfile.mkdtemp(prefix="torch-mars-pg-"))
+    run_as: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses root: run the server as the postgres user
+        if (
+            shutil.which("runuser") is None
+            or subprocess.run(["id", "postgres"], capture_output=True).returncode
+        ):
+            pytest.skip("running as root, without a postgres user to run the server")
+        shutil.chown(folder, "postgres")
+        run_as = ["runuser", "-u", "postgres", "--"]
+    data = folder / "data"
+    try:
+        subprocess.run(
+            [*run_as, initdb, "-D", str(data), "-A", "trust", "-U", "tune"],
+            check=True,
+            capture_output=True,
+        )
+        options = f"-c listen_addresses='' -c unix_socket_directories={folder} -p 5432"
+        subprocess.run(
+            [
+                *run_as,
+                pg_ctl,
+                "-D",
+                str(data),
+                "-o",
+                options,
+                "-w",
+                "start",
+                "-l",
+                str(folder / "log"),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            yield f"postgresql+psycopg2://tune@/postgres?host={folder}&port=5432"
+        finally:
+            subprocess.run(
+                [*run_as, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True
+            )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_two_workers_share_one_postgresql_study_without_a_duplicated_trial(
+    tmp_path, corpus_file, postgres_url
+):
+    _two_workers_share_one_study(toy_plan(tmp_path, corpus_file, storage=postgres_url))
+
+
+def test_a_study_is_not_reused_with_other_settings(tmp_path, corpus_file, capsys):
+    """Issue #35's stale sweep, for the new engine: another budget is another study."""
+    args = ["tune", *TOY, "--data", str(corpus_file), "--out-dir", str(tmp_path), "--name", "s"]
+    assert main([*args, "--report"]) == 0
+    capsys.readouterr()
+    longer = [a if a != "4" else "5" for a in args]  # --steps 5 and --batch-size 5
+    assert main([*longer, "--report"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert (
+        error.count("\n") == 0 and "other settings" in error and "steps: 4 there, 5 here" in error
+    )
+    assert main([*longer, "--report", "--overwrite"]) == 0
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", ".hidden", ""])
+def test_a_study_name_that_is_a_path_is_refused(tmp_path, name, capsys):
+    assert main(["tune", "--name", name, "--out-dir", str(tmp_path), "--report"]) == 2
+    assert "is not a name" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
