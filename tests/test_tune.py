@@ -20,15 +20,16 @@ import pytest
 from harness_helpers import write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train.descent import Selection
-from torch_mars.train.study_store import open_storage
-from torch_mars.train.trainer import TrainConfig
-from torch_mars.train.tune import (
+from torch_mars.train.study_engine import (
     PAUSE_AFTER_VARIABLE,
-    TunePlan,
+    claim,
     finished_results,
     open_study,
     work,
 )
+from torch_mars.train.study_store import open_storage
+from torch_mars.train.trainer import TrainConfig
+from torch_mars.train.tune import TunePlan
 
 TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
 TOY += ["--eval-interval", "2", "--eval-batches", "2", "--optimizers", "adamw"]
@@ -56,7 +57,7 @@ def toy_plan(tmp_path: Path, corpus_file: Path, **changes) -> TunePlan:
 
 
 def trials_of(plan: TunePlan) -> list[optuna.trial.FrozenTrial]:
-    storage = open_storage(plan.url)
+    storage = open_storage(plan.spec().url)
     return optuna.load_study(study_name=plan.study_name, storage=storage).get_trials()
 
 
@@ -80,11 +81,11 @@ def test_a_killed_tune_resumes_without_rerunning_a_finished_trial(tmp_path, corp
     said = []
     for line in process.stderr:
         said.append(line)
-        if "tune paused after 3 finished trials" in line:
+        if "paused after 3 finished trials" in line:
             break
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert "tune paused after 3" in said[-1], "".join(said)[-2000:]
+    assert "paused after 3" in said[-1], "".join(said)[-2000:]
     plan = toy_plan(tmp_path, corpus_file, study_dir=tmp_path / "k", study_name="k")
     before = {t.number: (t.user_attrs["point"], t.value) for t in trials_of(plan)}
     assert len(before) == 3
@@ -102,17 +103,14 @@ def test_a_dead_local_workers_trial_is_failed_and_its_run_trained_again(tmp_path
     """A RUNNING trial whose work folder's lock is free has lost its worker (the operating
     system drops a dead holder's lock): the next worker fails it and trains the run anew."""
     plan = toy_plan(tmp_path, corpus_file)
-    study = open_study(plan)
-    from torch_mars.train import tune
-
-    claimed = tune._claim(plan, study, stale_after_s=1e9)
-    _, run, work_dir, held = claimed
-    held.close()  # the worker "dies": its lock goes, its trial stays RUNNING
-    assert work(plan, max_trials=1) == 1
+    study = open_study(plan.spec())
+    claimed = claim(plan.spec(), study, stale_after_s=1e9)
+    claimed.lock.close()  # the worker "dies": its lock goes, its trial stays RUNNING
+    assert work(plan.spec(), max_trials=1) == 1
     trials = trials_of(plan)
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
-    assert finished_results(trials) == {run: trials[1].user_attrs["final"]}
-    assert not work_dir.exists()
+    assert finished_results(trials) == {claimed.run: trials[1].user_attrs["final"]}
+    assert not claimed.work_dir.exists()
 
 
 def _start_workers(plan: TunePlan, count: int) -> list[subprocess.Popen]:
@@ -127,7 +125,7 @@ def _start_workers(plan: TunePlan, count: int) -> list[subprocess.Popen]:
 
 
 def _two_workers_share_one_study(plan: TunePlan) -> None:
-    open_study(plan)
+    open_study(plan.spec())
     workers = _start_workers(plan, 2)
     for process in workers:
         out, err = process.communicate()

@@ -538,7 +538,8 @@ def _tune_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _tune_plan(args: argparse.Namespace) -> tuple[Any, bool, bool, int | None]:
-    from torch_mars.train.tune import Selection, TunePlan, join_study, plan_of_identity
+    from torch_mars.train.study_engine import join_study
+    from torch_mars.train.tune import Selection, TunePlan, plan_of_identity
 
     folder = args.out_dir / args.name
     if folder.exists() and not folder.is_dir():
@@ -565,17 +566,19 @@ def _tune_plan(args: argparse.Namespace) -> tuple[Any, bool, bool, int | None]:
 def _run_tune(configured: tuple[Any, bool, bool, int | None]) -> int:
     from tqdm import tqdm
 
-    from torch_mars.train.tune import join_study, open_study, run_workers, write_tune_report
+    from torch_mars.train.study_engine import open_study, run_workers
+    from torch_mars.train.tune import write_tune_report
 
     plan, worker, report_only, max_trials = configured
-    study = join_study(plan.url, plan.study_name)[0] if worker else open_study(plan)
+    spec = plan.spec()
+    study = open_study(dataclasses.replace(spec, overwrite=plan.overwrite and not worker))
     if not report_only:
         budget = plan.base
         print(
             f"tune {', '.join(plan.optimizers)} on {budget.model}, {budget.steps} steps of "
             f"{budget.batch_size * budget.grad_accum} sequences; selection seeds "
             f"{list(plan.selection.seeds)}, held out {list(plan.selection.heldout)}; study "
-            f"{plan.study_name!r} in {describe(plan.url)}; {plan.jobs} worker(s)",
+            f"{plan.study_name!r} in {describe(spec.url)}; {plan.jobs} worker(s)",
             flush=True,
         )
         bar = tqdm(unit="run", desc="tune", disable=not sys.stderr.isatty() or plan.jobs > 1)
@@ -585,13 +588,13 @@ def _run_tune(configured: tuple[Any, bool, bool, int | None]) -> int:
             if bar.disable:
                 print(line, flush=True)
 
-        trained = run_workers(plan, progress, max_trials)
+        trained = run_workers(spec, progress, max_trials)
         bar.close()
         print(f"{trained} runs trained here")
     written = write_tune_report(plan, study)
     print((plan.study_dir / "summary.md").read_text(), end="")
     print("wrote " + ", ".join(str(path) for path in written))
-    print(f"browse the study: optuna-dashboard {plan.url.removeprefix('journal:')}")
+    print(f"browse the study: optuna-dashboard {spec.url.removeprefix('journal:')}")
     return 0
 
 

@@ -30,11 +30,33 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from torch_mars.train.search_space import LADDERS, Point, dimensions_of, point_key
+from optuna.distributions import BaseDistribution, FloatDistribution
+
+from torch_mars.train.search_space import (
+    LADDERS,
+    Point,
+    dimensions_of,
+    hyperparams_of,
+    parse_point_key,
+    point_key,
+    point_label,
+    values_of,
+)
 
 # A run's identity in a study: (optimizer, point key, seed).
 RunId = tuple[str, str, int]
+# Optuna's record of a point's dimensions: ranges wide enough that no ladder leaves them.
+DISTRIBUTIONS: dict[str, BaseDistribution] = {
+    "lr": FloatDistribution(1e-8, 100.0, log=True),
+    "beta1": FloatDistribution(0.0, 1.0),
+    "beta2": FloatDistribution(0.0, 1.0),
+    "weight_decay": FloatDistribution(0.0, 100.0),
+    "lr_1d_ratio": FloatDistribution(1e-6, 1e6, log=True),
+    "weight_decay_1d": FloatDistribution(0.0, 100.0),
+    "gamma": FloatDistribution(0.0, 10.0),
+}
 
 
 @dataclass(frozen=True)
@@ -94,13 +116,24 @@ def _badness(value: float) -> float:
 
 @dataclass(frozen=True)
 class CoordinateDescent:
-    """The descent of one optimizer from ``start`` (lower metric is better)."""
+    """The descent of one optimizer from ``start`` (lower metric is better), on the GPT config
+    ``model`` (whose defaults fill what the space does not set)."""
 
     optimizer: str
     start: Point
     selection: Selection
     max_rounds: int = 3
     max_extensions: int = 4
+    model: str = "tiny"
+
+    def hyperparams(self, key: str) -> dict[str, Any]:
+        return hyperparams_of(self.optimizer, parse_point_key(key), self.model)
+
+    def trial_params(self, key: str) -> dict[str, tuple[Any, BaseDistribution]]:
+        return {d: (v, DISTRIBUTIONS[d]) for d, v in values_of(parse_point_key(key)).items()}
+
+    def label(self, key: str) -> str:
+        return point_label(parse_point_key(key))
 
     def __post_init__(self) -> None:
         if set(self.start) != set(dimensions_of(self.optimizer)):
