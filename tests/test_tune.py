@@ -218,3 +218,11 @@ def test_a_study_name_that_is_a_path_is_refused(tmp_path, name, capsys):
     assert main(["tune", "--name", name, "--out-dir", str(tmp_path), "--report"]) == 2
     assert "is not a name" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_worker_takes_its_settings_from_the_study_and_refuses_others(tmp_path, capsys):
+    args = ["tune", "--worker", "--out-dir", str(tmp_path), "--name", "w", "--steps", "5"]
+    assert main(args) == 2
+    assert "--worker takes its settings from the study; drop --steps" in capsys.readouterr().err
+    assert main(["tune", "--worker", "--out-dir", str(tmp_path), "--name", "w"]) == 2
+    assert "no study 'w'" in capsys.readouterr().err

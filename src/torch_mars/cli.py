@@ -537,17 +537,43 @@ def _tune_flags(parser: argparse.ArgumentParser) -> None:
     _add_text_flags(parser, DEFAULT_COMPARE, quiet_flag=False)
 
 
-def _tune_plan(args: argparse.Namespace) -> tuple[Any, bool, bool, int | None]:
-    from torch_mars.train.study_engine import join_study
-    from torch_mars.train.tune import Selection, TunePlan, plan_of_identity
+# What --worker takes from its study, never from the command line.
+_TUNE_WORKER_OWN = {"worker", "storage", "name", "out_dir", "jobs", "max_trials", "report"}
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """``torch-mars tune`` parsed: a plan (None for ``--worker``, which takes its study's), the
+    study to join, and what to do."""
+
+    plan: Any
+    study_dir: Path
+    storage: str | None
+    name: str
+    jobs: int
+    report_only: bool
+    max_trials: int | None
+
+
+def _tune_request(args: argparse.Namespace) -> TuneRequest:
+    from torch_mars.train.tune import Selection, TunePlan
 
     folder = args.out_dir / args.name
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--out-dir/--name: {folder} is a file, not a folder")
+    plan = None
     if args.worker:
-        _, identity = join_study(storage_url(args.storage, folder), args.name)
-        plan = plan_of_identity(identity, folder, args.storage, args.name)
-        plan = dataclasses.replace(plan, jobs=args.jobs)
+        defaults = argparse.ArgumentParser()
+        _tune_flags(defaults)
+        given = [
+            "--" + dest.replace("_", "-")
+            for dest, value in vars(defaults.parse_args([])).items()
+            if dest not in _TUNE_WORKER_OWN and getattr(args, dest) != value
+        ]
+        if given:
+            raise ValueError(
+                f"--worker takes its settings from the study; drop {', '.join(given)}"
+            )
     else:
         plan = TunePlan(
             base=dataclasses.replace(_text_config(args, DEFAULT_COMPARE), quiet=True),
@@ -560,19 +586,25 @@ def _tune_plan(args: argparse.Namespace) -> tuple[Any, bool, bool, int | None]:
             jobs=args.jobs,
             overwrite=args.overwrite,
         )
-    return plan, args.worker, args.report, args.max_trials
+    return TuneRequest(
+        plan, folder, args.storage, args.name, args.jobs, args.report, args.max_trials
+    )
 
 
-def _run_tune(configured: tuple[Any, bool, bool, int | None]) -> int:
+def _run_tune(request: TuneRequest) -> int:
     from tqdm import tqdm
 
-    from torch_mars.train.study_engine import open_study, run_workers
-    from torch_mars.train.tune import write_tune_report
+    from torch_mars.train.study_engine import join_study, open_study, run_workers
+    from torch_mars.train.tune import plan_of_identity, write_tune_report
 
-    plan, worker, report_only, max_trials = configured
+    plan = request.plan
+    if plan is None:
+        _, identity = join_study(storage_url(request.storage, request.study_dir), request.name)
+        plan = plan_of_identity(identity, request.study_dir, request.storage, request.name)
+        plan = dataclasses.replace(plan, jobs=request.jobs)
     spec = plan.spec()
-    study = open_study(dataclasses.replace(spec, overwrite=plan.overwrite and not worker))
-    if not report_only:
+    study = open_study(spec)
+    if not request.report_only:
         budget = plan.base
         print(
             f"tune {', '.join(plan.optimizers)} on {budget.model}, {budget.steps} steps of "
@@ -588,7 +620,7 @@ def _run_tune(configured: tuple[Any, bool, bool, int | None]) -> int:
             if bar.disable:
                 print(line, flush=True)
 
-        trained = run_workers(spec, progress, max_trials)
+        trained = run_workers(spec, progress, request.max_trials)
         bar.close()
         print(f"{trained} runs trained here")
     written = write_tune_report(plan, study)
@@ -1035,7 +1067,7 @@ COMMANDS: tuple[Command, ...] = (
         ("tune",),
         "tune every optimizer over its declared space (coordinate descent, held-out seeds)",
         _tune_flags,
-        _tune_plan,
+        _tune_request,
         _run_tune,
     ),
     Command(

@@ -17,6 +17,9 @@ from typing import Any
 
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
+# The files that say a folder holds a run (with its checkpoint): a fresh run refuses such a
+# folder unless told to resume or overwrite it.
+RUN_RECORD_FILES = (CONFIG_FILE, "metrics.jsonl", "metrics.csv", SUMMARY_FILE)
 
 
 @dataclass(frozen=True)

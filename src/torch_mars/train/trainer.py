@@ -48,6 +48,7 @@ from torch_mars.train.optimizers import (
     default_hyperparams,
 )
 from torch_mars.train.run_record import (
+    RUN_RECORD_FILES,
     TASK_METRICS,
     RunResult,
     check_finite,
@@ -559,14 +560,17 @@ class Trainer:
         return start, progress
 
     def _clear_earlier_checkpoints(self) -> None:
-        """A fresh start in a folder holding a checkpoint: refused, or with ``overwrite`` the
-        old checkpoints are removed (metrics and config are rewritten as the run goes)."""
+        """A fresh start in a folder holding any record of an earlier run (a checkpoint, its
+        metrics, summary or config): refused, or with ``overwrite`` the old checkpoints are
+        removed (metrics, summary and config are rewritten as the run goes)."""
         run_dir = self.config.run_dir
         earlier = [run_dir / CHECKPOINT_FILE, *run_dir.glob(f"{SHARDED_CHECKPOINT_PREFIX}*")]
         earlier = [path for path in earlier if path.exists()]
-        if earlier and not self.config.overwrite:
+        records = [run_dir / name for name in RUN_RECORD_FILES if (run_dir / name).exists()]
+        if (earlier or records) and not self.config.overwrite:
+            held = ", ".join(path.name for path in [*earlier, *records])
             raise CheckpointError(
-                f"{run_dir} holds a checkpoint of an earlier run: --resume to continue it, or "
+                f"{run_dir} holds an earlier run ({held}): --resume to continue it, or "
                 "--overwrite to start over"
             )
         for path in earlier:
