@@ -36,6 +36,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     (("compare",), "--model"): ["mini"],
     (("sweep",), "--model"): ["mini"],
     (("tune",), "--model"): ["mini"],
+    (("sweep-vision",), "--storage"): ["journal:study.log"],
     (("tune",), "--optimizers"): ["adamw"],
     "--heldout-seeds": ["6"],
     "--screen-top": ["2"],

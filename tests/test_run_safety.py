@@ -83,6 +83,26 @@ def test_starting_over_a_run_with_a_checkpoint_needs_overwrite(tmp_path):
     assert result.steps == 8 and len(read_metrics(tmp_path)) == 8
 
 
+def test_a_fresh_train_refuses_a_finished_run_without_a_checkpoint(tmp_path):
+    """Issue #35: the old sweep deleted every finished point's checkpoint, and a `train` into
+    such a folder then replaced its metrics and summary silently. Both runs are real
+    processes."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(bytes(synthetic_corpus().train) + bytes(synthetic_corpus().val))
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "torch_mars.cli", "train", "--model", "tiny", "--steps", "6"]
+    args += ["--batch-size", "4", "--block-size", "16", "--eval-interval", "3"]
+    args += ["--eval-batches", "2", "--quiet", "--data", str(corpus), "--run-dir", str(run)]
+    first = subprocess.run(args, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (run / "checkpoint.pt").unlink(missing_ok=True)
+    kept = {p.name: p.read_bytes() for p in run.iterdir() if p.name != ".lock"}
+    second = subprocess.run([*args[:6], "--steps", "2", *args[8:]], capture_output=True, text=True)
+    assert second.returncode == 2
+    assert second.stderr.count("\n") == 1 and "holds an earlier run (" in second.stderr
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.name != ".lock"} == kept
+
+
 def test_a_second_process_on_a_run_folder_is_told_who_holds_it(tmp_path):
     """The holder keeps the lock until the test kills it (it blocks on its stdin), and
     ``wait()`` returns only once the process is gone, with its lock: nothing here depends on

@@ -1,6 +1,7 @@
 """`torch-mars sweep` on tiny budgets: grid parsing and its errors, the selection rule, the two
-stages and their outputs, resuming after a `kill -9` without rerunning finished runs, parallel
-jobs matching one process, and a diverged point recorded without stopping the sweep."""
+stages and their outputs, resuming after a `kill -9` without rerunning finished runs, from the
+study alone and from a pre-engine archive, parallel jobs matching one process, a diverged point
+recorded without stopping the sweep, and run folders the sweep never clobbers (issue #35)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 import torch
 
@@ -20,9 +22,9 @@ from harness_helpers import tiny_config, write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train.grid import grid_points, parse_grid
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
-from torch_mars.train.run_archive import ARCHIVE_FILE, read_archive
+from torch_mars.train.study_engine import PAUSE_AFTER_VARIABLE
+from torch_mars.train.study_store import open_storage
 from torch_mars.train.sweep import (
-    PAUSE_AFTER_VARIABLE,
     PointResult,
     SweepPlan,
     format_sweep_table,
@@ -51,6 +53,20 @@ def plan(tmp_path: Path, corpus_file: Path, grid, jobs: int = 1, **changes) -> S
         sweep_dir=tmp_path / "sweep",
         jobs=jobs,
     )
+
+
+def trials(sweep_dir: Path) -> list[optuna.trial.FrozenTrial]:
+    storage = open_storage(f"sqlite:///{sweep_dir / 'study.db'}")
+    return optuna.load_study(study_name="sweep", storage=storage).get_trials()
+
+
+def runs_of(sweep_dir: Path) -> dict[str, int]:
+    """Each finished run's name and trial number."""
+    return {
+        f"{t.user_attrs['optimizer']}/{t.user_attrs['point']}-seed{t.user_attrs['seed']}": t.number
+        for t in trials(sweep_dir)
+        if t.state == optuna.trial.TrialState.COMPLETE
+    }
 
 
 def test_grids_parse_tuples_and_expand_to_their_product():
@@ -118,10 +134,11 @@ def test_the_cli_sweeps_two_stages_and_writes_table_json_and_figures(tmp_path, c
     report = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert len(report["points"]) == 4 and report["search_seeds"] == [0]
     winner = report["winners"]["mars-adamw"]
-    runs = tmp_path / "s" / "runs" / "mars-adamw"
-    expected = ["lr=0.01_gamma=0-seed0", "lr=0.01_gamma=0.025-seed0"]
-    expected.append(f"lr=0.01_gamma={winner['gamma']:g}-seed1")
-    assert sorted(p.name for p in runs.iterdir()) == sorted(expected)
+    expected = ["mars-adamw/lr=0.01_gamma=0-seed0", "mars-adamw/lr=0.01_gamma=0.025-seed0"]
+    expected.append(f"mars-adamw/lr=0.01_gamma={winner['gamma']:g}-seed1")
+    ran = sorted(name for name in runs_of(tmp_path / "s") if name.startswith("mars-adamw"))
+    assert ran == sorted(expected)
+    assert list((tmp_path / "s" / "runs" / "mars-adamw").iterdir()) == []  # work folders go
     for name in ("summary.md", "lr.png", "winners.png"):
         assert (tmp_path / "s" / name).stat().st_size > 0
     summaries = {s["optimizer"]: s for s in report["summaries"]}
@@ -142,62 +159,128 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, corpus
     said = []
     for line in process.stderr:
         said.append(line)
-        if "sweep paused after 1 finished runs" in line:
+        if "paused after 1 finished trials" in line:
             break
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert "sweep paused after 1 finished runs" in said[-1], "".join(said)[-2000:]
-    archive = tmp_path / "k" / ARCHIVE_FILE
-    assert len(read_archive(archive)) == 1
-    runs = tmp_path / "k" / "runs" / "adamw"
-    finished = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/summary.json")}
+    assert "paused after 1 finished trials" in said[-1], "".join(said)[-2000:]
+    finished = runs_of(tmp_path / "k")
     assert len(finished) == 1
     env.pop(PAUSE_AFTER_VARIABLE)
     completed = subprocess.run(args, env=env, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr[-2000:]
-    after = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/summary.json")}
-    assert len(after) == 3 and len(read_archive(archive)) == 3
-    assert all(after[name] == mtime for name, mtime in finished.items())
+    after = runs_of(tmp_path / "k")
+    assert len(after) == 3 and len(trials(tmp_path / "k")) == 3
+    assert all(after[name] == number for name, number in finished.items())
     assert (tmp_path / "k" / "summary.md").is_file()
 
 
-def test_a_sweep_resumes_and_redraws_from_its_archive_alone(tmp_path, corpus_file):
-    """A study kept in git has its archive, not its run folders: resuming it trains nothing,
-    gives the same table, and draws the winners' curves from the archive."""
+def test_a_sweep_resumes_and_redraws_from_its_study_alone(tmp_path, corpus_file):
+    """A study kept in git has its study file, not its work folders: resuming it trains
+    nothing, gives the same table, and draws the winners' curves from the study."""
     grid = {"adamw": {"lr": (1e-3, 3e-3)}, "mars-adamw": {"lr": (1e-2,)}}
     sweep_plan = plan(tmp_path, corpus_file, grid)
     first = run_sweep(sweep_plan)
-    archive = tmp_path / "sweep" / ARCHIVE_FILE
-    lines = archive.read_text().splitlines()
-    assert len(lines) == 5  # three search points on seed 0, then each winner on seed 1
-    record = json.loads(lines[0])
-    assert record["config"]["optimizer"] == record["summary"]["optimizer"]
-    assert record["curve"]["columns"] == ["step", "tokens", "time_s", "train_loss", "val_loss"]
-    assert [row[0] for row in record["curve"]["rows"]] == [2, 4]
+    assert len(trials(tmp_path / "sweep")) == 5  # three points on seed 0, each winner on seed 1
+    curves = first.curves["adamw"]
+    assert [row["step"] for row in curves[0]] == [2, 4]
     shutil.rmtree(tmp_path / "sweep" / "runs")
     again = run_sweep(sweep_plan)
-    assert not (tmp_path / "sweep" / "runs").exists()
-    assert archive.read_text().splitlines() == lines
+    assert len(trials(tmp_path / "sweep")) == 5
     assert [p.finals for p in again.points] == [p.finals for p in first.points]
     assert format_sweep_table(again) == format_sweep_table(first)
     written = write_report(sweep_plan, again)
     assert tmp_path / "sweep" / "winners.png" in written
 
 
-def test_an_archive_line_cut_short_by_a_kill_is_ignored_and_its_run_trained_again(
-    tmp_path, corpus_file
-):
+def test_a_pre_engine_archive_is_taken_into_the_study_and_not_trained_again(tmp_path, corpus_file):
+    """Nothing measured is lost: a sweep folder with only a runs.jsonl (the archive of the
+    sweeps before the study engine) resumes from it."""
     sweep_plan = plan(tmp_path, corpus_file, {"adamw": {"lr": (1e-3, 3e-3)}}, seeds=(0,))
-    run_sweep(sweep_plan)
-    archive = tmp_path / "sweep" / ARCHIVE_FILE
-    first, second = archive.read_text().splitlines()
-    archive.write_text(first + "\n" + second[: len(second) // 2])
-    shutil.rmtree(tmp_path / "sweep" / "runs")
-    report = run_sweep(sweep_plan)
-    assert sorted(read_archive(archive)) == ["adamw/lr=0.001-seed0", "adamw/lr=0.003-seed0"]
-    assert (tmp_path / "sweep" / "runs" / "adamw" / "lr=0.003-seed0" / "summary.json").is_file()
-    assert not (tmp_path / "sweep" / "runs" / "adamw" / "lr=0.001-seed0").exists()
-    assert all(not math.isnan(p.finals[0]) for p in report.points)
+    first = run_sweep(sweep_plan)
+    records = [
+        {
+            "run": "{optimizer}/{point}-seed{seed}".format(**t.user_attrs),
+            "config": {"optimizer": "adamw", **sweep_plan.spec().identity()["budget"]},
+            "summary": t.user_attrs["summary"],
+            "curve": {"columns": ["step", "val_loss"], "rows": []},
+        }
+        for t in trials(tmp_path / "sweep")
+    ]
+    shutil.rmtree(tmp_path / "sweep")
+    (tmp_path / "sweep").mkdir()
+    archive = tmp_path / "sweep" / "runs.jsonl"
+    archive.write_text("".join(json.dumps(r) + "\n" for r in records))
+    again = run_sweep(sweep_plan)
+    assert [p.finals for p in again.points] == [p.finals for p in first.points]
+    assert all("work_dir" not in str(t.system_attrs) for t in trials(tmp_path / "sweep"))
+
+
+def test_a_sweep_is_not_reused_with_other_settings(tmp_path, corpus_file, capsys):
+    """Issue #35: `sweep --name X` again with another budget reused every archived result."""
+    args = ["sweep", *TINY, "--data", str(corpus_file), "--out-dir", str(tmp_path)]
+    args += ["--name", "x", "--grid", "adamw:lr=1e-3", "--seeds", "0"]
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "torch_mars.cli", *args], capture_output=True
+        ).returncode
+        == 0
+    )
+    longer = [a if a != "4" else "6" for a in args]  # --steps 6, --batch-size 6
+    refused = subprocess.run(
+        [sys.executable, "-m", "torch_mars.cli", *longer], capture_output=True, text=True
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1 and "steps: 4 there, 6 here" in refused.stderr
+    assert len(trials(tmp_path / "x")) == 1
+    fresh = subprocess.run(
+        [sys.executable, "-m", "torch_mars.cli", *longer, "--overwrite"],
+        capture_output=True,
+        text=True,
+    )
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert (
+        json.loads((tmp_path / "x" / "sweep.json").read_text())["summaries"][0]["budget"]
+        == 6 * 6 * 16
+    )
+
+
+def test_a_sweep_never_touches_a_run_folder_it_did_not_make(tmp_path, corpus_file):
+    """Issue #35: a sweep removed a point's folder before taking its lock, under a `train`
+    writing there. A folder in the sweep's tree that another process holds keeps every file,
+    and its holder keeps its lock, while a real sweep process runs beside it."""
+    foreign = tmp_path / "x" / "runs" / "adamw" / "lr=0.001-seed0"
+    foreign.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path;"
+            "from torch_mars.train.run_record import run_folder_lock\n"
+            "with run_folder_lock(Path(sys.argv[1])):\n"
+            "    (Path(sys.argv[1]) / 'metrics.jsonl').write_text('{\"step\": 1}\\n')\n"
+            "    print('held', flush=True); sys.stdin.readline()",
+            str(foreign),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lock_inode = (foreign / ".lock").stat().st_ino
+        args = ["sweep", *TINY, "--data", str(corpus_file), "--out-dir", str(tmp_path)]
+        args += ["--name", "x", "--grid", "adamw:lr=1e-3", "--seeds", "0"]
+        sweep = subprocess.run(
+            [sys.executable, "-m", "torch_mars.cli", *args], capture_output=True, text=True
+        )
+        assert sweep.returncode == 0, sweep.stderr[-2000:]
+        assert sorted(p.name for p in foreign.iterdir()) == [".lock", "metrics.jsonl"]
+        assert (foreign / ".lock").stat().st_ino == lock_inode
+        assert (foreign / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    finally:
+        holder.stdin.close()
+        holder.wait()
 
 
 def test_parallel_jobs_match_one_process(tmp_path, corpus_file):
@@ -222,5 +305,7 @@ def test_a_diverged_point_is_recorded_and_never_wins(tmp_path, corpus_file):
     diverged = next(p for p in report.points if p.hyperparams["lr"] == 1e9)
     assert math.isnan(diverged.finals[0])
     assert report.winners["adamw"].hyperparams == {"lr": 1e-3}
-    log = (tmp_path / "sweep" / "runs" / "adamw" / "lr=1e+09-seed0" / "log.txt").read_text()
-    assert "diverged" in log
+    diverged_trial = next(
+        t for t in trials(tmp_path / "sweep") if t.user_attrs["point"] == "lr=1e+09"
+    )
+    assert diverged_trial.user_attrs["final"] is None and diverged_trial.value == math.inf

@@ -430,8 +430,20 @@ def _add_sweep_flags(parser: argparse.ArgumentParser, optimizers: Sequence[str])
     group.add_argument(
         "--jobs", type=_positive_int, default=1, help="worker processes (cores are divided)"
     )
-    group.add_argument("--name", help="sweep folder name (default: sweep-<time>)")
+    group.add_argument(
+        "--name", type=_study_name, help="sweep folder name (default: sweep-<time>)"
+    )
     group.add_argument("--out-dir", type=Path, default=Path("runs"))
+    group.add_argument(
+        "--storage",
+        help="Optuna storage for workers elsewhere: an SQLAlchemy URL or journal:PATH "
+        "(default: the sweep folder's study.db)",
+    )
+    group.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start the sweep afresh if it was run with other settings",
+    )
 
 
 def _sweep_plan(
@@ -447,6 +459,8 @@ def _sweep_plan(
         raise ValueError(f"--grid names {sorted(missing)}, which --optimizers leaves out")
     kind = "sweep-vision" if isinstance(base, VisionConfig) else "sweep"
     folder = args.out_dir / (args.name or time.strftime(f"{kind}-%Y%m%d-%H%M%S"))
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out-dir/--name: {folder} is a file, not a folder")
     return SweepPlan(
         base=base,
         grid={name: grid.get(name, {}) for name in names},
@@ -454,6 +468,8 @@ def _sweep_plan(
         seeds=tuple(args.seeds),
         sweep_dir=folder,
         jobs=args.jobs,
+        storage=args.storage,
+        overwrite=args.overwrite,
     )
 
 
@@ -571,9 +587,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             if dest not in _TUNE_WORKER_OWN and getattr(args, dest) != value
         ]
         if given:
-            raise ValueError(
-                f"--worker takes its settings from the study; drop {', '.join(given)}"
-            )
+            raise ValueError(f"--worker takes its settings from the study; drop {', '.join(given)}")
     else:
         plan = TunePlan(
             base=dataclasses.replace(_text_config(args, DEFAULT_COMPARE), quiet=True),
@@ -701,14 +715,12 @@ def _run_sweep_command(plan: SweepPlan) -> int:
         f"-> {plan.sweep_dir}",
         flush=True,
     )
-    bar = tqdm(total=0, unit="run", desc="sweep", disable=not sys.stderr.isatty())
+    bar = tqdm(unit="run", desc="sweep", disable=not sys.stderr.isatty() or plan.jobs > 1)
 
-    def progress(done: int, total: int) -> None:
-        bar.total = total
-        bar.n = done
-        bar.refresh()
+    def progress(line: str) -> None:
+        bar.update()
         if bar.disable:
-            print(f"sweep: {done}/{total} runs done", flush=True)
+            print(line, flush=True)
 
     report = run_sweep(plan, progress)
     bar.close()

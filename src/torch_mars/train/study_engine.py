@@ -43,7 +43,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import TrialState
 
 from torch_mars.train.run_archive import CURVE_COLUMNS
-from torch_mars.train.run_record import TASK_METRICS, RunFolderBusy, run_folder_lock
+from torch_mars.train.run_record import TASK_METRICS, RunFolderBusy, RunResult, run_folder_lock
 from torch_mars.train.study_store import claim_lock, describe, open_storage, storage_url
 from torch_mars.train.trainer import TrainConfig
 from torch_mars.train.vision import VisionConfig
@@ -339,8 +339,8 @@ _SEED_PARAM = optuna.distributions.IntDistribution(0, 2**31 - 1)
 
 def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
     """Train a claimed run in ``work_dir/run`` (its log lines to ``work_dir/log.txt``); its
-    final metric (None if it diverged), training time and, for :attr:`StudySpec.curve_seeds`,
-    its evaluation curve."""
+    final metric (None if it diverged), its summary and, for :attr:`StudySpec.curve_seeds`, its
+    evaluation curve."""
     from torch_mars.train.compare import train_run
     from torch_mars.train.metrics import read_metrics
 
@@ -355,15 +355,18 @@ def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
         quiet=True,
     )
     corpus = _corpus(config.data) if isinstance(config, TrainConfig) else None
-    record: dict[str, Any] = {"final": None}
     with (claimed.work_dir / "log.txt").open("w") as log, contextlib.redirect_stdout(log):
         try:
             result = train_run(config, corpus)
-            if math.isfinite(result.final):
-                record["final"] = result.final
-            record["train_time_s"] = result.train_time_s
         except FloatingPointError as error:
             print(f"diverged: {error}")
+            result = _diverged(spec.task, config)
+    summary = {
+        k: v if not isinstance(v, float) or math.isfinite(v) else None
+        for k, v in result.as_dict().items()
+        if k != "run_dir"
+    }
+    record: dict[str, Any] = {"final": summary["final"], "summary": summary}
     if seed not in spec.curve_seeds:
         return record  # a study keeps the evaluation curves of its final runs only
     metric = TASK_METRICS[spec.task].key
@@ -378,6 +381,24 @@ def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
         ],
     }
     return record
+
+
+def _diverged(task: str, config: BaseConfig) -> RunResult:
+    """The result of a run stopped by a non-finite loss: a final metric of NaN."""
+    return RunResult(
+        task=task,
+        optimizer=config.optimizer,
+        seed=config.seed,
+        metric=TASK_METRICS[task].key,
+        final=math.nan,
+        best=math.nan,
+        final_train_loss=math.nan,
+        budget=0,
+        budget_unit="tokens" if task == "text" else "images",
+        train_time_s=0.0,
+        steps=0,
+        run_dir=config.run_dir,
+    )
 
 
 def _finite(value: Any) -> bool:

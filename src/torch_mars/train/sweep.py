@@ -1,63 +1,49 @@
-"""``torch-mars sweep``: tune each optimizer on a grid, then compare the winners over seeds.
+"""``torch-mars sweep``: tune each optimizer on a grid, then compare the winners over seeds; the
+plain-grid mode of the study engine (:mod:`.study_engine`), which ``torch-mars tune`` runs too.
 
 Stage 1 (search) trains every point of each optimizer's grid on the search seeds; the point
 with the best mean final metric wins (lower val loss, higher accuracy; a diverged run counts as
-the worst). Stage 2 trains each winner on the final seeds. Every run trains in a folder
-``SWEEP/runs/<optimizer>/<point>-seed<k>`` (its full run record, a work area), and as it
-finishes its compact record (config, summary, evaluation curve) is appended to
-``SWEEP/runs.jsonl`` (:mod:`.run_archive`). A run in the archive, or whose folder has a
-``summary.json``, is never run again: a killed sweep resumes where it stopped, also from the
-archive alone (a study kept in git), and seeds shared by the two stages run once. Points run in
-``jobs`` worker processes, with the cores divided among them.
-
-``TORCH_MARS_SWEEP_PAUSE_AFTER=N`` makes a sweep stop still once N runs have finished in this
-invocation (after archiving them), saying so on stderr: a test kills it there, at a point it
-controls rather than at a moment it guesses.
+the worst). Stage 2 trains each winner on the final seeds. Each run is a trial of the sweep's
+Optuna study (``SWEEP/study.db`` by default), which keeps its summary and, for the final seeds,
+its evaluation curve: a killed sweep resumes without rerunning a finished run, seeds shared by
+the two stages run once, and ``jobs`` workers (or workers on other machines, through
+``storage``) share the work. A sweep folder written before the study engine keeps its results in
+``runs.jsonl``: its runs are taken into the new study as finished trials, where their budget is
+the sweep's.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import dataclasses
 import json
 import math
-import multiprocessing
-import os
-import re
-import shutil
-import sys
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
+import optuna
+from optuna.distributions import BaseDistribution, FloatDistribution
 
-from torch_mars.train.compare import OptimizerSummary, summarise, train_run
+from torch_mars.train.compare import OptimizerSummary, summarise
 from torch_mars.train.grid import Grid, grid_points
-from torch_mars.train.run_archive import (
-    ARCHIVE_FILE,
-    append_record,
-    compact_record,
-    curve_rows,
-    read_archive,
-    result_of,
+from torch_mars.train.optimizers import OPTIMIZER_NAMES
+from torch_mars.train.run_archive import ARCHIVE_FILE, read_archive
+from torch_mars.train.run_record import TASK_METRICS, RunResult
+from torch_mars.train.study_engine import (
+    BaseConfig,
+    RunId,
+    StudySpec,
+    finished_results,
+    open_study,
+    run_workers,
 )
-from torch_mars.train.run_record import (
-    SUMMARY_FILE,
-    TASK_METRICS,
-    RunResult,
-    read_summary,
-    write_summary,
-)
-from torch_mars.train.trainer import TrainConfig
 from torch_mars.train.vision import VisionConfig
 
-BaseConfig = TrainConfig | VisionConfig
 # Optimizers a MARS rule is measured against in the table's gap column.
 BASELINES: tuple[str, ...] = ("adamw", "muon", "lion", "nadamw")
+# Optuna's record of a grid value: one wide range for every number.
+_GRID_VALUE = FloatDistribution(-1e12, 1e12)
 
 
 @dataclass(frozen=True)
@@ -70,7 +56,9 @@ class SweepPlan:
         search_seeds: seeds of stage 1.
         seeds: seeds of stage 2, for each optimizer's best point.
         sweep_dir: the sweep folder.
-        jobs: worker processes (1: runs in this process).
+        jobs: local worker processes (1: runs in this process).
+        storage: the study's Optuna storage (None: ``sweep_dir/study.db``).
+        overwrite: start the sweep afresh if it was run with other settings.
     """
 
     base: BaseConfig
@@ -79,6 +67,8 @@ class SweepPlan:
     seeds: tuple[int, ...]
     sweep_dir: Path
     jobs: int = 1
+    storage: str | None = None
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if not self.grid:
@@ -87,6 +77,102 @@ class SweepPlan:
             raise ValueError("--search-seeds and --seeds must each name at least one seed")
         if self.jobs < 1:
             raise ValueError(f"--jobs must be >= 1, got {self.jobs}")
+
+    @property
+    def task(self) -> str:
+        return "vision" if isinstance(self.base, VisionConfig) else "text"
+
+    def searches(self) -> tuple[GridSearch, ...]:
+        lower = TASK_METRICS[self.task].lower_is_better
+        return tuple(
+            GridSearch(
+                name,
+                tuple((point_name(hp), tuple(hp.items())) for hp in grid_points(axes)),
+                self.search_seeds,
+                self.seeds,
+                lower,
+            )
+            for name, axes in self.grid.items()
+        )
+
+    def spec(self) -> StudySpec:
+        settings = {
+            "kind": "sweep",
+            "grid": {
+                name: {k: list(v) for k, v in axes.items()} for name, axes in self.grid.items()
+            },
+            "search_seeds": self.search_seeds,
+            "seeds": self.seeds,
+        }
+        return StudySpec(
+            base=self.base,
+            searches=self.searches(),
+            curve_seeds=self.seeds,
+            study_dir=self.sweep_dir,
+            settings=json.loads(json.dumps(settings)),
+            optimizer_choices=OPTIMIZER_NAMES,
+            storage=self.storage,
+            study_name="sweep",
+            jobs=self.jobs,
+            overwrite=self.overwrite,
+        )
+
+
+@dataclass
+class GridState:
+    """Where a grid search stands: the runs it needs next and, once stage 1 is done, its
+    winner's point key."""
+
+    needed: list[RunId]
+    winner: str | None = None
+
+
+@dataclass(frozen=True)
+class GridSearch:
+    """One optimizer's grid: every point on the search seeds, then the best on the final seeds.
+    ``points`` holds ``(key, hyperparams as items)``."""
+
+    optimizer: str
+    points: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+    search_seeds: tuple[int, ...]
+    seeds: tuple[int, ...]
+    lower_is_better: bool = True
+
+    def hyperparams(self, key: str) -> dict[str, Any]:
+        return dict(dict(self.points)[key])
+
+    def trial_params(self, key: str) -> dict[str, tuple[Any, BaseDistribution]]:
+        params: dict[str, tuple[Any, BaseDistribution]] = {}
+        for name, value in self.hyperparams(key).items():
+            entries = value if isinstance(value, tuple | list) else (value,)
+            for index, entry in enumerate(entries):
+                if isinstance(entry, int | float) and not isinstance(entry, bool):
+                    label = name if len(entries) == 1 else f"{name}[{index}]"
+                    params[label] = (float(entry), _GRID_VALUE)
+        return params
+
+    def label(self, key: str) -> str:
+        return key
+
+    def replay(self, results: Mapping[RunId, float]) -> GridState:
+        wanted = [(self.optimizer, key, s) for key, _ in self.points for s in self.search_seeds]
+        missing = [run for run in wanted if run not in results]
+        if missing:
+            return GridState(missing)
+        means = {
+            key: math.fsum(results[(self.optimizer, key, s)] for s in self.search_seeds)
+            / len(self.search_seeds)
+            for key, _ in self.points
+        }
+
+        def badness(key: str) -> float:
+            if math.isnan(means[key]):
+                return math.inf
+            return means[key] if self.lower_is_better else -means[key]
+
+        winner = min((key for key, _ in self.points), key=badness)
+        finals = [(self.optimizer, winner, s) for s in self.seeds]
+        return GridState([run for run in finals if run not in results], winner)
 
 
 @dataclass
@@ -104,7 +190,7 @@ class PointResult:
 
 
 def point_name(hyperparams: dict[str, Any]) -> str:
-    """A folder name for a grid point, stable and readable: ``lr=0.003_betas=0.9,0.95``.
+    """A grid point's key, stable and readable: ``lr=0.003_betas=0.9,0.95``.
 
     >>> point_name({"lr": 3e-3, "betas": (0.9, 0.95)})
     'lr=0.003_betas=0.9,0.95'
@@ -117,117 +203,13 @@ def point_name(hyperparams: dict[str, Any]) -> str:
             return ",".join(text(v) for v in value)
         return f"{value:g}" if isinstance(value, float) else str(value)
 
-    name = "_".join(f"{key}={text(value)}" for key, value in hyperparams.items())
-    return re.sub(r"[^A-Za-z0-9_.,=+-]", "-", name)
-
-
-def run_key(optimizer: str, hyperparams: dict[str, Any], seed: int) -> str:
-    """A run's name in the sweep: its folder under ``runs/`` and its key in the archive."""
-    return f"{optimizer}/{point_name(hyperparams)}-seed{seed}"
-
-
-def run_dir(plan: SweepPlan, optimizer: str, hyperparams: dict[str, Any], seed: int) -> Path:
-    return plan.sweep_dir / "runs" / run_key(optimizer, hyperparams, seed)
-
-
-PAUSE_AFTER_VARIABLE = "TORCH_MARS_SWEEP_PAUSE_AFTER"
-
-
-def _pause_if_asked(finished_here: int) -> None:
-    """Block for good once ``finished_here`` reaches ``$TORCH_MARS_SWEEP_PAUSE_AFTER``."""
-    wanted = os.environ.get(PAUSE_AFTER_VARIABLE)
-    if wanted is not None and finished_here == int(wanted):
-        print(f"\nsweep paused after {finished_here} finished runs", file=sys.stderr, flush=True)
-        threading.Event().wait()
-
-
-def _config(plan: SweepPlan, optimizer: str, hyperparams: dict[str, Any], seed: int) -> BaseConfig:
-    return dataclasses.replace(
-        plan.base,
-        optimizer=optimizer,
-        seed=seed,
-        hyperparams=dict(hyperparams),
-        run_dir=run_dir(plan, optimizer, hyperparams, seed),
-        quiet=True,
-    )
-
-
-_CORPORA: dict[str, Any] = {}
-
-
-def run_point(config: BaseConfig) -> RunResult:
-    """Train one point into its run folder (its log lines to ``log.txt``, no checkpoint kept)
-    and return its result; a diverged run returns, and records, a final metric of NaN."""
-    if config.run_dir.exists():
-        shutil.rmtree(config.run_dir)  # a run killed before its summary: start it again
-    config.run_dir.mkdir(parents=True)
-    corpus = None
-    if isinstance(config, TrainConfig):
-        from torch_mars.data import load_corpus
-
-        if config.data not in _CORPORA:
-            _CORPORA[config.data] = load_corpus(config.data)
-        corpus = _CORPORA[config.data]
-    with (config.run_dir / "log.txt").open("w") as log, contextlib.redirect_stdout(log):
-        try:
-            result = train_run(config, corpus)
-            # A sweep reruns an unfinished point from the start; the checkpoint is dead weight.
-            (config.run_dir / "checkpoint.pt").unlink(missing_ok=True)
-            return result
-        except FloatingPointError as error:
-            print(f"diverged: {error}")
-            task = "vision" if isinstance(config, VisionConfig) else "text"
-            result = RunResult(
-                task=task,
-                optimizer=config.optimizer,
-                seed=config.seed,
-                metric=TASK_METRICS[task].key,
-                final=math.nan,
-                best=math.nan,
-                final_train_loss=math.nan,
-                budget=0,
-                budget_unit="tokens" if task == "text" else "images",
-                train_time_s=0.0,
-                steps=0,
-                run_dir=config.run_dir,
-            )
-            write_summary(result)
-            return result
-
-
-def _init_worker(threads: int) -> None:
-    torch.set_num_threads(threads)
-
-
-def _run_all(
-    plan: SweepPlan,
-    configs: list[BaseConfig],
-    done: Callable[[BaseConfig, RunResult], None],
-) -> None:
-    """Run ``configs`` (none of them done yet) on ``plan.jobs`` workers; ``done(config,
-    result)`` is called in this process as each finishes."""
-    if not configs:
-        return
-    if plan.jobs == 1:
-        for config in configs:
-            done(config, run_point(config))
-        return
-    threads = max(1, (os.cpu_count() or 1) // plan.jobs)
-    with concurrent.futures.ProcessPoolExecutor(
-        max_workers=plan.jobs,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker,
-        initargs=(threads,),
-    ) as pool:
-        futures = {pool.submit(run_point, config): config for config in configs}
-        for future in concurrent.futures.as_completed(futures):
-            done(futures[future], future.result())
+    return "_".join(f"{key}={text(value)}" for key, value in hyperparams.items())
 
 
 @dataclass
 class SweepReport:
-    """A finished sweep: every point, each optimizer's winner, and the winners' summaries over
-    the final seeds (in the order of the plan's optimizers)."""
+    """A finished sweep: every point, each optimizer's winner, the winners' summaries over the
+    final seeds (in the order of the plan's optimizers), and each winner's final runs' curves."""
 
     task: str
     points: list[PointResult]
@@ -235,12 +217,15 @@ class SweepReport:
     summaries: list[OptimizerSummary]
     search_seeds: tuple[int, ...]
     seeds: tuple[int, ...]
+    curves: dict[str, list[list[dict[str, Any]]]] = field(default_factory=dict)
 
 
 def validate_plan(plan: SweepPlan) -> int:
     """Check every point before anything trains: its optimizer builds with its hyperparameters
     on a small model of the task (an unknown key or a value out of range is a ``ValueError``
     naming the optimizer). Returns the number of points."""
+    import torch
+
     from torch_mars.models import GPT, gpt_config, resnet18
     from torch_mars.train.optimizers import build_optimizer
     from torch_mars.train.vision import vision_hyperparams
@@ -275,84 +260,98 @@ def select_best(points: Sequence[PointResult], seeds: Sequence[int], lower_is_be
     return min(points, key=badness)
 
 
-def run_sweep(plan: SweepPlan, progress: Callable[[int, int], None] | None = None) -> SweepReport:
-    """Run (or resume) ``plan`` and return its report; ``progress(done, total)`` is called as
-    runs finish (runs found done count at once)."""
-    task = "vision" if isinstance(plan.base, VisionConfig) else "text"
-    spec = TASK_METRICS[task]
-    points = {
-        (name, point_name(hp)): PointResult(name, hp)
-        for name, axes in plan.grid.items()
-        for hp in grid_points(axes)
-    }
-    archive_path = plan.sweep_dir / ARCHIVE_FILE
-    archived = read_archive(archive_path)
-    results: dict[Path, RunResult] = {}
-    finished = 0
-    finished_here = 0
-    total = len(points) * len(plan.search_seeds)
-
-    def record(config: BaseConfig, result: RunResult) -> None:
-        nonlocal finished
-        results[config.run_dir] = result
-        points[(config.optimizer, point_name(config.hyperparams))].finals[config.seed] = (
-            result.final
+def import_archive(plan: SweepPlan, study: optuna.Study) -> int:
+    """Take the runs of a pre-engine ``runs.jsonl`` in the sweep folder into ``study`` as
+    finished trials (those of this sweep's budget and grid that it lacks); returns how many."""
+    archive = read_archive(plan.sweep_dir / ARCHIVE_FILE)
+    if not archive:
+        return 0
+    spec = plan.spec()
+    budget = spec.identity()["budget"]
+    keys = {(s.optimizer, key) for s in spec.searches for key, _ in s.points}
+    have = set(finished_results(study.get_trials(deepcopy=False)))
+    added = 0
+    for record in archive.values():
+        optimizer, _, name = record["run"].partition("/")
+        key, _, seed_text = name.rpartition("-seed")
+        run = (optimizer, key, int(seed_text))
+        config = json.loads(json.dumps(record["config"], default=str))
+        same_budget = all(config.get(k, v) == v for k, v in budget.items() if k != "data")
+        if run in have or (optimizer, key) not in keys or not same_budget:
+            continue
+        summary = record["summary"]
+        attrs = {"optimizer": optimizer, "point": key, "seed": run[2], "label": key}
+        attrs |= {"final": summary["final"], "summary": summary, "curve": record["curve"]}
+        worse = math.inf if TASK_METRICS[plan.task].lower_is_better else -math.inf
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=summary["final"] if summary["final"] is not None else worse,
+                user_attrs=attrs,
+            )
         )
-        finished += 1
-        if progress is not None:
-            progress(finished, total)
+        have.add(run)
+        added += 1
+    return added
 
-    def archive(config: BaseConfig, result: RunResult) -> None:
-        key = run_key(config.optimizer, config.hyperparams, config.seed)
-        archived[key] = compact_record(config.run_dir, key)
-        append_record(archive_path, archived[key])
-        record(config, result)
 
-    def trained(config: BaseConfig, result: RunResult) -> None:
-        nonlocal finished_here
-        archive(config, result)
-        finished_here += 1
-        _pause_if_asked(finished_here)
+def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) -> SweepReport:
+    """Run (or resume) ``plan`` and return its report; ``progress(line)`` is called as each
+    run finishes here."""
+    spec = plan.spec()
+    study = open_study(spec)
+    import_archive(plan, study)
+    run_workers(spec, progress)
+    return sweep_report(plan, study.get_trials(deepcopy=False))
 
-    def stage(wanted: list[tuple[str, dict[str, Any], int]]) -> None:
-        to_run = []
-        for name, hp, seed in wanted:
-            config = _config(plan, name, hp, seed)
-            key = run_key(name, hp, seed)
-            if config.run_dir in results:
-                continue
-            if key in archived:
-                record(config, result_of(archived[key], config.run_dir))
-            elif (config.run_dir / SUMMARY_FILE).is_file():
-                archive(config, read_summary(config.run_dir))
-            else:
-                to_run.append(config)
-        _run_all(plan, to_run, trained)
 
-    stage([(p.optimizer, p.hyperparams, s) for p in points.values() for s in plan.search_seeds])
-    winners = {
-        name: select_best(
-            [p for p in points.values() if p.optimizer == name],
-            plan.search_seeds,
-            spec.lower_is_better,
-        )
-        for name in plan.grid
+def _result_of(summary: dict[str, Any]) -> RunResult:
+    values = {k: math.nan if v is None else v for k, v in summary.items()}
+    return RunResult(**{**values, "run_dir": Path(summary.get("run_dir") or ".")})
+
+
+def sweep_report(plan: SweepPlan, trials: Sequence[optuna.trial.FrozenTrial]) -> SweepReport:
+    """The report of a finished sweep, from its study's trials."""
+    results = finished_results(trials)
+    by_run = {
+        (t.user_attrs["optimizer"], t.user_attrs["point"], t.user_attrs["seed"]): t
+        for t in trials
+        if t.state == optuna.trial.TrialState.COMPLETE and "point" in t.user_attrs
     }
-    extra = [s for s in plan.seeds if s not in plan.search_seeds]
-    total += len(winners) * len(extra)
-    stage([(w.optimizer, w.hyperparams, s) for w in winners.values() for s in plan.seeds])
-    final_runs = [
-        results[run_dir(plan, w.optimizer, w.hyperparams, s)]
-        for w in winners.values()
-        for s in plan.seeds
-    ]
+    points: list[PointResult] = []
+    winners: dict[str, PointResult] = {}
+    final_runs: list[RunResult] = []
+    curves: dict[str, list[list[dict[str, Any]]]] = {}
+    for search in plan.searches():
+        mine = []
+        for key, items in search.points:
+            finals = {
+                s: v for (o, k, s), v in results.items() if o == search.optimizer and k == key
+            }
+            mine.append(PointResult(search.optimizer, dict(items), finals))
+        points += mine
+        state = search.replay(results)
+        if state.needed or state.winner is None:
+            raise ValueError(f"the sweep of {search.optimizer} has not finished")
+        winners[search.optimizer] = next(
+            p for p in mine if point_name(p.hyperparams) == state.winner
+        )
+        for seed in plan.seeds:
+            attrs = by_run[(search.optimizer, state.winner, seed)].user_attrs
+            final_runs.append(_result_of(attrs["summary"]))
+            curve = attrs.get("curve")
+            if curve and curve["rows"]:
+                columns = curve["columns"]
+                curves.setdefault(search.optimizer, []).append(
+                    [dict(zip(columns, row, strict=True)) for row in curve["rows"]]
+                )
     return SweepReport(
-        task,
-        list(points.values()),
+        plan.task,
+        points,
         winners,
         summarise(final_runs),
         plan.search_seeds,
         plan.seeds,
+        curves,
     )
 
 
@@ -490,8 +489,8 @@ def plot_lr_curves(report: SweepReport, out_path: Path) -> Path | None:
 
 
 def write_report(plan: SweepPlan, report: SweepReport) -> list[Path]:
-    """``summary.md``, ``sweep.json``, ``lr.png`` and ``winners.png`` (drawn from the archive)
-    in the sweep folder."""
+    """``summary.md``, ``sweep.json``, ``lr.png`` and ``winners.png`` (the winners' final runs'
+    curves, from the study) in the sweep folder."""
     from torch_mars.train.plots import RunCurve, plot_curves
 
     folder = plan.sweep_dir
@@ -502,16 +501,8 @@ def write_report(plan: SweepPlan, report: SweepReport) -> list[Path]:
     lr_figure = plot_lr_curves(report, folder / "lr.png")
     if lr_figure is not None:
         written.append(lr_figure)
-    archived = read_archive(folder / ARCHIVE_FILE)
-    keys = [
-        run_key(w.optimizer, w.hyperparams, s)
-        for w in report.winners.values()
-        for s in report.seeds
-    ]
     curves = [
-        RunCurve(report.task, archived[key]["config"]["optimizer"], curve_rows(archived[key]))
-        for key in keys
-        if key in archived and archived[key]["curve"]["rows"]
+        RunCurve(report.task, name, rows) for name, runs in report.curves.items() for rows in runs
     ]
     if curves:
         written.append(plot_curves(curves, folder / "winners.png", title="winners"))
