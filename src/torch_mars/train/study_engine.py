@@ -467,9 +467,21 @@ def work(
     return trained
 
 
+def _die_with_parent() -> None:
+    """Have the kernel end this worker when its parent dies, however it dies (Linux): a
+    worker orphaned by a killed ``tune`` would go on claiming runs."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def _worker_process(
     spec: StudySpec, index: int, threads: int, gpus: int, max_trials: int | None
 ) -> int:
+    _die_with_parent()
     torch.set_num_threads(threads)
     if gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
