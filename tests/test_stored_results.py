@@ -1,0 +1,40 @@
+"""What a study lands stays small (issue #34): every tracked figure under benchmarks/results or
+docs/figures is cited by a doc, and benchmarks/results holds at most 300 tracked files."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tracked(*patterns: str) -> list[str]:
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", *patterns], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+    except (FileNotFoundError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return listed.stdout.split()
+
+
+def docs_text() -> str:
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    documents += sorted((ROOT / "benchmarks").rglob("README.md"))
+    return "\n".join(path.read_text() for path in documents)
+
+
+def test_every_tracked_figure_is_cited_by_a_doc():
+    text = docs_text()
+    figures = tracked("benchmarks/results/*.png", "docs/figures/*.png")
+    uncited = [
+        path for path in figures if path not in text and path.removeprefix("docs/") not in text
+    ]
+    assert not uncited, f"tracked figures no doc cites (redraw them, or cite them): {uncited}"
+
+
+def test_the_stored_results_stay_small():
+    assert len(tracked("benchmarks/results")) <= 300
