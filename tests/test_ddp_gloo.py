@@ -68,7 +68,7 @@ def test_fsdp_checkpoint_resumes_on_one_process(tmp_path):
     split = tmp_path / "split"
     run_cli([*TORCHRUN_TWO, *common, "--fsdp", "--stop-after", "4", "--run-dir", str(split)])
     assert sorted(p.name for p in split.glob("checkpoint-step*")) == ["checkpoint-step4"]
-    run_cli([*common, "--resume", "--run-dir", str(split)])
+    run_cli([*common, "--fsdp", "--resume", "--run-dir", str(split)])  # DCP: only with --fsdp
     one, resumed = read_metrics(tmp_path / "one"), read_metrics(split)
     assert [row["step"] for row in resumed] == [1, 2, 3, 4, 5, 6]
     for a, b in zip(one, resumed, strict=True):

@@ -1,6 +1,6 @@
-"""benchmarks/newton_schulz_forms.py compares other ways of computing the library's Newton-Schulz
-polynomial; its accuracy and FLOP columns mean something only if each form is that polynomial
-(equal in float64) and its FLOP count is that of the products it forms."""
+"""benchmarks/perf/newton_schulz_forms.py compares other ways of computing the library's
+Newton-Schulz polynomial; its accuracy and FLOP columns mean something only if each form is
+that polynomial (equal in float64) and its FLOP count is that of the products it forms."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize
 
-STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "newton_schulz_forms.py"
+STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "perf" / "newton_schulz_forms.py"
 
 
 @pytest.fixture(scope="module")

@@ -52,10 +52,10 @@ def assert_defaults_are_winners(defaults: dict, winners: dict, where: tuple) -> 
 
 
 def test_cpu_model_defaults_are_the_tuned_studys_winners():
-    """The `compare` defaults are the winners recorded by benchmarks/study_compare.py."""
+    """The `compare` defaults are the winners recorded by history: study_compare.py."""
     studies = {"study-compare": ("adamw", "mars-adamw", "lion", "mars-lion")}
     studies["study-compare-h100"] = ("muon", "mars-shampoo")
-    # MARS-M's study on tiny, with its weight-decay control (benchmarks/study_mars_m_controls.py).
+    # MARS-M's study on tiny, with its weight-decay control (history: study_mars_m_controls.py).
     studies["study-mars-m-tiny4x/weight-decay"] = ("mars-m",)
     # torch's NAdam (Dozat's schedule), the earlier control (issue #24 replaced it by nadamw).
     studies["study-axes/nadam-dozat"] = ("nadam",)
@@ -91,7 +91,7 @@ def test_tiny_defaults_are_the_weight_decay_axiss_best_points_where_it_ran():
 
 
 def test_vision_defaults_are_the_vision_studys_winners():
-    """`compare-vision`'s defaults are the winners recorded by benchmarks/study_vision.py."""
+    """`compare-vision`'s defaults are the winners recorded by history: study_vision.py."""
     from torch_mars.train.vision import VISION_DEFAULTS
 
     sweep = STUDY_RESULTS / "study-vision" / "betas" / "sweep.json"

@@ -31,3 +31,12 @@ def test_quick_start_has_two_commands_and_ci_runs_the_test_command():
     assert main_job.endswith("&& torch-mars compare")
     assert test_command in (ROOT / ".ci" / "run").read_text().splitlines()
     assert "torch==2.13.0" in main_job and "torch==2.13.0" in test_command
+
+
+def test_the_readme_stays_short_and_links_what_it_moved():
+    """A newcomer reads it in five minutes: at most 140 lines, and the details it used to hold
+    are one link away."""
+    assert len(README.splitlines()) <= 140
+    for doc in ("docs/harness.md", "docs/results.md", "docs/benchmarks.md", "docs/reliability.md"):
+        assert f"({doc}" in README, doc
+        assert (ROOT / doc).is_file()

@@ -43,7 +43,72 @@ def test_a_checkpoint_naming_a_shard_folder_outside_the_run_is_refused(tmp_path)
         crafted = {k: v for k, v in payload.items() if k not in ("format", "sha256")}
         save_checkpoint(path, {**crafted, "sharded_dir": name})
         with pytest.raises(CheckpointError, match="shard folder"):
-            train(dataclasses.replace(config, resume=True, stop_after=None))
+            train(dataclasses.replace(config, resume=True, stop_after=None, fsdp=True))
+
+
+class _RunsCode:
+    """A pickle that runs ``touch MARKER`` when unpickled."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _checkpoint_naming_a_crafted_dcp_folder(tmp_path, folder_name, metadata_link=False):
+    """A finished single-file run whose checkpoint (re-hashed, as anyone can) names a shard
+    folder holding a `.metadata` that runs code when unpickled."""
+    config = tiny_config(tmp_path / "run", stop_after=2)
+    train(config)
+    path = tmp_path / "run" / "checkpoint.pt"
+    payload = torch.load(path, weights_only=True)
+    crafted = {k: v for k, v in payload.items() if k not in ("format", "sha256", "model")}
+    save_checkpoint(path, {**crafted, "sharded_dir": folder_name})
+    folder = tmp_path / "run" / folder_name
+    folder.mkdir()
+    marker = tmp_path / "ran"
+    evil = pickle.dumps(_RunsCode(marker))
+    if metadata_link:
+        (tmp_path / "outside.metadata").write_bytes(evil)
+        (folder / ".metadata").symlink_to(tmp_path / "outside.metadata")
+    else:
+        (folder / ".metadata").write_bytes(evil)
+    return dataclasses.replace(config, resume=True, stop_after=None), marker
+
+
+@pytest.mark.parametrize(
+    ("folder_name", "metadata_link"),
+    [("checkpoint-step2", False), ("checkpoint-step2", True), ("checkpoint-step\u0662", False)],
+    ids=["a real folder", "a .metadata linked out of the run", "a non-ASCII digit"],
+)
+def test_a_plain_resume_never_unpickles_a_distributed_checkpoint(
+    tmp_path, folder_name, metadata_link
+):
+    """Issue #35: a plain `--resume` followed a checkpoint's shard folder, and DCP unpickled its
+    `.metadata`: code ran. Now a plain resume refuses a DCP checkpoint before reading it."""
+    config, marker = _checkpoint_naming_a_crafted_dcp_folder(tmp_path, folder_name, metadata_link)
+    with pytest.raises(CheckpointError, match="resume it with --fsdp"):
+        train(config)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("folder_name", "metadata_link", "refusal"),
+    [
+        ("checkpoint-step2", False, "not a DCP checkpoint"),
+        ("checkpoint-step2", True, "must hold no links"),
+        ("checkpoint-step\u0662", False, "expected checkpoint-stepN"),
+    ],
+    ids=["a real folder", "a .metadata linked out of the run", "a non-ASCII digit"],
+)
+def test_a_resume_with_fsdp_reads_dcp_metadata_without_running_code(
+    tmp_path, folder_name, metadata_link, refusal
+):
+    config, marker = _checkpoint_naming_a_crafted_dcp_folder(tmp_path, folder_name, metadata_link)
+    with pytest.raises(CheckpointError, match=refusal):
+        train(dataclasses.replace(config, fsdp=True))
+    assert not marker.exists()
 
 
 def test_a_malicious_cifar_batch_is_refused_and_runs_nothing(tmp_path):

@@ -17,7 +17,8 @@ journal, kept in git: a killed or interrupted map resumes from it, on this machi
 and nothing finished reruns). Runs are resumable per point; points run in the order above.
 
     python benchmarks/studies/regime_map.py [--points b64-4x ...] [--jobs 2]
-    python benchmarks/studies/regime_map.py --report   # each point's summary.md, map.md
+    python benchmarks/studies/regime_map.py --report   # each point's summary.md, map.md and
+                                                       # docs/figures/regime-map.png
 
 The command each point runs is printed before it starts; it is the one that reproduces it.
 """
@@ -25,14 +26,20 @@ The command each point runs is printed before it starts; it is the one that repr
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import shlex
+import statistics
 import sys
 from pathlib import Path
 
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
 
-FOLDER = Path(__file__).resolve().parents[1] / "results" / "regime-map"
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "benchmarks" / "results" / "regime-map"
+FIGURE = ROOT / "docs" / "figures" / "regime-map.png"
 BLOCK = 32
 # name: (sequences per step, multiple of 20 tokens per parameter)
 POINTS: dict[str, tuple[int, int]] = {
@@ -57,6 +64,7 @@ def non_embedding_parameters(model: str = "tiny") -> int:
 def tune_arguments(point: str, jobs: int, report: bool = False) -> list[str]:
     """The ``torch-mars tune`` arguments of one point of the map."""
     batch, multiple = POINTS[point]
+    folder = FOLDER.relative_to(ROOT)  # the commands run from the repository's root
     tokens = 20 * multiple * non_embedding_parameters()
     steps = tokens // (batch * BLOCK)
     arguments = (
@@ -64,9 +72,124 @@ def tune_arguments(point: str, jobs: int, report: bool = False) -> list[str]:
         f"--eval-interval {max(1, steps // 10)} --eval-batches 8 "
         f"--optimizers {' '.join(OPTIMIZERS)} --seeds 0 1 2 --heldout-seeds 3 4 5 "
         f"--screen-top 2 --max-rounds 2 --jobs {jobs} --name {point} "
-        f"--out-dir {FOLDER} --storage journal:{FOLDER / point / 'study.log'}"
+        f"--out-dir {folder} --storage journal:{folder / point / 'study.log'}"
     )
     return shlex.split(arguments) + (["--report"] if report else [])
+
+
+PAIRS = {"mars-adamw": ("adamw", "nadamw"), "mars-shampoo": ("muon",)}
+
+
+def point_outcomes(point: str) -> dict[str, dict] | None:
+    """Each optimizer's entry of a point's ``tune.json`` (None before its report exists)."""
+    report = FOLDER / point / "tune.json"
+    if not report.is_file():
+        return None
+    return {o["optimizer"]: o for o in json.loads(report.read_text())["optimizers"]}
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def map_rows() -> list[dict]:
+    """One row per point and pair whose optimizers have all finished: the rule's held-out
+    mean and std, the strongest control's, the gap in that control's std, and trial counts."""
+    rows = []
+    for point, (batch, multiple) in POINTS.items():
+        found = point_outcomes(point)
+        if found is None:
+            continue
+        for rule, controls in PAIRS.items():
+            names = (rule, *controls)
+            if not all(n in found and found[n]["finished"] for n in names):
+                continue
+            rule_mean, rule_std = _mean_std(found[rule]["heldout_finals"])
+            best = min(controls, key=lambda c: _mean_std(found[c]["heldout_finals"])[0])
+            control_mean, control_std = _mean_std(found[best]["heldout_finals"])
+            gap = rule_mean - control_mean
+            rows.append(
+                {
+                    "point": point,
+                    "batch": batch,
+                    "multiple": multiple,
+                    "rule": rule,
+                    "rule_heldout": (rule_mean, rule_std),
+                    "control": best,
+                    "control_heldout": (control_mean, control_std),
+                    "gap": gap,
+                    "gap_sd": gap / control_std if control_std > 0 else math.nan,
+                    "gamma": found[rule]["winner"]["gamma"],
+                    "lr": found[rule]["winner"]["lr"],
+                    "runs": {n: found[n]["runs"] for n in names},
+                    "failures": {n: found[n]["heldout_failures"] for n in names},
+                }
+            )
+    return rows
+
+
+def format_map(rows: list[dict]) -> str:
+    lines = [
+        "| point | sequences/step | x 20 tokens/param | rule | held out (seeds 3-5) | strongest "
+        "control | its held out | gap (control sd) | rule's gamma, lr | runs (rule / controls) "
+        "| held-out failures |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        runs = " / ".join(str(v) for v in r["runs"].values())
+        failures = " / ".join(str(v) for v in r["failures"].values())
+        lines.append(
+            f"| {r['point']} | {r['batch']} | {r['multiple']} | {r['rule']} | "
+            f"{r['rule_heldout'][0]:.4f} ± {r['rule_heldout'][1]:.4f} | {r['control']} | "
+            f"{r['control_heldout'][0]:.4f} ± {r['control_heldout'][1]:.4f} | "
+            f"{r['gap']:+.4f} ({r['gap_sd']:+.1f}) | {r['gamma']:g}, {r['lr']:.3g} | {runs} | "
+            f"{failures} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_map(rows: list[dict], out_path: Path) -> Path | None:
+    """Each rule's held-out gap to its strongest control (in that control's std) against
+    batch size, one line per token budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        return None
+    figure, axes = plt.subplots(1, len(PAIRS), figsize=(11, 4.5), sharey=True)
+    for axis, rule in zip(axes, PAIRS, strict=True):
+        for multiple in sorted({r["multiple"] for r in rows}):
+            mine = sorted(
+                (r["batch"], r["gap_sd"])
+                for r in rows
+                if r["rule"] == rule and r["multiple"] == multiple
+            )
+            if mine:
+                axis.plot(*zip(*mine, strict=True), marker="o", label=f"{multiple}x20 tokens/param")
+        axis.axhline(0, color="black", linewidth=0.8)
+        for bound in (-2, 2):
+            axis.axhline(bound, color="grey", linewidth=0.6, linestyle="--")
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("sequences per step")
+        axis.set_title(f"{rule} - strongest of {', '.join(PAIRS[rule])}")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    axes[0].set_ylabel("held-out gap, in the control's std (< 0: MARS ahead)")
+    figure.tight_layout()
+    figure.savefig(out_path, dpi=120)
+    plt.close(figure)
+    return out_path
+
+
+def write_map() -> None:
+    rows = map_rows()
+    (FOLDER / "map.md").write_text(format_map(rows) + "\n")
+    plot_map(rows, FIGURE)
+    print(format_map(rows))
 
 
 def main() -> int:
@@ -77,6 +200,7 @@ def main() -> int:
         "--report", action="store_true", help="write the reports of the points begun, train nothing"
     )
     args = parser.parse_args()
+    os.chdir(ROOT)
     for point in args.points:
         if args.report and not (FOLDER / point / "study.log").is_file():
             continue
@@ -85,6 +209,7 @@ def main() -> int:
         code = torch_mars(["tune", *arguments])
         if code:
             return code
+    write_map()
     return 0
 
 

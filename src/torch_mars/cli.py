@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import re
@@ -57,10 +56,9 @@ from torch_mars.train.checkpoint import CheckpointError
 from torch_mars.train.compare import (
     DEFAULT_COMPARE,
     DEFAULT_OPTIMIZERS,
-    format_control_gaps,
-    format_table,
+    is_default_compare,
     run_comparison,
-    summarise,
+    write_comparison,
 )
 from torch_mars.train.grid import parse_grid, parse_value
 from torch_mars.train.optimizers import NAME_VALUED_KEYS, OPTIMIZER_NAMES
@@ -430,9 +428,7 @@ def _add_sweep_flags(parser: argparse.ArgumentParser, optimizers: Sequence[str])
     group.add_argument(
         "--jobs", type=_positive_int, default=1, help="worker processes (cores are divided)"
     )
-    group.add_argument(
-        "--name", type=_study_name, help="sweep folder name (default: sweep-<time>)"
-    )
+    group.add_argument("--name", type=_study_name, help="sweep folder name (default: sweep-<time>)")
     group.add_argument("--out-dir", type=Path, default=Path("runs"))
     group.add_argument(
         "--storage",
@@ -679,17 +675,7 @@ def _run_comparison(plan: ComparisonPlan) -> int:
     results = run_comparison(
         plan.base, plan.optimizers, plan.seeds, out_dir, plan.hyperparams, corpus
     )
-    summaries = summarise(results)
-    table = format_table(summaries)
-    gaps = format_control_gaps(summaries)
-    if gaps:
-        table += "\n\nMARS against its strongest same-cost control (final; < 0: MARS ahead):\n"
-        table += "\n".join(f"- {line}" for line in gaps.splitlines())
-    figure = plot_runs([r.run_dir for r in results], out_dir / "curves.png", title=title)
-    (out_dir / "summary.md").write_text(table + "\n")
-    (out_dir / "summary.json").write_text(
-        json.dumps([dataclasses.asdict(s) for s in summaries], indent=2) + "\n"
-    )
+    table, figure = write_comparison(results, out_dir, title, is_default_compare(plan.base))
     print(table)
     print(f"figure: {figure}\nper-run metrics: {out_dir}/<optimizer>-seed<k>/metrics.csv")
     return 0

@@ -24,7 +24,7 @@ CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_FORMAT = "torch-mars-checkpoint/2"
 # Version 1 had no content hash; it still loads, unchecked.
 READABLE_FORMATS = ("torch-mars-checkpoint/1", CHECKPOINT_FORMAT)
-SHARDED_DIR_PATTERN = re.compile(r"checkpoint-step\d+")
+SHARDED_DIR_PATTERN = re.compile(r"checkpoint-step[0-9]+")  # ASCII digits only
 
 
 class CheckpointError(RuntimeError):
@@ -112,10 +112,9 @@ def load_checkpoint(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
 
 
 def sharded_checkpoint_dir(run_dir: Path, name: object) -> Path:
-    """The DCP folder a checkpoint names, checked: a ``checkpoint-stepN`` folder directly in
-    ``run_dir``, not a link. Anything else (an absolute path, ``..``, a link out of the run
-    folder) is a :class:`CheckpointError`: DCP unpickles that folder's metadata, so it must be
-    the run's own."""
+    """The DCP folder a checkpoint names, checked: a ``checkpoint-stepN`` folder (ASCII digits)
+    directly in ``run_dir``, not a link and holding none. Anything else (an absolute path,
+    ``..``, a link) is a :class:`CheckpointError`."""
     if not isinstance(name, str) or not SHARDED_DIR_PATTERN.fullmatch(name):
         raise CheckpointError(
             f"{run_dir}: the checkpoint names {name!r} as its shard folder; expected "
@@ -126,4 +125,7 @@ def sharded_checkpoint_dir(run_dir: Path, name: object) -> Path:
         raise CheckpointError(f"{folder}: a shard folder must not be a link out of the run folder")
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: the shard folder the checkpoint names is missing")
+    links = [path.name for path in folder.rglob("*") if path.is_symlink()]
+    if links:
+        raise CheckpointError(f"{folder}: a shard folder must hold no links, found {links[:3]}")
     return folder

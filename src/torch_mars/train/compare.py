@@ -4,6 +4,7 @@ seed (same batches, same budget), then summarise the runs over seeds and tabulat
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -118,10 +119,11 @@ def format_table(summaries: Sequence[OptimizerSummary]) -> str:
     return "\n".join(lines)
 
 
-def format_control_gaps(summaries: Sequence[OptimizerSummary]) -> str:
+def format_control_gaps(summaries: Sequence[OptimizerSummary], one_seed: bool | None = None) -> str:
     """One line per MARS rule in ``summaries`` that has a same-cost control among them: its
     final metric minus the strongest control's (the best final), in the metric's units and in
-    that control's std. Empty when there is none.
+    that control's std. With one seed, ``one_seed`` not None adds :func:`one_seed_note` (True:
+    at the point where the spread was measured). Empty when there is none.
 
     >>> def s(name, final, std):
     ...     return OptimizerSummary(name, "text", "val_loss", [0, 1], final, std, final, std,
@@ -145,8 +147,78 @@ def format_control_gaps(summaries: Sequence[OptimizerSummary]) -> str:
         sds = f" ({gap / best.final_std:+.1f} sd of {best.optimizer})" if best.final_std > 0 else ""
         names = [c for c in controls if c in by_name]
         which = f" (the strongest of {', '.join(names)})" if len(names) > 1 else ""
-        lines.append(f"{rule} - {best.optimizer}{which}: {shown}{sds}")
+        note = ""
+        if one_seed is not None and len(by_name[rule].seeds) == 1:
+            note = "; " + one_seed_note(rule, best.optimizer, gap, one_seed)
+        lines.append(f"{rule} - {best.optimizer}{which}: {shown}{sds}{note}")
     return "\n".join(lines)
+
+
+# The seed-to-seed std of each optimizer's final validation loss that the study measured at the
+# default `compare` point (three seeds, each at its tuned defaults; docs/results.md, History:
+# the weight-decay axis, and the tokens axis at 4x for the Newton-Schulz pair). A one-seed
+# comparison at that point reads its gaps against them.
+MEASURED_SEED_STD: dict[str, float] = {
+    "mars-adamw": 0.0032,
+    "adamw": 0.0110,
+    "nadamw": 0.0042,
+    "muon": 0.0098,
+    "mars-shampoo": 0.0080,
+}
+
+
+def one_seed_note(rule: str, control: str, gap: float, measured: bool) -> str:
+    """What a one-seed gap between ``rule`` and ``control`` can say: whether it is inside two
+    std of a one-seed difference as the study measured it (``measured``: the run is at the
+    default `compare` point), and how to get error bars.
+
+    >>> one_seed_note("mars-adamw", "nadamw", 0.0149, True).split("; ")[0]
+    'one seed: outside the seed-to-seed spread measured here (2 sd of a difference: 0.0106)'
+    >>> one_seed_note("mars-shampoo", "muon", 0.0147, True).split("; ")[0]
+    'one seed: inside the seed-to-seed spread measured here (2 sd of a difference: 0.0253)'
+    >>> one_seed_note("mars-lion", "lion", 0.1, True).split("; ")[1]
+    'error bars: --seeds 0 1 2'
+    """
+    stds = [MEASURED_SEED_STD.get(rule), MEASURED_SEED_STD.get(control)]
+    if not measured or None in stds:
+        return "one seed, and no spread measured at this budget; error bars: --seeds 0 1 2"
+    bound = 2 * math.sqrt(sum(s * s for s in stds))
+    where = "inside" if abs(gap) <= bound else "outside"
+    return (
+        f"one seed: {where} the seed-to-seed spread measured here (2 sd of a difference: "
+        f"{bound:.4f}); error bars: --seeds 0 1 2"
+    )
+
+
+def is_default_compare(base: TrainConfig | VisionConfig) -> bool:
+    """Whether ``base`` trains what the default `compare` does (where the spread was measured)."""
+    fields = ("model", "data", "steps", "batch_size", "grad_accum", "block_size", "schedule")
+    return isinstance(base, TrainConfig) and all(
+        getattr(base, f) == getattr(DEFAULT_COMPARE, f) for f in fields
+    )
+
+
+def write_comparison(
+    results: Sequence[RunResult], out_dir: Path, title: str, measured_spread: bool
+) -> tuple[str, Path]:
+    """Write a comparison's ``summary.md`` (the table, then each MARS rule's gap to its
+    strongest control; with one seed, whether each gap is inside the measured spread),
+    ``summary.json`` and ``curves.png`` in ``out_dir``; returns the summary's text and the
+    figure's path."""
+    from torch_mars.train.plots import plot_runs
+
+    summaries = summarise(results)
+    text = format_table(summaries)
+    gaps = format_control_gaps(summaries, one_seed=measured_spread)
+    if gaps:
+        text += "\n\nMARS against its strongest same-cost control (final; < 0: MARS ahead):\n"
+        text += "\n".join(f"- {line}" for line in gaps.splitlines())
+    figure = plot_runs([r.run_dir for r in results], out_dir / "curves.png", title=title)
+    (out_dir / "summary.md").write_text(text + "\n")
+    (out_dir / "summary.json").write_text(
+        json.dumps([dataclasses.asdict(s) for s in summaries], indent=2) + "\n"
+    )
+    return text, figure
 
 
 def train_run(config: TrainConfig | VisionConfig, corpus: TokenCorpus | None = None) -> RunResult:

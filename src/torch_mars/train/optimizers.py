@@ -98,10 +98,10 @@ _PAPER_LRS: dict[str, _PaperLRs] = {
 }
 
 # CPU-sized models: the winners of the tuned study at the `compare` budget (docs/results.md,
-# benchmarks/study_compare.py: lr on 1.5x grids, then betas, gamma and Muon's momentum), the
+# history: study_compare.py: lr on 1.5x grids, then betas, gamma and Muon's momentum), the
 # same on a 2-core CPU and on an H100 for the Adam and Lion pairs (the Newton-Schulz pair ran
 # on the H100). NAdam's (Dozat's schedule) and NAdamW's are their control sweeps' winners
-# (benchmarks/study_axes.py; NAdamW's equals AdamW's lr and betas). lr_1d was not swept.
+# (history: study_axes.py; NAdamW's equals AdamW's lr and betas). lr_1d was not swept.
 _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "adamw": {"lr": 4.5e-3},
     "mars-adamw": {"lr": 6.7e-3, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
@@ -125,7 +125,7 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 # Per CPU model, on top of those. `tiny`: each optimizer's best point on the weight-decay axis
-# at 4 x 20 tokens per parameter (benchmarks/study_weight_decay.py: weight decay 0 to 0.1, lr
+# at 4 x 20 tokens per parameter (history: study_weight_decay.py: weight decay 0 to 0.1, lr
 # re-tuned at each value, the other settings of the tokens axis's winner there, which NAdamW's
 # betas were swept for; issue #24). MARS-AdamW and NAdamW keep 1e-2, AdamW takes 3e-2 (0.002
 # better than 1e-2, within its seeds' spread; 0.06 better than its earlier 0.1). Muon and

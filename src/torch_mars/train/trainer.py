@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import math
 import os
+import pickle
 import random
 import shutil
 import sys
@@ -396,8 +397,17 @@ class Trainer:
             self.config.run_dir / CHECKPOINT_FILE, self.config.identity(self.data_fingerprint)
         )
         if "sharded_dir" in payload:
+            if not self.config.fsdp:
+                raise CheckpointError(
+                    f"{self.config.run_dir}: the checkpoint is a distributed (DCP) one, in "
+                    f"{payload['sharded_dir']!r}; resume it with --fsdp (on any number of "
+                    "processes)"
+                )
             directory = sharded_checkpoint_dir(self.config.run_dir, payload["sharded_dir"])
-            load_sharded_checkpoint(directory, self.model, self.optimizer)
+            try:
+                load_sharded_checkpoint(directory, self.model, self.optimizer)
+            except (pickle.UnpicklingError, EOFError) as error:
+                raise CheckpointError(f"{directory}: not a DCP checkpoint ({error})") from None
         elif self.sharded:
             raise CheckpointError(
                 f"{self.config.run_dir}: a single-file checkpoint cannot resume under --fsdp; "

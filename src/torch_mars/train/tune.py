@@ -182,9 +182,11 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
             results[(name, key, s)] for s in plan.selection.heldout if (name, key, s) in results
         ]
         mine = [run for run in results if run[0] == name]
-        spread = statistics.stdev(sel) if len(sel) > 1 else 0.0
+        known = [v for v in sel if not math.isnan(v)]
+        spread = statistics.stdev(known) if len(known) > 1 else 0.0
         margin = max(FAILURE_MARGIN, 3 * spread)
-        failures = sum(1 for v in held if not v <= statistics.fmean(sel) + margin)
+        reference = statistics.fmean(known) if known else math.nan
+        failures = sum(1 for v in held if not v <= reference + margin)
         lr_sweeps = [
             [
                 (values_of(p)["lr"], results.get((name, point_key(p), plan.selection.seeds[0])))
@@ -255,6 +257,7 @@ def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
         return f"{difference:+.4f} vs {best.optimizer}{sds}"
 
     def mean_std(values: list[float]) -> str:
+        values = [v for v in values if not math.isnan(v)]
         if not values:
             return "—"
         if len(values) == 1:

@@ -9,7 +9,7 @@ stubbed out (they launch nothing), so a CPU shows the Python that queues them: o
 eager step is no faster than that. MARS-Shampoo's Newton-Schulz runs for real on the 2 x 2
 stand-ins, so its row counts that part's dispatches, not its arithmetic.
 
-    python benchmarks/host_calls.py [--repeats 300]
+    python benchmarks/perf/host_calls.py [--repeats 300]
 
 Give the timing column a quiet machine.
 """

@@ -30,8 +30,8 @@ The forms:
   round-off grow, so every ``K`` iterations it restarts: ``X = Q X``, ``A = X X^T`` again.
   It does fewer FLOPs when ``n`` is well above ``m``, more dispatches per iteration.
 
-    python benchmarks/newton_schulz_forms.py --device cuda          # full shapes
-    python benchmarks/newton_schulz_forms.py --device cpu --scale 4 # a quarter of every side
+    python benchmarks/perf/newton_schulz_forms.py --device cuda          # full shapes
+    python benchmarks/perf/newton_schulz_forms.py --device cpu --scale 4 # a quarter of every side
 
 Tables go to stdout; ``--json`` writes them too.
 """

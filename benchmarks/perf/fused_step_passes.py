@@ -12,7 +12,7 @@ Rows, each timed in a new random order every round, median over rounds:
 - ``norm pass alone``: the first pass (``||c||``) compiled by itself;
 - ``adamw, compiled``: the kernel's plain-AdamW variant (``c = g``), one pass of 28 B.
 
-    python benchmarks/fused_step_passes.py [--elements 38633472] [--rounds 21]
+    python benchmarks/perf/fused_step_passes.py [--elements 38633472] [--rounds 21]
 
 The default size is GPT-2 small's embedding (50,257 x 768), the step's largest tensor.
 """

@@ -1,7 +1,7 @@
 """What ``import torch_mars`` costs beyond ``import torch``: fresh interpreters, the two imports
 timed alternately, medians over repeats (issue #15's goal: under 0.3 s).
 
-    python benchmarks/import_time.py [--repeats 11]
+    python benchmarks/perf/import_time.py [--repeats 11]
 """
 
 from __future__ import annotations

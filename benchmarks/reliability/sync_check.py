@@ -2,7 +2,7 @@
 ``skip_nonfinite`` setting, with ``torch.cuda.set_sync_debug_mode("warn")`` (each call that
 waits for the device warns once per occurrence). The optimizer promises none.
 
-    python benchmarks/sync_check.py        # needs a CUDA device
+    python benchmarks/reliability/sync_check.py        # needs a CUDA device
 
 Prints a table: rule, path, skip, synchronisations in three steps, and the lines they came from.
 """

@@ -3,7 +3,7 @@
 of 128 tokens per step: each mode runs 3 steps in a fresh process, which reports its peak
 resident memory (``ru_maxrss``) and the median step time.
 
-    python benchmarks/step_in_backward_memory.py
+    python benchmarks/perf/step_in_backward_memory.py
 
 Inside backward, each gradient is freed once its tensor is stepped, so the 0.5 GB of fp32
 gradients are never held at once; the state (m, v, g_tilde: 1.5 GB) is the same in both.
