@@ -3,6 +3,9 @@ before anything trains: the red-team inputs of issue #14 and their neighbours.""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from harness_helpers import TINY_CLI
@@ -57,3 +60,36 @@ def test_other_commands_refuse_bad_values_the_same_way(capsys, args, flag):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and flag in err
+
+
+def _cli_without(modules: list[str], args: list[str]) -> subprocess.CompletedProcess:
+    """``torch-mars ARGS`` in a process where ``modules`` cannot be imported (as on a machine
+    that lacks them: ``importlib.util.find_spec`` finds nothing, ``import`` fails)."""
+    code = (
+        "import sys\n"
+        f"for name in {modules!r}: sys.modules[name] = None\n"
+        "from torch_mars.cli import main\n"
+        f"sys.exit(main({args!r}))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["compare", "--steps", "5"]])
+def test_without_the_harness_extra_every_command_says_so_in_one_line(args):
+    """Issue #35: a bare `pip install torch-mars` met two chained tracebacks."""
+    completed = _cli_without(["matplotlib", "optuna"], args)
+    assert completed.returncode == 2
+    assert completed.stderr.count("\n") == 1, completed.stderr
+    assert "harness extra (matplotlib, optuna missing): pip install 'torch-mars[harness]'" in (
+        completed.stderr
+    )
+
+
+@pytest.mark.parametrize("command", [["export-hf", "runs/none", "out"], ["eval", "runs/none"]])
+def test_export_and_eval_without_transformers_name_the_extra_before_any_work(tmp_path, command):
+    """Issue #35: they said "No module named 'tokenizers'"."""
+    args = [*command, "--tasks", "hellaswag"] if command[0] == "eval" else command
+    completed = _cli_without(["tokenizers"], [str(tmp_path / a) if "/" in a else a for a in args])
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.count("\n") == 1, completed.stderr
+    assert "(tokenizers is missing): pip install 'torch-mars[eval]'" in completed.stderr

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import math
 import os
 import re
@@ -31,15 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-try:  # the harness's own dependencies, in the `harness` extra
-    import matplotlib  # noqa: F401
-    import PIL  # noqa: F401
-    import tqdm  # noqa: F401
-except ImportError as error:
-    raise ImportError(
-        f"the torch-mars command needs the harness extra ({error.name} is missing): "
-        "pip install 'torch-mars[harness]'"
-    ) from error
+# The harness's own dependencies (the `harness` extra), checked before anything imports them:
+# a bare `pip install torch-mars` gets one line, not a traceback.
+_missing = [
+    m for m in ("matplotlib", "PIL", "tqdm", "optuna") if importlib.util.find_spec(m) is None
+]
+if _missing:
+    print(
+        f"torch-mars: error: the command needs the harness extra ({', '.join(_missing)} "
+        "missing): pip install 'torch-mars[harness]'",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
 
 from torch_mars import __version__
 from torch_mars.bench.commands import (

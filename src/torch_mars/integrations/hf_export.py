@@ -55,10 +55,16 @@ class ExportedModel:
 
 
 def _require_transformers() -> Any:
+    """``transformers``, after checking that it and ``tokenizers`` import; an ``ImportError``
+    naming the missing one and the extra that brings both otherwise."""
     try:
+        import tokenizers  # noqa: F401
         import transformers
     except ImportError as error:
-        raise ImportError("export-hf needs transformers: pip install transformers") from error
+        raise ImportError(
+            f"export-hf and eval need the eval extra ({error.name} is missing): "
+            "pip install 'torch-mars[eval]'"
+        ) from None
     return transformers
 
 
@@ -191,6 +197,7 @@ def export_hf(
         ValueError: not a text run, a sharded checkpoint, or logits that disagree.
         CheckpointError: no readable checkpoint in ``run_dir``.
     """
+    _require_transformers()  # before any work: without it the export cannot end
     run_dir, out = Path(run_dir), Path(out)
     model, run_config = load_run_model(run_dir)
     block_size = model.config.block_size

@@ -67,7 +67,9 @@ def evaluate_hf_folder(folder: Path, plan: EvalPlan, log_samples: bool = False) 
         import lm_eval
         from lm_eval.tasks import TaskManager
     except ImportError as error:
-        raise ImportError("eval needs lm-eval: pip install lm-eval") from error
+        raise ImportError(
+            f"eval needs the eval extra ({error.name} is missing): pip install 'torch-mars[eval]'"
+        ) from None
     include = None if plan.include_path is None else str(plan.include_path)
     return lm_eval.simple_evaluate(
         model="hf",
