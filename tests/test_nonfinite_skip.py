@@ -186,3 +186,16 @@ def test_on_cuda_skips_match_the_cpu_loop(options, mars_type):
     tolerance = {"rtol": 1e-2, "atol": 2e-3} if mars_type in ("mars-shampoo", "mars-m") else {}
     for a, b in zip(run("cpu", PATHS["loop"]), run("cuda", options), strict=True):
         torch.testing.assert_close(b, a, **tolerance)
+
+
+def test_a_skip_count_survives_a_round_trip_with_bf16_parameters():
+    """Issue #35: torch's loader cast the count to the parameter's dtype, 257 -> 256."""
+    weight = torch.nn.Parameter(torch.randn(4, 4, dtype=torch.bfloat16))
+    opt = MARS([weight], lr=1e-3)
+    weight.grad = torch.randn_like(weight)
+    opt.step()
+    opt.state[weight]["nonfinite_skips"].fill_(257)
+    fresh = MARS([weight], lr=1e-3)
+    fresh.load_state_dict(opt.state_dict())
+    count = fresh.state[weight]["nonfinite_skips"]
+    assert count.dtype == torch.int64 and count.item() == 257

@@ -379,14 +379,25 @@ class MARS(Optimizer):
                     "written by torch_mars.MARS (load the model's weights and start MARS afresh)"
                 )
         constructed = [group["lr_at_construction"] for group in self.param_groups]
+        # torch casts every state tensor to its parameter's dtype: a bf16 parameter would turn
+        # a skip count of 257 into 256. Keep the counts as saved.
+        saved_ids = [i for saved in saved_groups for i in saved["params"]]
+        params = [p for group in self.param_groups for p in group["params"]]
+        counts = {
+            param: state_dict["state"][i]["nonfinite_skips"]
+            for i, param in zip(saved_ids, params, strict=False)
+            if "nonfinite_skips" in state_dict["state"].get(i, {})
+        }
         super().load_state_dict(state_dict)
         for group, saved, lr0 in zip(self.param_groups, saved_groups, constructed, strict=False):
             if "lr_at_construction" not in saved:
                 group["lr_at_construction"] = lr0
             for param in group["params"]:
                 state = self.state.get(param, {})
-                if "nonfinite_skips" in state:  # torch casts it to the parameter's dtype
-                    state["nonfinite_skips"] = state["nonfinite_skips"].to(torch.int64)
+                if param in counts:
+                    state["nonfinite_skips"] = torch.as_tensor(
+                        counts[param], dtype=torch.int64, device=param.device
+                    ).clone()
                 if group["state_dtype"] is None:
                     continue
                 for name, value in state.items():
@@ -447,6 +458,7 @@ class MARS(Optimizer):
             if rebuilt:  # a new plan's tensors may lack state: create it, after the checks
                 for i, names in plan.buffers.items():
                     self._create_state(group["params"][i], group, names)
+                    self._check_state_shapes(group["params"][i], names)
         if exact_groups:
             self._prepare_exact_mode(closure, exact_groups)
         inv_grad_scale = None if grad_scale is None else grad_scale.double().reciprocal()
@@ -476,6 +488,11 @@ class MARS(Optimizer):
         is rebuilt, so after a load or a change of the setting)."""
         state = self.state[param]
         state["step"] = _step_count(state.get("step", 0), param, group["cuda_graph"])
+        for name, value in list(state.items()):
+            # a buffer kept across a change of state_dtype is converted, not left behind
+            stored = isinstance(value, Tensor) and value.is_floating_point() and value.ndim > 0
+            if stored and name != "prev_param" and value.dtype != _state_dtype(param, group):
+                state[name] = value.to(_state_dtype(param, group))
         if (
             group["skip_nonfinite"]
             and "nonfinite_skips" not in state
@@ -490,6 +507,18 @@ class MARS(Optimizer):
                     state[name] = torch.zeros_like(
                         param, dtype=_state_dtype(param, group), memory_format=torch.preserve_format
                     )
+
+    def _check_state_shapes(self, param: Tensor, names: tuple[str, ...]) -> None:
+        """Refuse, before any tensor steps, a buffer whose shape is no longer its parameter's
+        (a parameter reshaped in place, or another tensor put in its place)."""
+        state = self.state[param]
+        for name in names:
+            if state[name].shape != param.shape:
+                raise ValueError(
+                    f"the state {name!r} of a parameter of shape {tuple(param.shape)} has shape "
+                    f"{tuple(state[name].shape)}: the parameter changed shape since it last "
+                    "stepped; clear its state (optimizer.state.pop(param)) to start it afresh"
+                )
 
     def nonfinite_skips(self) -> Tensor:
         """The number of (tensor, step) pairs skipped so far under ``skip_nonfinite``, summed

@@ -3,8 +3,9 @@
 Which tensors take the MARS rule and which plain AdamW (:func:`routes_to_mars`), the state
 buffers each one owns (:func:`state_buffer_names`), the step path (:func:`step_path`) and the
 sharding. ``MARS`` builds a group's plan on its first step and again only when something the
-plan was derived from changes (:func:`plan_key`: the group's tensors, which of them have a
-gradient, their devices and dtypes, and the settings in :data:`PLANNED_SETTINGS`), so a step
+plan was derived from changes (:func:`plan_key`: the group's tensors, their types, shapes,
+devices and dtypes, which of them have a gradient, and the settings in
+:data:`PLANNED_SETTINGS`), so a step
 does not re-derive them per tensor; ``torch.optim``'s ``_init_group`` re-derives them every step.
 The plan holds no state tensors: those are read from ``optimizer.state`` on every step, so a
 loaded or edited state is always the one stepped.
@@ -129,9 +130,13 @@ def group_sharding_of(params: Sequence[Tensor]) -> GroupSharding | None:
 
 def plan_key(group: dict[str, Any]) -> tuple[Hashable, ...]:
     """What a plan of ``group`` is derived from, compared on every step: each tensor's
-    identity, whether it has a gradient, its device and dtype, the :data:`PLANNED_SETTINGS`,
-    and whether the step is being traced by ``torch.compile``."""
-    tensors = tuple([(id(p), p.grad is not None, p.device, p.dtype) for p in group["params"]])
+    identity, type, shape (so ndim), device and dtype, whether it has a gradient, the
+    :data:`PLANNED_SETTINGS`, and whether the step is being traced by ``torch.compile``. A
+    plan is derived from these alone, so a tensor that reuses a freed one's ``id()`` with
+    another shape or type gets a plan of its own."""
+    tensors = tuple(
+        [(id(p), type(p), p.shape, p.grad is not None, p.device, p.dtype) for p in group["params"]]
+    )
     settings = tuple(group.get(name) for name in PLANNED_SETTINGS)
     return tensors, settings, torch.compiler.is_compiling()
 
