@@ -67,7 +67,7 @@ from torch_mars.train.compare import (
 from torch_mars.train.grid import parse_grid, parse_value
 from torch_mars.train.optimizers import NAME_VALUED_KEYS, OPTIMIZER_NAMES
 from torch_mars.train.plots import plot_runs
-from torch_mars.train.run_record import RunFolderBusy, RunResult, is_run_dir
+from torch_mars.train.run_record import RunFolderBusy, RunResult, check_folder_path, is_run_dir
 from torch_mars.train.schedules import TEXT_SCHEDULES
 from torch_mars.train.search_space import tunable_optimizers
 from torch_mars.train.study_store import describe, storage_url
@@ -141,6 +141,29 @@ def _whole_number(text: str, minimum: int, maximum: int = MAX_COUNT) -> int:
             f"must be a whole number in [{minimum}, {maximum:.0e}], got {text!r}"
         )
     return int(value)
+
+
+def _folder(text: str) -> Path:
+    """A folder to write into, checked before any work (:func:`check_folder_path`)."""
+    try:
+        if not text.strip():
+            raise ValueError("the folder is empty: name one")
+        check_folder_path(Path(text), "the folder")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return Path(text)
+
+
+def _output_file(text: str) -> Path:
+    """A file to write, checked before any work: not a folder, and its folder can be made."""
+    path = Path(text)
+    try:
+        if not text.strip() or path.is_dir():
+            raise ValueError(f"{text!r} is not a file name")
+        check_folder_path(path.parent, "its folder")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return path
 
 
 def _positive_int(text: str) -> int:
@@ -336,8 +359,8 @@ def _add_comparison_flags(parser: argparse.ArgumentParser, optimizers: Sequence[
         metavar="NAME:KEY=VALUE",
         help="any other hyperparameter, e.g. mars-adamw:gamma=0.05",
     )
-    group.add_argument("--name", help="run folder name (default: compare-<time>)")
-    group.add_argument("--out-dir", type=Path, default=Path("runs"))
+    group.add_argument("--name", type=_study_name, help="run folder name (default: compare-<time>)")
+    group.add_argument("--out-dir", type=_folder, default=Path("runs"))
 
 
 def _add_overwrite(parser: argparse.ArgumentParser) -> None:
@@ -433,7 +456,7 @@ def _add_sweep_flags(parser: argparse.ArgumentParser, optimizers: Sequence[str])
         "--jobs", type=_positive_int, default=1, help="worker processes (cores are divided)"
     )
     group.add_argument("--name", type=_study_name, help="sweep folder name (default: sweep-<time>)")
-    group.add_argument("--out-dir", type=Path, default=Path("runs"))
+    group.add_argument("--out-dir", type=_folder, default=Path("runs"))
     group.add_argument(
         "--storage",
         help="Optuna storage for workers elsewhere: an SQLAlchemy URL or journal:PATH "
@@ -530,7 +553,7 @@ def _tune_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--name", type=_study_name, default="tune", help="study name, and its folder's"
     )
-    group.add_argument("--out-dir", type=Path, default=Path("runs"))
+    group.add_argument("--out-dir", type=_folder, default=Path("runs"))
     group.add_argument(
         "--overwrite",
         action="store_true",
@@ -726,7 +749,7 @@ def _train_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=_nonnegative_int, default=0, help="model initialisation seed"
     )
-    parser.add_argument("--run-dir", type=Path, default=Path("runs/train"))
+    parser.add_argument("--run-dir", type=_folder, default=Path("runs/train"))
     parser.add_argument("--resume", action="store_true", help="continue from run-dir's checkpoint")
     parser.add_argument("--stop-after", type=_positive_int, help="stop (checkpointed) at this step")
     parser.add_argument(
@@ -795,7 +818,7 @@ def _train_vision_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", choices=OPTIMIZER_NAMES, default="mars-adamw")
     _add_opt_arg(parser)
     parser.add_argument("--seed", type=_nonnegative_int, default=0)
-    parser.add_argument("--run-dir", type=Path, default=Path("runs/vision"))
+    parser.add_argument("--run-dir", type=_folder, default=Path("runs/vision"))
     _add_vision_flags(parser, VisionConfig.width, VisionConfig.epochs, None)
 
 
@@ -824,7 +847,7 @@ class PlotPlan:
 
 def _plot_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
-    parser.add_argument("--out", type=Path, help="PNG path (default: RUN_DIR/curves.png)")
+    parser.add_argument("--out", type=_output_file, help="PNG path (default: RUN_DIR/curves.png)")
 
 
 def _run_plot(plan: PlotPlan) -> int:
@@ -848,7 +871,9 @@ def _bench_common_flags(parser: argparse.ArgumentParser, model_help: str) -> Non
     parser.add_argument("--warmup", type=_positive_int, default=3)
     parser.add_argument("--repeats", type=_positive_int, default=10)
     parser.add_argument("--only", nargs="+", metavar="NAME", help="rows to run (default: all)")
-    parser.add_argument("--json", type=Path, help="results file (default: runs/bench-MODE.json)")
+    parser.add_argument(
+        "--json", type=_output_file, help="results file (default: runs/bench-MODE.json)"
+    )
 
 
 def _bench_step_flags(parser: argparse.ArgumentParser) -> None:
@@ -929,7 +954,7 @@ def _doctor_flags(parser: argparse.ArgumentParser) -> None:
         "--model", choices=sorted(GPT_CONFIGS), default="gpt2-small", help="shapes to time"
     )
     parser.add_argument("--repeats", type=_positive_int, default=5)
-    parser.add_argument("--out", type=Path, help="also write the Markdown report here")
+    parser.add_argument("--out", type=_output_file, help="also write the Markdown report here")
 
 
 def _run_doctor(options: Any) -> int:

@@ -8,6 +8,7 @@ once per group."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -269,6 +270,11 @@ class MARS(Optimizer):
             "cuda_graph": cuda_graph,
         }
         validate_group(defaults)
+        if isinstance(params, set | frozenset):
+            raise TypeError(
+                "params must be an ordered collection (a list, model.parameters()): a set's "
+                "order changes between runs, and the state dict is matched to it by order"
+            )
         super().__init__(params, defaults)
         if any(g["fused"] and fused_backend(g["params"]) == "triton" for g in self.param_groups):
             require_triton()
@@ -293,6 +299,15 @@ class MARS(Optimizer):
             )
         group["params"] = [params] if isinstance(params, Tensor) else list(params)
         tensors = _tensors_of(group["params"])
+        unknown = sorted(set(group) - set(self.defaults) - GROUP_BOOKKEEPING_KEYS)
+        if unknown:
+            raise ValueError(
+                f"unknown param group settings {unknown}; MARS's are {sorted(self.defaults)}"
+            )
+        if len({id(p) for p in tensors}) != len(tensors):
+            raise ValueError(
+                "a tensor is listed twice in one param group: it would step twice per step"
+            )
         if "weight_decay" in group and "weight_decay_1d" not in group:
             group["weight_decay_1d"] = group["weight_decay"]
         validate_group({**self.defaults, **group})
@@ -454,6 +469,13 @@ class MARS(Optimizer):
         planned = [self._plan(index) for index in range(len(self.param_groups))]
         plans = [plan for plan, _ in planned]
         self._check_gradients(plans)
+        for index, (group, plan) in enumerate(zip(self.param_groups, plans, strict=True)):
+            lr0 = group["lr_at_construction"]
+            if plan.adamw and not (isinstance(lr0, int | float) and math.isfinite(lr0) and lr0 > 0):
+                raise ValueError(
+                    f"param group {index}: lr_at_construction must be a finite number > 0 when "
+                    f"the group has tensors on the 1-D AdamW path, got {lr0!r}"
+                )
         for group, (plan, rebuilt) in zip(self.param_groups, planned, strict=True):
             if rebuilt:  # a new plan's tensors may lack state: create it, after the checks
                 for i, names in plan.buffers.items():
@@ -765,6 +787,11 @@ def _step_count(step: int | Tensor, param: Tensor, on_device: bool) -> int | Ten
     if isinstance(step, Tensor) and step.dtype == torch.float32 and step.device == param.device:
         return step
     return torch.as_tensor(step, dtype=torch.float32).to(param.device).reshape(())
+
+
+# Keys a param group may hold besides MARS's settings: its tensors (and torch's names for them),
+# the lr it was built with, and what torch's lr schedulers add.
+GROUP_BOOKKEEPING_KEYS = frozenset({"params", "param_names", "lr_at_construction", "initial_lr"})
 
 
 def _state_dtype(param: Tensor, group: dict[str, Any]) -> torch.dtype:

@@ -174,8 +174,8 @@ def validate_group(group: Mapping[str, Any]) -> None:
     if group["mars_type"] not in MARS_TYPES:
         raise ValueError(f"mars_type must be one of {MARS_TYPES}, got {group['mars_type']!r}")
     ns_steps = group["ns_steps"]
-    if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
-        raise ValueError(f"ns_steps must be an integer >= 1, got {ns_steps!r}")
+    if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or not 1 <= ns_steps <= 100:
+        raise ValueError(f"ns_steps must be an integer in [1, 100], got {ns_steps!r}")
     if group.get("ns_dtype") not in (None, torch.bfloat16, torch.float32, torch.float64):
         raise ValueError(
             "ns_dtype must be None (bf16 where the device multiplies it fast, else float32), "

@@ -18,6 +18,9 @@ from typing import Any
 
 Grid = dict[str, dict[str, tuple[Any, ...]]]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+# A number as the command line takes it: Python's int() and float() also accept "1_000" and
+# non-ASCII digits, which a typo or a paste should not turn into a learning rate.
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 
 
 def _scalar(text: str) -> Any:
@@ -27,14 +30,13 @@ def _scalar(text: str) -> Any:
         raise ValueError("empty value")
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
-    for kind in (int, float):
-        try:
-            number = kind(text)
-        except ValueError:
-            continue
+    if _NUMBER.fullmatch(text):
+        number = int(text) if text.lstrip("+-").isdigit() else float(text)
         if not math.isfinite(number):
             raise ValueError(f"{text!r} is not a finite number")
         return number
+    if text.lower().lstrip("+-") in ("inf", "infinity", "nan"):
+        raise ValueError(f"{text!r} is not a finite number")
     if _NAME.fullmatch(text) is None:
         raise ValueError(f"{text!r} is not a number, true/false, a name or a tuple in parentheses")
     return text

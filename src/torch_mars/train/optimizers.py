@@ -367,6 +367,9 @@ def _construct(
         return torch.optim.NAdam(model.parameters(), decoupled_weight_decay=True, **settings)
     if not hasattr(torch.optim, "Muon"):
         raise ValueError(f"muon needs torch.optim.Muon (torch >= 2.9), not in {torch.__version__}")
+    momentum = settings.get("momentum", 0.95)
+    if isinstance(momentum, bool) or not isinstance(momentum, int | float) or not 0 <= momentum < 1:
+        raise ValueError(f"muon: momentum must be in [0, 1), got {momentum!r}")
     matrices, rest = _split_by_routing(model, embeddings="adamw", matrices_only=True)
     adamw = torch.optim.AdamW(
         rest,

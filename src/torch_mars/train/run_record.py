@@ -178,6 +178,25 @@ def run_folder_lock(run_dir: Path) -> Iterator[None]:
         handle.close()
 
 
+def check_folder_path(folder: Path, name: str) -> None:
+    """Refuse, before any work, a folder path that cannot hold a run's files: empty (given as a
+    string), the file-system root, an existing file, one under a file, or a component longer
+    than the file system allows (255 bytes). A ``ValueError`` naming ``name``."""
+    text = str(folder)
+    if not text.strip():
+        raise ValueError(f"{name} is empty: name a folder")
+    path = Path(folder)
+    if path.resolve() == Path(path.resolve().anchor):
+        raise ValueError(f"{name} {text!r} is the file-system root: name a folder of its own")
+    too_long = [part for part in path.parts if len(part.encode()) > 255]
+    if too_long:
+        raise ValueError(f"{name}: the name {too_long[0][:40]!r}... is longer than 255 bytes")
+    for ancestor in (path, *path.parents):
+        if ancestor.exists() and not ancestor.is_dir():
+            where = "is" if ancestor == path else f"is under {ancestor}, which is"
+            raise ValueError(f"{name} {text!r} {where} a file, not a folder")
+
+
 def is_run_dir(folder: Path) -> bool:
     """Whether ``folder`` holds a run (a ``config.json``)."""
     return (Path(folder) / CONFIG_FILE).is_file()
