@@ -96,3 +96,22 @@ def test_init_state_makes_every_buffer_and_changes_no_step(mars_type, is_approx)
     train(problem, initialised, initialised_opt, range(6), is_approx)
     for a, b in zip(stepped, initialised, strict=True):
         assert torch.equal(a, b)
+
+
+def test_float32_state_on_bf16_parameters_steps_like_bf16_state_as_documented():
+    """What `state_dtype=torch.float32` does with bf16 parameters (issue #35; the docstring
+    says it): the maths runs in bf16, the parameter's dtype, so the float32 buffers hold bf16
+    values and the parameters step bitwise like under bf16 state."""
+    outcomes = {}
+    for state_dtype in (torch.float32, torch.bfloat16):
+        torch.manual_seed(0)
+        weight = torch.nn.Parameter(torch.randn(16, 16).bfloat16())
+        opt = MARS([weight], lr=1e-2, state_dtype=state_dtype)
+        for seed in range(3):
+            generator = torch.Generator().manual_seed(seed)
+            weight.grad = torch.randn(16, 16, generator=generator).bfloat16()
+            opt.step()
+        outcomes[state_dtype] = (weight.detach().clone(), opt.state[weight]["exp_avg"])
+    (w32, m32), (w16, m16) = outcomes[torch.float32], outcomes[torch.bfloat16]
+    assert m32.dtype == torch.float32 and torch.equal(m32, m16.float())
+    assert torch.equal(w32, w16)

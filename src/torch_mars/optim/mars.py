@@ -140,7 +140,10 @@ class MARS(Optimizer):
             multi-tensor path).
         state_dtype: dtype of ``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq`` and ``last_grad``:
             None (the parameter's dtype), ``torch.float32`` or ``torch.bfloat16`` (half the
-            state memory; the step still computes in float32).
+            state memory; the step still computes in float32). The maths runs in the
+            parameter's dtype: float32 state of bf16 parameters is rounded to bf16 for each
+            step and stored back, so it steps bitwise like bf16 state and buys nothing (keep
+            float32 parameters, e.g. under autocast, for float32 maths).
         skip_nonfinite: a MARS-routed tensor whose ``||c||`` is NaN or infinite keeps its
             parameter and buffers for that step (``last_grad`` too), as if the step had been
             skipped for it; the others step as usual. Decided on the device by every path, with
