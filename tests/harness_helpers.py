@@ -4,7 +4,10 @@ so runs take a fraction of a second and need no files."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
+import signal
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -53,3 +56,28 @@ def tiny_config(run_dir: Path, **changes) -> TrainConfig:
         quiet=True,
     )
     return dataclasses.replace(base, **changes)
+
+
+def kill_when_paused(args: list[str], finished: int) -> dict[str, str]:
+    """Run ``args`` (a study command) with ``TORCH_MARS_PAUSE_AFTER=finished``, read its stderr
+    until it says it paused, and kill it there with SIGKILL: a point the test controls, not a
+    moment guessed by polling. Returns the environment to resume it in (without the pause)."""
+    from torch_mars.train.study_engine import PAUSE_AFTER_VARIABLE
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        args,
+        env={**env, PAUSE_AFTER_VARIABLE: str(finished)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    said = []
+    for line in process.stderr:
+        said.append(line)
+        if f"paused after {finished} finished trials" in line:
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert f"paused after {finished} finished trials" in said[-1], "".join(said)[-2000:]
+    return env

@@ -9,7 +9,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +17,10 @@ import optuna
 import pytest
 import torch
 
-from harness_helpers import tiny_config, write_synthetic_text
+from harness_helpers import kill_when_paused, tiny_config, write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train.grid import grid_points, parse_grid
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
-from torch_mars.train.study_engine import PAUSE_AFTER_VARIABLE
 from torch_mars.train.study_store import open_storage
 from torch_mars.train.sweep import (
     PointResult,
@@ -152,21 +150,9 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, corpus
     args = [sys.executable, "-m", "torch_mars.cli", "sweep", *TINY, "--data", str(corpus_file)]
     args += ["--out-dir", str(tmp_path), "--name", "k", "--grid", "adamw:lr=1e-3,2e-3,3e-3"]
     args += ["--seeds", "0"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", PAUSE_AFTER_VARIABLE: "1"}
-    process = subprocess.Popen(
-        args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    said = []
-    for line in process.stderr:
-        said.append(line)
-        if "paused after 1 finished trials" in line:
-            break
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert "paused after 1 finished trials" in said[-1], "".join(said)[-2000:]
+    env = kill_when_paused(args, 1)
     finished = runs_of(tmp_path / "k")
     assert len(finished) == 1
-    env.pop(PAUSE_AFTER_VARIABLE)
     completed = subprocess.run(args, env=env, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr[-2000:]
     after = runs_of(tmp_path / "k")

@@ -8,7 +8,6 @@ import collections
 import dataclasses
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -17,11 +16,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from harness_helpers import write_synthetic_text
+from harness_helpers import kill_when_paused, write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train.descent import Selection
 from torch_mars.train.study_engine import (
-    PAUSE_AFTER_VARIABLE,
     claim,
     finished_results,
     open_study,
@@ -74,22 +72,10 @@ def test_a_killed_tune_resumes_without_rerunning_a_finished_trial(tmp_path, corp
     guessed by polling."""
     args = [sys.executable, "-m", "torch_mars.cli", "tune", *TOY, "--data", str(corpus_file)]
     args += ["--out-dir", str(tmp_path), "--name", "k"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", PAUSE_AFTER_VARIABLE: "3"}
-    process = subprocess.Popen(
-        args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    said = []
-    for line in process.stderr:
-        said.append(line)
-        if "paused after 3 finished trials" in line:
-            break
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert "paused after 3" in said[-1], "".join(said)[-2000:]
+    env = kill_when_paused(args, 3)
     plan = toy_plan(tmp_path, corpus_file, study_dir=tmp_path / "k", study_name="k")
     before = {t.number: (t.user_attrs["point"], t.value) for t in trials_of(plan)}
     assert len(before) == 3
-    env.pop(PAUSE_AFTER_VARIABLE)
     completed = subprocess.run(args, env=env, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr[-2000:]
     after = trials_of(plan)

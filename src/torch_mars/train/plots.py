@@ -111,6 +111,13 @@ def plot_curves(runs: Sequence[RunCurve], out_path: Path, title: str | None = No
         axis.legend()
     if title:
         figure.suptitle(title)
+    return save_figure(figure, out_path)
+
+
+def save_figure(figure: Any, out_path: Path) -> Path:
+    """Lay out ``figure``, write it to ``out_path`` (its folder made) at 120 dpi, close it."""
+    import matplotlib.pyplot as plt
+
     figure.tight_layout()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out_path, dpi=120)

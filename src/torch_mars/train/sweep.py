@@ -481,11 +481,9 @@ def plot_lr_curves(report: SweepReport, out_path: Path) -> Path | None:
     axis.set_title(f"search stage, seed{plural} {seeds}" + (" (mean)" if plural else ""))
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=7)
-    figure.tight_layout()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out_path, dpi=120)
-    plt.close(figure)
-    return out_path
+    from torch_mars.train.plots import save_figure
+
+    return save_figure(figure, out_path)
 
 
 def write_report(plan: SweepPlan, report: SweepReport) -> list[Path]:

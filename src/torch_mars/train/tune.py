@@ -312,11 +312,9 @@ def plot_tune_lr(found: Sequence[OptimizerOutcome], out_path: Path) -> Path | No
     axis.set_title("lr sweeps of the descent (faint: before the last accepted change)")
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out_path, dpi=120)
-    plt.close(figure)
-    return out_path
+    from torch_mars.train.plots import save_figure
+
+    return save_figure(figure, out_path)
 
 
 def report_json(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> dict[str, Any]:
