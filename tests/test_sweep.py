@@ -295,3 +295,17 @@ def test_a_diverged_point_is_recorded_and_never_wins(tmp_path, corpus_file):
         t for t in trials(tmp_path / "sweep") if t.user_attrs["point"] == "lr=1e+09"
     )
     assert diverged_trial.user_attrs["final"] is None and diverged_trial.value == math.inf
+
+
+def test_a_bad_line_in_an_archive_is_one_error_naming_the_file_and_line(
+    tmp_path, corpus_file, capsys
+):
+    folder = tmp_path / "x"
+    folder.mkdir()
+    (folder / "runs.jsonl").write_text('{"run": "adamw/lr=0.001-seed0"}\nnot json\n')
+    args = ["sweep", *TINY, "--data", str(corpus_file), "--out-dir", str(tmp_path)]
+    args += ["--name", "x", "--grid", "adamw:lr=1e-3", "--seeds", "0"]
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"{folder / 'runs.jsonl'}:2: not a run record" in error
+    assert sorted(p.name for p in folder.iterdir()) == ["runs.jsonl"]  # nothing else made

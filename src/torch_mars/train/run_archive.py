@@ -92,12 +92,23 @@ def append_record(archive: Path, record: dict[str, Any]) -> None:
 
 def read_archive(archive: Path) -> dict[str, dict[str, Any]]:
     """The records of ``archive`` by run key (empty when there is none). A last line without
-    its newline (a kill while writing it) is left out; a key written twice keeps its last."""
+    its newline (a kill while writing it) is left out; a key written twice keeps its last; any
+    other line that is no record is a ``ValueError`` naming the file and line."""
     if not archive.is_file():
         return {}
     *complete, _unterminated = archive.read_text().split("\n")
-    records = [json.loads(line) for line in complete if line.strip()]
-    return {record["run"]: record for record in records}
+    records = {}
+    for number, line in enumerate(complete, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            records[record["run"]] = record
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise ValueError(
+                f"{archive}:{number}: not a run record ({error}); mend or remove that line"
+            ) from None
+    return records
 
 
 def result_of(record: dict[str, Any], run_dir: Path) -> RunResult:

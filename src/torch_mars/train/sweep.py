@@ -260,10 +260,10 @@ def select_best(points: Sequence[PointResult], seeds: Sequence[int], lower_is_be
     return min(points, key=badness)
 
 
-def import_archive(plan: SweepPlan, study: optuna.Study) -> int:
-    """Take the runs of a pre-engine ``runs.jsonl`` in the sweep folder into ``study`` as
-    finished trials (those of this sweep's budget and grid that it lacks); returns how many."""
-    archive = read_archive(plan.sweep_dir / ARCHIVE_FILE)
+def import_archive(plan: SweepPlan, study: optuna.Study, archive: dict[str, Any]) -> int:
+    """Take the runs of a pre-engine ``runs.jsonl`` (``archive``, as :func:`read_archive`
+    reads it) into ``study`` as finished trials: those of this sweep's budget and grid that it
+    lacks. Returns how many."""
     if not archive:
         return 0
     spec = plan.spec()
@@ -298,8 +298,9 @@ def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) ->
     """Run (or resume) ``plan`` and return its report; ``progress(line)`` is called as each
     run finishes here."""
     spec = plan.spec()
+    archive = read_archive(plan.sweep_dir / ARCHIVE_FILE)  # a bad line stops it here
     study = open_study(spec)
-    import_archive(plan, study)
+    import_archive(plan, study, archive)
     run_workers(spec, progress)
     return sweep_report(plan, study.get_trials(deepcopy=False))
 
