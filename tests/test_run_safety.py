@@ -367,3 +367,37 @@ def test_a_stuck_partner_times_out_with_the_message_the_trainer_translates(tmp_p
     failed = mp.get_context("spawn").Event()
     mp.spawn(_barrier_with_timeout, args=(str(tmp_path / "init"), str(out), failed), nprocs=2)
     assert "timed out" in out.read_text().lower()
+
+
+CRAFTED = {
+    "step 0": lambda p: {**p, "step": 0},
+    "step 10**12": lambda p: {**p, "step": 10**12},
+    "step a string": lambda p: {**p, "step": "2"},
+    "step a bool": lambda p: {**p, "step": True},
+    "no progress": lambda p: {k: v for k, v in p.items() if k != "progress"},
+    "progress of strings": lambda p: {**p, "progress": dict.fromkeys(p["progress"], "x")},
+    "no rng": lambda p: {k: v for k, v in p.items() if k != "rng"},
+    "rng of floats": lambda p: {**p, "rng": {**p["rng"], "torch": p["rng"]["torch"].float()}},
+    "a short python rng": lambda p: {**p, "rng": {**p["rng"], "python": [1, 2]}},
+    "no model": lambda p: {k: v for k, v in p.items() if k != "model"},
+    "optimizer a list": lambda p: {**p, "optimizer": [1]},
+    "model of other shapes": lambda p: {
+        **p,
+        "model": {k: torch.zeros(1) for k in p["model"]},
+    },
+    "identity a list": lambda p: {**p, "identity": [1]},
+}
+
+
+@pytest.mark.parametrize("case", CRAFTED, ids=list(CRAFTED))
+def test_a_rehashed_checkpoint_with_bad_fields_is_refused_in_one_error(tmp_path, case):
+    """Issue #35: a valid hash with missing or mistyped fields ended in tracebacks. The hash is
+    a checksum anyone can recompute, so every field a resume reads is checked."""
+    config = tiny_config(tmp_path / "run", stop_after=2)
+    train(config)
+    path = tmp_path / "run" / "checkpoint.pt"
+    payload = torch.load(path, weights_only=True)
+    kept = {k: v for k, v in payload.items() if k not in ("format", "sha256")}
+    save_checkpoint(path, CRAFTED[case](kept))
+    with pytest.raises(CheckpointError, match=str(path)):
+        train(dataclasses.replace(config, resume=True, stop_after=None))

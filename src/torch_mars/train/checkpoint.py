@@ -10,6 +10,7 @@ is read with ``torch.load(weights_only=True)``, which builds tensors and plain c
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import pickle
 import re
@@ -99,6 +100,8 @@ def load_checkpoint(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
             "copy, or start over with --overwrite)"
         )
     saved = payload.get("identity", {})
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{path}: its identity is a {type(saved).__name__}, not a dict")
     differences = [
         f"{key}: checkpoint {saved.get(key)!r}, now {value!r}"
         for key, value in identity.items()
@@ -108,7 +111,46 @@ def load_checkpoint(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: the checkpoint is from a different run; " + "; ".join(differences)
         )
+    _check_fields(path, payload, identity.get("steps"))
     return payload
+
+
+PROGRESS_FIELDS = ("train_time_s", "best_val_loss", "last_val_loss", "last_train_loss")
+
+
+def _check_fields(path: Path, payload: dict[str, Any], steps: int | None) -> None:
+    """Refuse a checkpoint whose fields a resume reads are missing or of the wrong type (a
+    valid hash proves only that the file is as written, not what wrote it)."""
+
+    def refuse(field: str, wanted: str) -> CheckpointError:
+        value = payload.get(field, "<missing>")
+        shown = value if isinstance(value, int | float | str) else type(value).__name__
+        return CheckpointError(f"{path}: its {field} must be {wanted}, got {shown!r}")
+
+    step = payload.get("step")
+    limit = steps if isinstance(steps, int) else math.inf
+    if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= limit:
+        raise refuse("step", f"a step count in [1, {steps}]")
+    progress = payload.get("progress")
+    if not isinstance(progress, dict) or not all(
+        isinstance(progress.get(k), int | float) and not isinstance(progress.get(k), bool)
+        for k in PROGRESS_FIELDS
+    ):
+        raise refuse("progress", f"a dict of numbers {PROGRESS_FIELDS}")
+    rng = payload.get("rng")
+    if not (
+        isinstance(rng, dict)
+        and isinstance(rng.get("torch"), torch.Tensor)
+        and rng["torch"].dtype == torch.uint8
+        and isinstance(rng.get("python"), list | tuple)
+        and len(rng["python"]) == 625
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in rng["python"])
+    ):
+        raise refuse("rng", "torch's and Python's generator states")
+    if "sharded_dir" not in payload:
+        for field in ("model", "optimizer"):
+            if not isinstance(payload.get(field), dict):
+                raise refuse(field, "a state dict")
 
 
 def sharded_checkpoint_dir(run_dir: Path, name: object) -> Path:

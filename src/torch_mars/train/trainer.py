@@ -414,8 +414,14 @@ class Trainer:
                 "resume it without --fsdp"
             )
         else:
-            self.model.load_state_dict(payload["model"])
-            self.optimizer.load_state_dict(payload["optimizer"])
+            try:
+                self.model.load_state_dict(payload["model"])
+                self.optimizer.load_state_dict(payload["optimizer"])
+            except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:
+                raise CheckpointError(
+                    f"{self.config.run_dir / CHECKPOINT_FILE}: its weights or optimizer state "
+                    f"do not fit this run ({str(error).splitlines()[0][:200]})"
+                ) from None
         _set_rng_state(payload["rng"])
         return payload["step"], payload["progress"]
 
