@@ -472,13 +472,8 @@ class MARS(Optimizer):
         planned = [self._plan(index) for index in range(len(self.param_groups))]
         plans = [plan for plan, _ in planned]
         self._check_gradients(plans)
-        for index, (group, plan) in enumerate(zip(self.param_groups, plans, strict=True)):
-            lr0 = group["lr_at_construction"]
-            if plan.adamw and not (isinstance(lr0, int | float) and math.isfinite(lr0) and lr0 > 0):
-                raise ValueError(
-                    f"param group {index}: lr_at_construction must be a finite number > 0 when "
-                    f"the group has tensors on the 1-D AdamW path, got {lr0!r}"
-                )
+        if not torch.compiler.is_compiling():  # checked eagerly, as validate_group is
+            self._check_lr_at_construction(plans)
         for group, (plan, rebuilt) in zip(self.param_groups, planned, strict=True):
             if rebuilt:  # a new plan's tensors may lack state: create it, after the checks
                 for i, names in plan.buffers.items():
@@ -532,6 +527,17 @@ class MARS(Optimizer):
                     state[name] = torch.zeros_like(
                         param, dtype=_state_dtype(param, group), memory_format=torch.preserve_format
                     )
+
+    def _check_lr_at_construction(self, plans: list[GroupStepPlan]) -> None:
+        """The 1-D AdamW path's rate is ``lr * lr_1d / lr_at_construction``: refuse, before any
+        tensor steps, a group with tensors on it whose ``lr_at_construction`` is not > 0."""
+        for index, (group, plan) in enumerate(zip(self.param_groups, plans, strict=True)):
+            lr0 = group["lr_at_construction"]
+            if plan.adamw and not (isinstance(lr0, int | float) and math.isfinite(lr0) and lr0 > 0):
+                raise ValueError(
+                    f"param group {index}: lr_at_construction must be a finite number > 0 when "
+                    f"the group has tensors on the 1-D AdamW path, got {lr0!r}"
+                )
 
     def _check_state_shapes(self, param: Tensor, names: tuple[str, ...]) -> None:
         """Refuse, before any tensor steps, a buffer whose shape is no longer its parameter's
