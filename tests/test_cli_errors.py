@@ -85,11 +85,19 @@ def test_without_the_harness_extra_every_command_says_so_in_one_line(args):
     )
 
 
-@pytest.mark.parametrize("command", [["export-hf", "runs/none", "out"], ["eval", "runs/none"]])
-def test_export_and_eval_without_transformers_name_the_extra_before_any_work(tmp_path, command):
-    """Issue #35: they said "No module named 'tokenizers'"."""
-    args = [*command, "--tasks", "hellaswag"] if command[0] == "eval" else command
-    completed = _cli_without(["tokenizers"], [str(tmp_path / a) if "/" in a else a for a in args])
-    assert completed.returncode == 2, completed.stderr
-    assert completed.stderr.count("\n") == 1, completed.stderr
-    assert "(tokenizers is missing): pip install 'torch-mars[eval]'" in completed.stderr
+def test_export_and_eval_without_transformers_name_the_extra_before_any_work(tmp_path):
+    """Issue #35: they said "No module named 'tokenizers'". Both commands in one process."""
+    run, out = str(tmp_path / "none"), str(tmp_path / "out")
+    code = (
+        "import sys\n"
+        "sys.modules['tokenizers'] = None\n"
+        "from torch_mars.cli import main\n"
+        f"codes = [main(['export-hf', {run!r}, {out!r}]), main(['eval', {run!r}, '--tasks', 'x'])]\n"
+        "sys.exit(0 if codes == [2, 2] else 1)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stderr.splitlines()
+    assert len(lines) == 2, completed.stderr
+    assert all("(tokenizers is missing): pip install 'torch-mars[eval]'" in line for line in lines)
+    assert not (tmp_path / "out").exists()

@@ -203,15 +203,11 @@ def test_a_pre_engine_archive_is_taken_into_the_study_and_not_trained_again(tmp_
 
 
 def test_a_sweep_is_not_reused_with_other_settings(tmp_path, corpus_file, capsys):
-    """Issue #35: `sweep --name X` again with another budget reused every archived result."""
+    """Issue #35: `sweep --name X` again with another budget reused every archived result. The
+    refusal runs as a real process."""
     args = ["sweep", *TINY, "--data", str(corpus_file), "--out-dir", str(tmp_path)]
     args += ["--name", "x", "--grid", "adamw:lr=1e-3", "--seeds", "0"]
-    assert (
-        subprocess.run(
-            [sys.executable, "-m", "torch_mars.cli", *args], capture_output=True
-        ).returncode
-        == 0
-    )
+    assert main(args) == 0
     longer = [a if a != "4" else "6" for a in args]  # --steps 6, --batch-size 6
     refused = subprocess.run(
         [sys.executable, "-m", "torch_mars.cli", *longer], capture_output=True, text=True
@@ -219,16 +215,9 @@ def test_a_sweep_is_not_reused_with_other_settings(tmp_path, corpus_file, capsys
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1 and "steps: 4 there, 6 here" in refused.stderr
     assert len(trials(tmp_path / "x")) == 1
-    fresh = subprocess.run(
-        [sys.executable, "-m", "torch_mars.cli", *longer, "--overwrite"],
-        capture_output=True,
-        text=True,
-    )
-    assert fresh.returncode == 0, fresh.stderr[-2000:]
-    assert (
-        json.loads((tmp_path / "x" / "sweep.json").read_text())["summaries"][0]["budget"]
-        == 6 * 6 * 16
-    )
+    assert main([*longer, "--overwrite"]) == 0
+    summary = json.loads((tmp_path / "x" / "sweep.json").read_text())["summaries"][0]
+    assert summary["budget"] == 6 * 6 * 16
 
 
 def test_a_sweep_never_touches_a_run_folder_it_did_not_make(tmp_path, corpus_file):
