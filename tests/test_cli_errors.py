@@ -92,7 +92,8 @@ def test_export_and_eval_without_transformers_name_the_extra_before_any_work(tmp
         "import sys\n"
         "sys.modules['tokenizers'] = None\n"
         "from torch_mars.cli import main\n"
-        f"codes = [main(['export-hf', {run!r}, {out!r}]), main(['eval', {run!r}, '--tasks', 'x'])]\n"
+        f"codes = [main(['export-hf', {run!r}, {out!r}]),\n"
+        f"         main(['eval', {run!r}, '--tasks', 'x'])]\n"
         "sys.exit(0 if codes == [2, 2] else 1)\n"
     )
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
