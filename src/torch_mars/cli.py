@@ -208,7 +208,10 @@ def _fraction(text: str) -> float:
 
 
 def _add_text_flags(
-    parser: argparse.ArgumentParser, defaults: TrainConfig, quiet_flag: bool = True
+    parser: argparse.ArgumentParser,
+    defaults: TrainConfig,
+    quiet_flag: bool = True,
+    diagnostics_flag: bool = True,
 ) -> None:
     group = parser.add_argument_group("model, data and budget")
     group.add_argument("--model", choices=sorted(GPT_CONFIGS), default=defaults.model)
@@ -248,11 +251,12 @@ def _add_text_flags(
     group.add_argument("--device", default=defaults.device, help="auto, cpu, cuda, cuda:1, ...")
     group.add_argument("--compile", action="store_true", help="torch.compile the model")
     group.add_argument("--exact", action="store_true", help="MARS exact mode (2 gradients/step)")
-    group.add_argument(
-        "--diagnostics",
-        action="store_true",
-        help="log MARS's clipped fraction, ||c||/||g|| and update RMS per step",
-    )
+    if diagnostics_flag:  # not for studies: it needs a MARS optimizer in every run
+        group.add_argument(
+            "--diagnostics",
+            action="store_true",
+            help="log MARS's clipped fraction, ||c||/||g|| and update RMS per step",
+        )
     if quiet_flag:
         group.add_argument(
             "--quiet", action="store_true", help="log lines instead of a progress bar"
@@ -283,7 +287,7 @@ def _text_config(args: argparse.Namespace, base: TrainConfig) -> TrainConfig:
         device=args.device,
         compile=args.compile,
         exact=args.exact,
-        diagnostics=args.diagnostics,
+        diagnostics=getattr(args, "diagnostics", False),
         quiet=getattr(args, "quiet", True),
     )
 
@@ -573,7 +577,7 @@ def _tune_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--report", action="store_true", help="write the report of the study as it stands, and stop"
     )
-    _add_text_flags(parser, DEFAULT_COMPARE, quiet_flag=False)
+    _add_text_flags(parser, DEFAULT_COMPARE, quiet_flag=False, diagnostics_flag=False)
 
 
 # What --worker takes from its study, never from the command line.
@@ -710,7 +714,8 @@ def _run_comparison(plan: ComparisonPlan) -> int:
 
 def _sweep_text_flags(parser: argparse.ArgumentParser) -> None:
     _add_sweep_flags(parser, DEFAULT_OPTIMIZERS)
-    _add_text_flags(parser, DEFAULT_COMPARE, quiet_flag=False)  # each run logs to its log.txt
+    # each run logs to its log.txt
+    _add_text_flags(parser, DEFAULT_COMPARE, quiet_flag=False, diagnostics_flag=False)
 
 
 def _sweep_vision_flags(parser: argparse.ArgumentParser) -> None:
