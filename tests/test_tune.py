@@ -222,6 +222,8 @@ def test_the_workers_of_a_killed_tune_die_with_it(tmp_path, corpus_file):
     bounded only as a failure report."""
     import select
 
+    if not hasattr(os, "pidfd_open") or not Path("/proc/self/stat").exists():
+        pytest.skip("needs Linux's pidfds and /proc")
     args = [sys.executable, "-m", "torch_mars.cli", "tune", *TOY, "--data", str(corpus_file)]
     args += ["--out-dir", str(tmp_path), "--name", "j", "--jobs", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", PAUSE_AFTER_VARIABLE: "1"}
