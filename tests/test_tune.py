@@ -8,7 +8,6 @@ import collections
 import dataclasses
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,6 @@ from harness_helpers import kill_when_paused, write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train.descent import Selection
 from torch_mars.train.study_engine import (
-    PAUSE_AFTER_VARIABLE,
     claim,
     finished_results,
     open_study,
@@ -214,41 +212,3 @@ def test_a_worker_takes_its_settings_from_the_study_and_refuses_others(tmp_path,
     assert "--worker takes its settings from the study; drop --steps" in capsys.readouterr().err
     assert main(["tune", "--worker", "--out-dir", str(tmp_path), "--name", "w"]) == 2
     assert "no study 'w'" in capsys.readouterr().err
-
-
-def test_the_workers_of_a_killed_tune_die_with_it(tmp_path, corpus_file):
-    """A `tune --jobs 2` killed with SIGKILL left its pool workers claiming runs: they now die
-    with their parent. The test waits on each worker's pidfd (the kernel says when it exits),
-    bounded only as a failure report."""
-    import select
-
-    if not hasattr(os, "pidfd_open") or not Path("/proc/self/stat").exists():
-        pytest.skip("needs Linux's pidfds and /proc")
-    args = [sys.executable, "-m", "torch_mars.cli", "tune", *TOY, "--data", str(corpus_file)]
-    args += ["--out-dir", str(tmp_path), "--name", "j", "--jobs", "2"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", PAUSE_AFTER_VARIABLE: "1"}
-    parent = subprocess.Popen(
-        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    for line in parent.stderr:
-        if "paused after 1 finished trials" in line:
-            break
-    workers = [
-        int(stat.split()[0])
-        for stat in (p.read_text() for p in Path("/proc").glob("[0-9]*/stat") if p.exists())
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent.pid
-    ]
-    handles = [os.pidfd_open(pid) for pid in workers]
-    parent.send_signal(signal.SIGKILL)
-    parent.wait()
-    poller = select.poll()
-    for handle in handles:
-        poller.register(handle, select.POLLIN)
-    exited: set[int] = set()
-    while len(exited) < len(handles):
-        events = poller.poll(120_000)
-        assert events, "a worker outlived its killed parent"
-        for handle, _ in events:
-            exited.add(handle)
-            poller.unregister(handle)
-    assert len(workers) >= 2
