@@ -58,16 +58,22 @@ def tiny_config(run_dir: Path, **changes) -> TrainConfig:
     return dataclasses.replace(base, **changes)
 
 
-def kill_when_paused(args: list[str], finished: int) -> dict[str, str]:
-    """Run ``args`` (a study command) with ``TORCH_MARS_PAUSE_AFTER=finished``, read its stderr
-    until it says it paused, and kill it there with SIGKILL: a point the test controls, not a
-    moment guessed by polling. Returns the environment to resume it in (without the pause)."""
+def kill_when_paused(args: list[str], finished: int, what: str = "trials") -> dict[str, str]:
+    """Run ``args`` (a study command, ``what="trials"``, or a run, ``what="steps"``) with the
+    pause variable set to ``finished``, read its stderr until it says it paused, and kill it
+    there with SIGKILL: a point the test controls, not a moment guessed by polling. Returns
+    the environment to resume it in (without the pause)."""
+    from torch_mars.train.run_shell import PAUSE_AT_STEP_VARIABLE
     from torch_mars.train.study_engine import PAUSE_AFTER_VARIABLE
 
+    variable, said_when = {
+        "trials": (PAUSE_AFTER_VARIABLE, f"paused after {finished} finished trials"),
+        "steps": (PAUSE_AT_STEP_VARIABLE, f"paused after {finished} steps"),
+    }[what]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
         args,
-        env={**env, PAUSE_AFTER_VARIABLE: str(finished)},
+        env={**env, variable: str(finished)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -75,9 +81,9 @@ def kill_when_paused(args: list[str], finished: int) -> dict[str, str]:
     said = []
     for line in process.stderr:
         said.append(line)
-        if f"paused after {finished} finished trials" in line:
+        if said_when in line:
             break
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert f"paused after {finished} finished trials" in said[-1], "".join(said)[-2000:]
+    assert said and said_when in said[-1], "".join(said)[-2000:]
     return env

@@ -322,15 +322,15 @@ def test_a_test_split_is_labelled_by_class_name(tmp_path):
 def test_the_process_group_gets_the_configured_timeout(monkeypatch):
     import datetime
 
-    from torch_mars.train import trainer
+    from torch_mars.train import runtime
 
     seen: dict = {}
     monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setattr(trainer.dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(trainer.dist, "init_process_group", lambda **kwargs: seen.update(kwargs))
-    monkeypatch.setattr(trainer.dist, "get_rank", lambda: 0)
-    monkeypatch.setattr(trainer.dist, "get_world_size", lambda: 2)
-    trainer._init_distributed("cpu", 7.0)
+    monkeypatch.setattr(runtime.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(runtime.dist, "init_process_group", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(runtime.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(runtime.dist, "get_world_size", lambda: 2)
+    runtime.init_processes("cpu", 7.0)
     assert seen["timeout"] == datetime.timedelta(seconds=7) and seen["backend"] == "gloo"
 
 

@@ -62,6 +62,7 @@ from torch_mars.train.compare import (
     DEFAULT_OPTIMIZERS,
     is_default_compare,
     run_comparison,
+    train_run,
     write_comparison,
 )
 from torch_mars.train.grid import parse_grid, parse_value
@@ -78,12 +79,12 @@ from torch_mars.train.sweep import (
     validate_plan,
     write_report,
 )
-from torch_mars.train.trainer import TrainConfig, Trainer
+from torch_mars.train.task import TaskConfig, task_of
+from torch_mars.train.trainer import TrainConfig
 from torch_mars.train.vision import (
     DEFAULT_VISION_OPTIMIZERS,
     VISION_COMPARE_BUDGET,
     VisionConfig,
-    VisionTrainer,
 )
 
 
@@ -484,7 +485,7 @@ def _sweep_plan(
     missing = set(grid) - set(names)
     if missing:
         raise ValueError(f"--grid names {sorted(missing)}, which --optimizers leaves out")
-    kind = "sweep-vision" if isinstance(base, VisionConfig) else "sweep"
+    kind = f"sweep{task_of(base).command_suffix}"
     folder = args.out_dir / (args.name or time.strftime(f"{kind}-%Y%m%d-%H%M%S"))
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--out-dir/--name: {folder} is a file, not a folder")
@@ -686,25 +687,18 @@ def _compare_vision_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_comparison(plan: ComparisonPlan) -> int:
-    default_name = "compare-vision" if isinstance(plan.base, VisionConfig) else "compare"
+    task = task_of(plan.base)
+    default_name = f"compare{task.command_suffix}"
     out_dir = plan.out_dir / (plan.name or time.strftime(f"{default_name}-%Y%m%d-%H%M%S"))
-    corpus = None
-    if isinstance(plan.base, VisionConfig):
-        setting = f"{plan.base.data}: ResNet-18 width {plan.base.width}, {plan.base.epochs} epochs"
-        title = f"ResNet-18 on {plan.base.data}"
-    else:
-        from torch_mars.data import load_corpus
-
-        corpus = load_corpus(plan.base.data)
-        setting = f"{corpus!r}: model {plan.base.model}, {plan.base.steps} steps"
-        title = f"{plan.base.model} GPT on {corpus.name}"
+    data = task.load_data(plan.base)
+    setting, title = task.setting(plan.base, data)
     print(
         f"comparing {', '.join(plan.optimizers)} on {setting}, seeds {list(plan.seeds)} "
         f"-> {out_dir}",
         flush=True,
     )
     results = run_comparison(
-        plan.base, plan.optimizers, plan.seeds, out_dir, plan.hyperparams, corpus
+        plan.base, plan.optimizers, plan.seeds, out_dir, plan.hyperparams, data
     )
     table, figure = write_comparison(results, out_dir, title, is_default_compare(plan.base))
     print(table)
@@ -748,21 +742,39 @@ def _run_sweep_command(plan: SweepPlan) -> int:
     return 0
 
 
+def _add_run_control_flags(parser: argparse.ArgumentParser, run_dir: Path) -> None:
+    """The run shell's flags, the same for every task's ``train`` command."""
+    parser.add_argument("--run-dir", type=_folder, default=run_dir)
+    parser.add_argument("--resume", action="store_true", help="continue from run-dir's checkpoint")
+    parser.add_argument(
+        "--stop-after", type=_positive_int, help="stop (checkpointed) after this many steps"
+    )
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=_nonnegative_int,
+        default=0,
+        help="optimizer steps between checkpoints (0: only at the end)",
+    )
+    _add_overwrite(parser)
+
+
+def _run_controls(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "run_dir": args.run_dir,
+        "resume": args.resume,
+        "stop_after": args.stop_after,
+        "checkpoint_interval": args.checkpoint_interval,
+        "overwrite": args.overwrite,
+    }
+
+
 def _train_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", choices=OPTIMIZER_NAMES, default="mars-adamw")
     _add_opt_arg(parser)
     parser.add_argument(
         "--seed", type=_nonnegative_int, default=0, help="model initialisation seed"
     )
-    parser.add_argument("--run-dir", type=_folder, default=Path("runs/train"))
-    parser.add_argument("--resume", action="store_true", help="continue from run-dir's checkpoint")
-    parser.add_argument("--stop-after", type=_positive_int, help="stop (checkpointed) at this step")
-    parser.add_argument(
-        "--checkpoint-interval",
-        type=_nonnegative_int,
-        default=0,
-        help="steps between checkpoints (0: only at the end)",
-    )
+    _add_run_control_flags(parser, Path("runs/train"))
     parser.add_argument(
         "--fsdp", action="store_true", help="under torchrun: shard with FSDP2 instead of DDP"
     )
@@ -772,7 +784,6 @@ def _train_flags(parser: argparse.ArgumentParser) -> None:
         default=int(TrainConfig.dist_timeout_s),
         help="under torchrun: seconds a process waits for the others before the run stops",
     )
-    _add_overwrite(parser)
     _add_text_flags(parser, TrainConfig())
 
 
@@ -780,15 +791,17 @@ def _train_config(args: argparse.Namespace) -> TrainConfig:
     base = TrainConfig(
         optimizer=args.optimizer,
         seed=args.seed,
-        run_dir=args.run_dir,
-        resume=args.resume,
-        stop_after=args.stop_after,
-        checkpoint_interval=args.checkpoint_interval,
+        **_run_controls(args),
         fsdp=args.fsdp,
         dist_timeout_s=float(args.dist_timeout),
-        overwrite=args.overwrite,
         hyperparams=dict(args.opt_arg),
     )
+    if args.fsdp and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        print(
+            "--fsdp: one process has nothing to shard, so this run trains without FSDP2 "
+            "(launch with torchrun --nproc_per_node N to shard)",
+            file=sys.stderr,
+        )
     return _text_config(args, base)
 
 
@@ -804,26 +817,11 @@ def _summary_line(result: RunResult) -> str:
     )
 
 
-def _run_train(config: TrainConfig) -> int:
-    if config.fsdp and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        print(
-            "--fsdp: one process has nothing to shard, so this run trains without FSDP2 "
-            "(launch with torchrun --nproc_per_node N to shard)",
-            file=sys.stderr,
-        )
-    result = Trainer(config).train()
-    if result.steps == config.steps:
-        print(_summary_line(result))
-    else:
-        print(f"stopped after step {result.steps}; continue with --resume")
-    return 0
-
-
 def _train_vision_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", choices=OPTIMIZER_NAMES, default="mars-adamw")
     _add_opt_arg(parser)
     parser.add_argument("--seed", type=_nonnegative_int, default=0)
-    parser.add_argument("--run-dir", type=_folder, default=Path("runs/vision"))
+    _add_run_control_flags(parser, Path("runs/vision"))
     _add_vision_flags(parser, VisionConfig.width, VisionConfig.epochs, None)
 
 
@@ -833,12 +831,16 @@ def _train_vision_config(args: argparse.Namespace) -> VisionConfig:
         optimizer=args.optimizer,
         hyperparams=dict(args.opt_arg),
         seed=args.seed,
-        run_dir=args.run_dir,
+        **_run_controls(args),
     )
 
 
-def _run_train_vision(config: VisionConfig) -> int:
-    print(_summary_line(VisionTrainer(config).train()))
+def _run_train(config: TaskConfig) -> int:
+    """``train`` and ``train-vision``: one run in the run shell."""
+    result = train_run(config)
+    print(_summary_line(result))
+    if config.stop_after is not None and result.steps == config.stop_after:
+        print(f"stopped after step {result.steps} (--stop-after); continue with --resume")
     return 0
 
 
@@ -1114,7 +1116,7 @@ COMMANDS: tuple[Command, ...] = (
         "train the CIFAR ResNet-18 on images (the paper's schedule)",
         _train_vision_flags,
         _train_vision_config,
-        _run_train_vision,
+        _run_train,
     ),
     Command(
         ("plot",),

@@ -25,7 +25,8 @@ CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_FORMAT = "torch-mars-checkpoint/2"
 # Version 1 had no content hash; it still loads, unchecked.
 READABLE_FORMATS = ("torch-mars-checkpoint/1", CHECKPOINT_FORMAT)
-SHARDED_DIR_PATTERN = re.compile(r"checkpoint-step[0-9]+")  # ASCII digits only
+SHARDED_CHECKPOINT_PREFIX = "checkpoint-step"
+SHARDED_DIR_PATTERN = re.compile(rf"{SHARDED_CHECKPOINT_PREFIX}[0-9]+")  # ASCII digits only
 
 
 class CheckpointError(RuntimeError):
@@ -80,10 +81,12 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     _fsync_folder(path.parent)
 
 
-def load_checkpoint(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
-    """Read a checkpoint, check its content hash, and check that it belongs to the run described
-    by ``identity`` (the settings that determine a run's trajectory); any failure is a
-    :class:`CheckpointError` naming the file."""
+def load_checkpoint(
+    path: Path, identity: dict[str, Any], total_steps: int | None = None
+) -> dict[str, Any]:
+    """Read a checkpoint, check its content hash, check that it belongs to the run described
+    by ``identity`` (the settings that determine a run's trajectory) and that its step is
+    within ``total_steps``; any failure is a :class:`CheckpointError` naming the file."""
     if not path.is_file():
         raise CheckpointError(f"{path}: no checkpoint to resume from")
     try:
@@ -111,11 +114,16 @@ def load_checkpoint(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: the checkpoint is from a different run; " + "; ".join(differences)
         )
-    _check_fields(path, payload, identity.get("steps"))
+    progress = payload.get("progress")
+    if isinstance(progress, dict):
+        payload["progress"] = {LEGACY_PROGRESS.get(k, k): v for k, v in progress.items()}
+    _check_fields(path, payload, total_steps)
     return payload
 
 
-PROGRESS_FIELDS = ("train_time_s", "best_val_loss", "last_val_loss", "last_train_loss")
+PROGRESS_FIELDS = ("train_time_s", "best", "final", "last_train_loss")
+# Text checkpoints written before the run shell named the headline metric's fields for text.
+LEGACY_PROGRESS = {"best_val_loss": "best", "last_val_loss": "final"}
 
 
 def _check_fields(path: Path, payload: dict[str, Any], steps: int | None) -> None:

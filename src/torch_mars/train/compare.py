@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torch_mars.data import TokenCorpus
 from torch_mars.train.run_record import TASK_METRICS, RunResult
-from torch_mars.train.trainer import TrainConfig, Trainer
-from torch_mars.train.vision import VisionConfig, VisionTrainer
+from torch_mars.train.run_shell import run_loop
+from torch_mars.train.task import TaskConfig, task_of
+from torch_mars.train.trainer import TrainConfig
 
 # MARS-AdamW against its base AdamW and its same-cost Nesterov control NAdamW, MARS-Shampoo
 # against Muon (Nesterov momentum already).
@@ -190,10 +190,10 @@ def one_seed_note(rule: str, control: str, gap: float, measured: bool) -> str:
     )
 
 
-def is_default_compare(base: TrainConfig | VisionConfig) -> bool:
+def is_default_compare(base: TaskConfig) -> bool:
     """Whether ``base`` trains what the default `compare` does (where the spread was measured)."""
     fields = ("model", "data", "steps", "batch_size", "grad_accum", "block_size", "schedule")
-    return isinstance(base, TrainConfig) and all(
+    return task_of(base) is task_of(DEFAULT_COMPARE) and all(
         getattr(base, f) == getattr(DEFAULT_COMPARE, f) for f in fields
     )
 
@@ -221,25 +221,24 @@ def write_comparison(
     return text, figure
 
 
-def train_run(config: TrainConfig | VisionConfig, corpus: TokenCorpus | None = None) -> RunResult:
-    """Run one configuration of either task (``corpus``: a loaded text corpus to share)."""
-    if isinstance(config, VisionConfig):
-        return VisionTrainer(config).train()
-    return Trainer(config, corpus).train()
+def train_run(config: TaskConfig, data: Any = None) -> RunResult:
+    """Run one configuration of any task in the run shell (``data``: its task's loaded data,
+    to share between runs; by default the task loads it, once per process)."""
+    return run_loop(task_of(config).loop(config, data))
 
 
 def run_comparison(
-    base: TrainConfig | VisionConfig,
+    base: TaskConfig,
     optimizers: Sequence[str],
     seeds: Sequence[int],
     out_dir: Path,
     hyperparams: dict[str, dict[str, Any]] | None = None,
-    corpus: TokenCorpus | None = None,
+    data: Any = None,
 ) -> list[RunResult]:
     """Train ``base`` once per seed and optimizer (seeds outer) into
-    ``out_dir/<optimizer>-seed<k>``. ``hyperparams[name]`` overrides optimizer ``name``'s
-    defaults; ``seed`` sets the model's initialisation, while the data order is the base's for
-    every run."""
+    ``out_dir/<optimizer>-seed<k>`` on ``data`` (its task's loaded data; by default loaded
+    once). ``hyperparams[name]`` overrides optimizer ``name``'s defaults; ``seed`` sets the
+    model's initialisation, while the data order is the base's for every run."""
     results = []
     for seed in seeds:
         for name in optimizers:
@@ -250,5 +249,5 @@ def run_comparison(
                 run_dir=out_dir / f"{name}-seed{seed}",
                 hyperparams=dict((hyperparams or {}).get(name, {})),
             )
-            results.append(train_run(config, corpus))
+            results.append(train_run(config, data))
     return results

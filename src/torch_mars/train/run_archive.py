@@ -114,8 +114,7 @@ def read_archive(archive: Path) -> dict[str, dict[str, Any]]:
 def result_of(record: dict[str, Any], run_dir: Path) -> RunResult:
     """The :class:`RunResult` an archive line holds (NaN where it holds null); ``run_dir`` is
     where the run folder is or was."""
-    summary = {k: math.nan if v is None else v for k, v in record["summary"].items()}
-    return RunResult(**{**summary, "run_dir": Path(run_dir)})
+    return RunResult.from_dict(record["summary"], run_dir)
 
 
 def curve_rows(record: dict[str, Any]) -> list[dict[str, Any]]:

@@ -94,6 +94,13 @@ class RunResult:
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "run_dir": str(self.run_dir)}
 
+    @classmethod
+    def from_dict(cls, record: dict[str, Any], run_dir: Path | None = None) -> RunResult:
+        """The result :meth:`as_dict` wrote (NaN where JSON holds null); ``run_dir`` where the
+        run folder is now, else the one recorded."""
+        values = {k: math.nan if v is None else v for k, v in record.items()}
+        return cls(**{**values, "run_dir": Path(run_dir or record.get("run_dir") or ".")})
+
 
 def check_finite(optimizer: str, loss: float, where: str) -> None:
     """Raise ``FloatingPointError`` if the training ``loss`` at ``where`` is not finite."""
@@ -130,9 +137,7 @@ def write_summary(result: RunResult) -> None:
 
 def read_summary(run_dir: Path) -> RunResult:
     """The :class:`RunResult` in ``run_dir/summary.json`` (NaN where it holds null)."""
-    record = json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
-    record = {k: math.nan if v is None else v for k, v in record.items()}
-    return RunResult(**{**record, "run_dir": Path(record["run_dir"])})
+    return RunResult.from_dict(json.loads((Path(run_dir) / SUMMARY_FILE).read_text()))
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:

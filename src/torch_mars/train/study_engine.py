@@ -43,13 +43,12 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import TrialState
 
 from torch_mars.train.run_archive import CURVE_COLUMNS
-from torch_mars.train.run_record import TASK_METRICS, RunFolderBusy, RunResult, run_folder_lock
+from torch_mars.train.run_record import TASK_METRICS, RunFolderBusy, run_folder_lock
+from torch_mars.train.runtime import pause_if_asked
 from torch_mars.train.study_store import claim_lock, describe, open_storage, storage_url
-from torch_mars.train.trainer import TrainConfig
-from torch_mars.train.vision import VisionConfig
+from torch_mars.train.task import TaskConfig, task_named, task_of
 
 PAUSE_AFTER_VARIABLE = "TORCH_MARS_PAUSE_AFTER"
-BaseConfig = TrainConfig | VisionConfig
 # A run's identity in a study: (optimizer, point key, seed).
 RunId = tuple[str, str, int]
 # The fields of a run's config that are the run's own, not the study's budget.
@@ -97,7 +96,7 @@ class StudySpec:
     local workers run it, ``settings``: the searches' own identity (JSON), and the optimizer
     names its trials' ``optimizer`` parameter takes."""
 
-    base: BaseConfig
+    base: TaskConfig
     searches: tuple[Search, ...]
     curve_seeds: tuple[int, ...]
     study_dir: Path
@@ -118,7 +117,7 @@ class StudySpec:
 
     @property
     def task(self) -> str:
-        return "vision" if isinstance(self.base, VisionConfig) else "text"
+        return task_of(self.base).name
 
     def search_of(self, optimizer: str) -> Search:
         return next(s for s in self.searches if s.optimizer == optimizer)
@@ -139,31 +138,27 @@ class StudySpec:
         return json.loads(json.dumps(identity, default=str))
 
 
-def budget_of(identity: dict[str, Any]) -> BaseConfig:
+def budget_of(identity: dict[str, Any]) -> TaskConfig:
     """The base config a stored identity describes (what a joining worker trains)."""
-    budget = dict(identity["budget"])
-    if identity["task"] == "vision":
-        budget["milestones"] = tuple(budget["milestones"])
-        return VisionConfig(**budget, quiet=True)
-    return TrainConfig(**budget, quiet=True)
+    return task_named(identity["task"]).config_of_budget({**identity["budget"], "quiet": True})
 
 
-_CORPORA: dict[str, Any] = {}
+_LOADED: dict[tuple[str, str], Any] = {}
 
 
-def _corpus(spec: str) -> Any:
-    from torch_mars.data import load_corpus
+def _study_data(base: TaskConfig) -> Any:
+    """The study's data, read once per process: every trial of a study trains on the data
+    whose fingerprint is in its identity, checked when the study opens."""
+    task = task_of(base)
+    key = (task.name, base.data)
+    if key not in _LOADED:
+        _LOADED[key] = task.load_data(base)
+    return _LOADED[key]
 
-    if spec not in _CORPORA:
-        _CORPORA[spec] = load_corpus(spec)
-    return _CORPORA[spec]
 
-
-def _data_fingerprint(base: BaseConfig) -> str:
-    """The data by content where the task can say (text corpora), else by its spec."""
-    if isinstance(base, TrainConfig):
-        return _corpus(base.data).fingerprint()
-    return base.data
+def _data_fingerprint(base: TaskConfig) -> str:
+    """The base's data by content."""
+    return task_of(base).data_fingerprint(_study_data(base))
 
 
 class StudyMismatch(ValueError):
@@ -343,6 +338,7 @@ def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
     evaluation curve."""
     from torch_mars.train.compare import train_run
     from torch_mars.train.metrics import read_metrics
+    from torch_mars.train.run_shell import diverged_result
 
     optimizer, key, seed = claimed.run
     run_dir = claimed.work_dir / "run"
@@ -354,13 +350,12 @@ def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
         run_dir=run_dir,
         quiet=True,
     )
-    corpus = _corpus(config.data) if isinstance(config, TrainConfig) else None
     with (claimed.work_dir / "log.txt").open("w") as log, contextlib.redirect_stdout(log):
         try:
-            result = train_run(config, corpus)
+            result = train_run(config, _study_data(config))
         except FloatingPointError as error:
             print(f"diverged: {error}")
-            result = _diverged(spec.task, config)
+            result = diverged_result(config)
     summary = {
         k: v if not isinstance(v, float) or math.isfinite(v) else None
         for k, v in result.as_dict().items()
@@ -381,24 +376,6 @@ def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
         ],
     }
     return record
-
-
-def _diverged(task: str, config: BaseConfig) -> RunResult:
-    """The result of a run stopped by a non-finite loss: a final metric of NaN."""
-    return RunResult(
-        task=task,
-        optimizer=config.optimizer,
-        seed=config.seed,
-        metric=TASK_METRICS[task].key,
-        final=math.nan,
-        best=math.nan,
-        final_train_loss=math.nan,
-        budget=0,
-        budget_unit="tokens" if task == "text" else "images",
-        train_time_s=0.0,
-        steps=0,
-        run_dir=config.run_dir,
-    )
 
 
 def _finite(value: Any) -> bool:
@@ -425,7 +402,6 @@ def work(
     silent for ``stale_after_s``, is failed and its run claimed again."""
     storage = open_storage(spec.url)
     study = optuna.load_study(study_name=spec.study_name, storage=storage)
-    pause_after = os.environ.get(PAUSE_AFTER_VARIABLE)
     worse = math.inf if TASK_METRICS[spec.task].lower_is_better else -math.inf
     trained = 0
     while max_trials is None or trained < max_trials:
@@ -461,9 +437,7 @@ def work(
             optimizer, key, seed = claimed.run
             label = spec.search_of(optimizer).label(key)
             progress(f"{optimizer} {label} seed {seed}: {final}")
-        if pause_after is not None and trained == int(pause_after):
-            print(f"\npaused after {trained} finished trials", file=sys.stderr, flush=True)
-            threading.Event().wait()
+        pause_if_asked(PAUSE_AFTER_VARIABLE, trained, "finished trials")
     return trained
 
 

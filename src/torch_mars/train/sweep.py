@@ -31,14 +31,13 @@ from torch_mars.train.optimizers import OPTIMIZER_NAMES
 from torch_mars.train.run_archive import ARCHIVE_FILE, read_archive
 from torch_mars.train.run_record import TASK_METRICS, RunResult
 from torch_mars.train.study_engine import (
-    BaseConfig,
     RunId,
     StudySpec,
     finished_results,
     open_study,
     run_workers,
 )
-from torch_mars.train.vision import VisionConfig
+from torch_mars.train.task import TaskConfig, task_of
 
 # Optimizers a MARS rule is measured against in the table's gap column.
 BASELINES: tuple[str, ...] = ("adamw", "muon", "lion", "nadamw")
@@ -61,7 +60,7 @@ class SweepPlan:
         overwrite: start the sweep afresh if it was run with other settings.
     """
 
-    base: BaseConfig
+    base: TaskConfig
     grid: Grid
     search_seeds: tuple[int, ...]
     seeds: tuple[int, ...]
@@ -80,7 +79,7 @@ class SweepPlan:
 
     @property
     def task(self) -> str:
-        return "vision" if isinstance(self.base, VisionConfig) else "text"
+        return task_of(self.base).name
 
     def searches(self) -> tuple[GridSearch, ...]:
         lower = TASK_METRICS[self.task].lower_is_better
@@ -224,24 +223,13 @@ def validate_plan(plan: SweepPlan) -> int:
     """Check every point before anything trains: its optimizer builds with its hyperparameters
     on a small model of the task (an unknown key or a value out of range is a ``ValueError``
     naming the optimizer). Returns the number of points."""
-    import torch
-
-    from torch_mars.models import GPT, gpt_config, resnet18
-    from torch_mars.train.optimizers import build_optimizer
-    from torch_mars.train.vision import vision_hyperparams
-
+    task = task_of(plan.base)
     count = 0
     for name, axes in plan.grid.items():
         for hp in grid_points(axes):
             try:
-                if isinstance(plan.base, VisionConfig):
-                    settings = vision_hyperparams(name, hp)
-                    model: torch.nn.Module = resnet18(width=1)
-                else:
-                    config = dataclasses.replace(plan.base, optimizer=name, hyperparams=dict(hp))
-                    settings = config.resolved_hyperparams()
-                    model = GPT(gpt_config("tiny", 256))
-                build_optimizer(name, model, settings, getattr(plan.base, "exact", False))
+                config = dataclasses.replace(plan.base, optimizer=name, hyperparams=dict(hp))
+                task.check_hyperparams(config)
             except ValueError as error:
                 raise ValueError(f"--grid point {name}:{point_name(hp)}: {error}") from error
             count += 1
@@ -306,8 +294,7 @@ def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) ->
 
 
 def _result_of(summary: dict[str, Any]) -> RunResult:
-    values = {k: math.nan if v is None else v for k, v in summary.items()}
-    return RunResult(**{**values, "run_dir": Path(summary.get("run_dir") or ".")})
+    return RunResult.from_dict(summary)
 
 
 def sweep_report(plan: SweepPlan, trials: Sequence[optuna.trial.FrozenTrial]) -> SweepReport:

@@ -34,6 +34,7 @@ from torch_mars.train.search_space import (
     values_of,
 )
 from torch_mars.train.study_engine import StudySpec, budget_of, finished_results
+from torch_mars.train.task import task_of
 from torch_mars.train.trainer import TrainConfig
 
 # A held-out seed "fails" when it ends this far above the winner's selection mean, or three of
@@ -122,7 +123,7 @@ def plan_of_identity(
         raise ValueError(f"study {study_name!r} is not a tune study (a {search.get('kind')})")
     selection = search["selection"]
     base = budget_of(identity)
-    if not isinstance(base, TrainConfig):
+    if task_of(base).name != "text":
         raise ValueError(f"study {study_name!r} is not a text study")
     return TunePlan(
         base=base,

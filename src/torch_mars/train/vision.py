@@ -15,12 +15,11 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
-from tqdm.auto import tqdm
 
 from torch_mars.data.images import (
     ImageDataset,
@@ -32,17 +31,13 @@ from torch_mars.data.images import (
     read_image_folder,
 )
 from torch_mars.models.resnet import ResNet, ResNetConfig
-from torch_mars.train.metrics import MetricsLogger
+from torch_mars.train.checkpoint import CheckpointError
 from torch_mars.train.optimizers import MARS_RULE_OF, OPTIMIZER_NAMES, build_optimizer
-from torch_mars.train.run_record import (
-    TASK_METRICS,
-    RunResult,
-    check_finite,
-    write_config,
-    write_summary,
-)
+from torch_mars.train.run_record import TASK_METRICS, RunResult
+from torch_mars.train.run_shell import check_run_controls, run_loop
+from torch_mars.train.runtime import Processes, resolve_device
 from torch_mars.train.schedules import Schedule, scale_learning_rates
-from torch_mars.train.trainer import resolve_device
+from torch_mars.train.task import Task, register_task, task_of
 
 DEFAULT_VISION_OPTIMIZERS: tuple[str, ...] = ("mars-adamw", "adamw", "muon-nd")
 # `torch-mars compare-vision`: a budget of minutes on two CPU cores (Fashion-MNIST: a width-8
@@ -119,6 +114,18 @@ def load_vision_data(spec: str) -> tuple[ImageDataset, ImageDataset]:
     return train, test
 
 
+# The fields of a VisionConfig that say how a run is driven, not what it trains.
+RUN_CONTROL_FIELDS = (
+    "device",
+    "run_dir",
+    "quiet",
+    "resume",
+    "overwrite",
+    "stop_after",
+    "checkpoint_interval",
+)
+
+
 @dataclass
 class VisionConfig:
     """One image-classification run.
@@ -137,9 +144,14 @@ class VisionConfig:
         train_subset: train on this many images (a fixed random subset) instead of all.
         seed: initialisation, subset, shuffling and augmentation seed.
         device: ``auto``, ``cpu`` or ``cuda``.
-        run_dir: where ``config.json``, ``metrics.jsonl``/``metrics.csv`` and ``summary.json``
-            go.
+        run_dir: where ``config.json``, ``metrics.jsonl``/``metrics.csv``, ``summary.json`` and
+            ``checkpoint.pt`` go.
         quiet: no progress bar, one line per epoch.
+        checkpoint_interval: optimizer steps between checkpoints (0: only at the end); a
+            checkpoint may fall mid-epoch, and a resume continues from there exactly.
+        resume: continue from ``run_dir``'s checkpoint.
+        overwrite: start over in a folder that holds an earlier run.
+        stop_after: end (checkpointed) after this many optimizer steps.
     """
 
     data: str
@@ -157,6 +169,11 @@ class VisionConfig:
     device: str = "auto"
     run_dir: Path = Path("runs/vision")
     quiet: bool = False
+    checkpoint_interval: int = 0
+    resume: bool = False
+    overwrite: bool = False
+    stop_after: int | None = None
+    task_name: ClassVar[str] = "vision"
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZER_NAMES:
@@ -172,17 +189,50 @@ class VisionConfig:
             raise ValueError(f"crop_padding must be >= 0, got {self.crop_padding}")
         if self.train_subset is not None and self.train_subset < 1:
             raise ValueError(f"train_subset must be >= 1, got {self.train_subset}")
+        check_run_controls(self)
         self.run_dir = Path(self.run_dir)
+
+    def resolved_hyperparams(self) -> dict[str, Any]:
+        """The optimizer's vision defaults, with ``hyperparams`` applied."""
+        return vision_hyperparams(self.optimizer, self.hyperparams)
+
+    def identity(self, data_fingerprint: str) -> dict[str, Any]:
+        """The settings a checkpoint must share with the run that resumes it: every field but
+        the run controls, the resolved hyperparameters, and the data by content."""
+        settings = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in (*RUN_CONTROL_FIELDS, "data", "hyperparams")
+        }
+        hyperparams = self.resolved_hyperparams()
+        return {
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+            "hyperparams": {
+                k: list(v) if isinstance(v, tuple) else v for k, v in hyperparams.items()
+            },
+            "data_fingerprint": data_fingerprint,
+        }
 
 
 class VisionTrainer:
-    """Trains a CIFAR ResNet on ``config.data`` with ``config.optimizer``; :meth:`train` returns
-    a :class:`~torch_mars.train.run_record.RunResult` and writes one metrics row per epoch."""
+    """The vision task's loop body: a CIFAR ResNet on ``config.data`` with
+    ``config.optimizer``, one optimizer step at a time, a metrics row per epoch; :meth:`train`
+    runs it in the run shell (:mod:`.run_shell`). ``data`` (``(train, test)``) may be passed
+    to share loaded images between runs; otherwise ``config.data`` is read."""
 
-    def __init__(self, config: VisionConfig) -> None:
+    metric_columns = VISION_METRIC_COLUMNS
+    x_axis = "images"
+    sharded = False
+    accepts_sharded = False
+
+    def __init__(
+        self, config: VisionConfig, data: tuple[ImageDataset, ImageDataset] | None = None
+    ) -> None:
         self.config = config
+        self.processes = Processes()
         self.device = resolve_device(config.device)
-        train, self.test_set = load_vision_data(config.data)
+        train, self.test_set = data if data is not None else task_of(config).load_data(config)
+        self.data_fingerprint = task_of(config).data_fingerprint((train, self.test_set))
         generator = torch.Generator().manual_seed(config.seed)
         if config.train_subset is not None and config.train_subset < len(train):
             keep = torch.randperm(len(train), generator=generator)[: config.train_subset]
@@ -194,18 +244,43 @@ class VisionTrainer:
             num_classes=len(train.classes), in_channels=train.images.shape[1], width=config.width
         )
         self.model = ResNet(resnet).to(self.device)
-        self.hyperparams = vision_hyperparams(config.optimizer, config.hyperparams)
+        self.hyperparams = config.resolved_hyperparams()
         self.optimizer = build_optimizer(config.optimizer, self.model, self.hyperparams).optimizer
         self.steps_per_epoch = math.ceil(len(train) / config.batch_size)
+        self.total_steps = config.epochs * self.steps_per_epoch
         self.schedule = Schedule(
             "multistep",
-            config.epochs * self.steps_per_epoch,
+            self.total_steps,
             milestones=tuple(
                 round(fraction * config.epochs) * self.steps_per_epoch
                 for fraction in config.milestones
             ),
             decay=config.decay,
         )
+        # The epoch under way: its image order, the generator of its order and augmentation,
+        # and its running sums (on the device, read once per epoch: no host sync per step).
+        self._order = torch.arange(len(train))
+        self._generator = torch.Generator()
+        self._loss_sum = torch.zeros((), device=self.device)
+        self._correct = torch.zeros((), device=self.device)
+        self._seen = 0
+
+    def train(self) -> RunResult:
+        """Run (or resume) to ``epochs`` or ``stop_after`` in the run shell and return the
+        result."""
+        return run_loop(self)
+
+    def identity(self) -> dict[str, Any]:
+        return self.config.identity(self.data_fingerprint)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            **dataclasses.asdict(self.config),
+            "hyperparams": self.hyperparams,
+            "data_fingerprint": self.data_fingerprint,
+            "train_images": len(self.train_set),
+            "device": str(self.device),
+        }
 
     def _inputs(self, images: Tensor) -> Tensor:
         return normalize(images, self.mean, self.std).to(self.device)
@@ -225,108 +300,133 @@ class VisionTrainer:
         total_loss, total_correct = torch.stack([loss_sum, correct]).tolist()
         return total_loss / len(self.test_set), total_correct / len(self.test_set)
 
-    def _train_epoch(self, epoch: int, bar: tqdm) -> tuple[float, float]:
-        """One pass over the training images (scheduled lr per step); returns the mean training
-        loss and accuracy."""
-        config = self.config
-        self.model.train()
-        generator = torch.Generator().manual_seed(config.seed * 100_003 + epoch)
-        order = torch.randperm(len(self.train_set), generator=generator)
-        # Summed on the device and read once per epoch: no host sync inside the loop.
-        loss_sum = torch.zeros((), device=self.device)
-        correct = torch.zeros((), device=self.device)
-        seen = 0
-        for start in range(0, len(order), config.batch_size):
-            index = order[start : start + config.batch_size]
-            images = self.train_set.images[index]
-            if config.augment:
-                images = random_crop_and_flip(images, config.crop_padding, generator)
-            labels = self.train_set.labels[index].to(self.device)
-            step = epoch * self.steps_per_epoch + start // config.batch_size
-            scale_learning_rates(self.optimizer, self.schedule(step))
-            self.optimizer.zero_grad(set_to_none=True)
-            logits = self.model(self._inputs(images))
-            loss = F.cross_entropy(logits, labels)
-            loss.backward()
-            self.optimizer.step()
-            loss_sum += loss.detach() * len(index)
-            correct += (logits.argmax(1) == labels).sum()
-            seen += len(index)
-            bar.update(1)
-        total_loss, total_correct = torch.stack([loss_sum, correct]).tolist()
-        check_finite(config.optimizer, total_loss / seen, f"epoch {epoch + 1}")
-        return total_loss / seen, total_correct / seen
+    def _begin_epoch(self, epoch: int) -> None:
+        self._generator = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
+        self._order = torch.randperm(len(self.train_set), generator=self._generator)
+        self._loss_sum = torch.zeros((), device=self.device)
+        self._correct = torch.zeros((), device=self.device)
+        self._seen = 0
 
-    def train(self) -> RunResult:
-        """Train for ``epochs`` and return the result; the loop reads top to bottom: train an
-        epoch, evaluate, log."""
+    def run_step(self, step: int, progress: dict[str, Any]) -> dict[str, Any] | None:
+        """One step on the next batch of the epoch's order (scheduled lr, augmentation); at
+        the epoch's last step, the epoch's training loss and accuracy, an evaluation on the
+        test split and the epoch's metrics row."""
         config = self.config
-        # Start: the run folder, config.json and the metrics files.
-        config.run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(
-            config.run_dir,
-            "vision",
-            {
-                **dataclasses.asdict(config),
-                "hyperparams": self.hyperparams,
-                "train_images": len(self.train_set),
-                "device": str(self.device),
-            },
+        epoch, position = divmod(step, self.steps_per_epoch)
+        if position == 0:
+            self._begin_epoch(epoch)
+        began = time.perf_counter()
+        self.model.train()
+        index = self._order[position * config.batch_size : (position + 1) * config.batch_size]
+        images = self.train_set.images[index]
+        if config.augment:
+            images = random_crop_and_flip(images, config.crop_padding, self._generator)
+        labels = self.train_set.labels[index].to(self.device)
+        scale_learning_rates(self.optimizer, self.schedule(step))
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.model(self._inputs(images))
+        loss = F.cross_entropy(logits, labels)
+        loss.backward()
+        self.optimizer.step()
+        self._loss_sum += loss.detach() * len(index)
+        self._correct += (logits.argmax(1) == labels).sum()
+        self._seen += len(index)
+        if position < self.steps_per_epoch - 1:
+            progress["train_time_s"] += time.perf_counter() - began
+            return None
+        total_loss, total_correct = torch.stack([self._loss_sum, self._correct]).tolist()
+        progress["train_time_s"] += time.perf_counter() - began
+        train_loss = progress["last_train_loss"] = total_loss / self._seen
+        row: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "step": step + 1,
+            "images": (epoch + 1) * len(self.train_set),
+            "time_s": progress["train_time_s"],
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "train_loss": train_loss,
+            "train_accuracy": total_correct / self._seen,
+        }
+        if math.isfinite(train_loss):
+            row["test_loss"], row["test_accuracy"] = self.evaluate()
+        return row
+
+    def log_line(self, row: dict[str, Any]) -> str:
+        return (
+            f"{self.config.optimizer} epoch {row['epoch']}/{self.config.epochs}: train "
+            f"{row['train_loss']:.4f} test {row['test_loss']:.4f} acc "
+            f"{100 * row['test_accuracy']:.2f}% ({row['time_s']:.0f} s)"
         )
-        logger = MetricsLogger(config.run_dir, columns=VISION_METRIC_COLUMNS, x_axis="images")
-        bar = tqdm(
-            total=config.epochs * self.steps_per_epoch,
-            disable=config.quiet,
-            desc=config.optimizer,
-            unit="step",
-            leave=False,
-        )
-        train_time, best = 0.0, math.nan
-        train_loss = test_accuracy = math.nan
-        for epoch in range(config.epochs):
-            # Train one epoch (the schedule sets the lr of each step).
-            began = time.perf_counter()
-            train_loss, train_accuracy = self._train_epoch(epoch, bar)
-            train_time += time.perf_counter() - began
-            # Evaluate.
-            test_loss, test_accuracy = self.evaluate()
-            best = TASK_METRICS["vision"].best([best, test_accuracy])
-            # Log.
-            logger.log(
-                {
-                    "epoch": epoch + 1,
-                    "step": (epoch + 1) * self.steps_per_epoch,
-                    "images": (epoch + 1) * len(self.train_set),
-                    "time_s": train_time,
-                    "lr": self.optimizer.param_groups[0]["lr"],
-                    "train_loss": train_loss,
-                    "train_accuracy": train_accuracy,
-                    "test_loss": test_loss,
-                    "test_accuracy": test_accuracy,
-                }
+
+    def loop_state(self) -> dict[str, Any]:
+        return {
+            "order": self._order,
+            "generator": self._generator.get_state(),
+            "loss_sum": self._loss_sum,
+            "correct": self._correct,
+            "seen": self._seen,
+        }
+
+    def restore_loop_state(self, state: Any) -> None:
+        """The epoch's order, generator and running sums from a checkpoint (checked)."""
+        tensors = {"order": torch.int64, "generator": torch.uint8}
+        fits = (
+            isinstance(state, dict)
+            and all(
+                isinstance(state.get(k), Tensor) and state[k].dtype == dtype
+                for k, dtype in tensors.items()
             )
-            if config.quiet:
-                print(
-                    f"{config.optimizer} epoch {epoch + 1}/{config.epochs}: train {train_loss:.4f}"
-                    f" test {test_loss:.4f} acc {100 * test_accuracy:.2f}% ({train_time:.0f} s)",
-                    flush=True,
-                )
-        # Finish: the result, and summary.json.
-        bar.close()
-        logger.close()
-        result = RunResult(
-            task="vision",
-            optimizer=config.optimizer,
-            seed=config.seed,
-            metric=TASK_METRICS["vision"].key,
-            final=test_accuracy,
-            best=best,
-            final_train_loss=train_loss,
-            budget=config.epochs * len(self.train_set),
-            budget_unit="images",
-            train_time_s=train_time,
-            steps=config.epochs * self.steps_per_epoch,
-            run_dir=config.run_dir,
+            and state["order"].shape == (len(self.train_set),)
+            and all(
+                isinstance(state.get(k), Tensor) and state[k].shape == ()
+                for k in ("loss_sum", "correct")
+            )
+            and isinstance(state.get("seen"), int)
         )
-        write_summary(result)
-        return result
+        if not fits:
+            raise CheckpointError(
+                f"{self.config.run_dir}: the checkpoint's data position does not fit this run"
+            )
+        self._order = state["order"]
+        self._generator = torch.Generator()
+        self._generator.set_state(state["generator"])
+        self._loss_sum = state["loss_sum"].to(self.device)
+        self._correct = state["correct"].to(self.device)
+        self._seen = state["seen"]
+
+    def parameters_finite(self) -> bool:
+        return all(bool(torch.isfinite(p.detach()).all()) for p in self.model.parameters())
+
+    def budget(self, steps: int) -> int:
+        """Images trained on in ``steps`` steps (whole epochs of the training set; a run
+        stopped mid-epoch counts the batches it took)."""
+        epochs, position = divmod(steps, self.steps_per_epoch)
+        return epochs * len(self.train_set) + min(
+            position * self.config.batch_size, len(self.train_set)
+        )
+
+
+def _check_vision_hyperparams(config: VisionConfig) -> None:
+    model = ResNet(ResNetConfig(width=1))
+    build_optimizer(config.optimizer, model, config.resolved_hyperparams())
+
+
+VISION_TASK = register_task(
+    Task(
+        name="vision",
+        description="a CIFAR ResNet-18 on labelled images; test accuracy",
+        metric=TASK_METRICS["vision"],
+        budget_unit="images",
+        command_suffix="-vision",
+        config_of_budget=lambda budget: VisionConfig(
+            **{**budget, "milestones": tuple(budget["milestones"])}
+        ),
+        load_data=lambda config: load_vision_data(config.data),
+        data_fingerprint=lambda data: "+".join(split.fingerprint() for split in data),
+        check_hyperparams=_check_vision_hyperparams,
+        setting=lambda config, data: (
+            f"{config.data}: ResNet-18 width {config.width}, {config.epochs} epochs",
+            f"ResNet-18 on {config.data}",
+        ),
+        loop=VisionTrainer,
+    )
+)
