@@ -1,6 +1,7 @@
 """The multi-tensor path gives the per-tensor reference path's results in float64 on a mix of
 shapes (zero-size, 0-D, 1-D, 2-D, tall 2-D and 4-D conv), for every mars_type, both modes,
-AMSGrad, maximize and weight decay; and it groups tensors by device and dtype."""
+and every setting's variant in the settings table (and some combinations); and it groups
+tensors by device and dtype."""
 
 from __future__ import annotations
 
@@ -9,27 +10,39 @@ import torch
 
 from problems import run_mars
 from torch_mars import MARS, MARS_TYPES
+from torch_mars.optim.settings import DEFAULTS, SETTINGS, validate_group
 from torch_mars.optim.step_types import group_by_device_and_dtype
 
-OPTIONS = [
-    {},
-    {"amsgrad": True},
-    {"maximize": True},
-    {"weight_decay": 0.1, "weight_decay_1d": 0.2},
-    {"optimize_1d": True, "amsgrad": True, "weight_decay": 0.05},
-    {"clip": False},
-    {"clip": False, "skip_nonfinite": False},
-    {"cautious": True, "maximize": True, "optimize_1d": True},
+
+def valid(group: dict) -> bool:
+    """Whether the settings can run together (e.g. mars-lion has no second moment)."""
+    try:
+        validate_group(group)
+    except ValueError:
+        return False
+    return True
+
+# Every setting's variant from the settings table (a setting added there is tried here), then
+# combinations.
+OPTIONS = {
+    "plain": {},
+    **{s.name: {s.name: s.variant} for s in SETTINGS if s.variant is not None},
+    "wd-and-1d-wd": {"weight_decay": 0.1, "weight_decay_1d": 0.2},
+    "1d-all": {"optimize_1d": True, "amsgrad": True, "weight_decay": 0.05},
+    "no-clip-no-skip": {"clip": False, "skip_nonfinite": False},
+    "cautious-maximize-1d": {"cautious": True, "maximize": True, "optimize_1d": True},
+}
+CASES = [
+    pytest.param(mars_type, is_approx, options, id=f"{mars_type}-{mode}-{name}")
+    for mars_type in MARS_TYPES
+    for is_approx, mode in ((True, "approx"), (False, "exact"))
+    for name, options in OPTIONS.items()
+    if "is_approx" not in options
+    and valid({**DEFAULTS, "mars_type": mars_type, "is_approx": is_approx, **options})
 ]
 
 
-@pytest.mark.parametrize(
-    "options",
-    OPTIONS,
-    ids=["plain", "amsgrad", "maximize", "wd", "1d-all", "no-clip", "no-clip-no-skip", "cautious"],
-)
-@pytest.mark.parametrize("is_approx", [True, False], ids=["approx", "exact"])
-@pytest.mark.parametrize("mars_type", MARS_TYPES)
+@pytest.mark.parametrize(("mars_type", "is_approx", "options"), CASES)
 def test_foreach_matches_single_tensor(problem, mars_type, is_approx, options):
     kwargs = dict(mars_type=mars_type, is_approx=is_approx, lr=0.02, gamma=0.3, **options)
     loop, loop_opt = run_mars(problem, foreach=False, **kwargs)

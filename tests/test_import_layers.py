@@ -1,7 +1,8 @@
 """The package's layers point one way. Read from the source (every ``import``, also those inside
-functions): the import graph of torch_mars's modules has no cycle; the step's data
-(``optim/step_types.py``) imports nothing of torch_mars and its maths (``optim/step_math.py``)
-only that; ``kernels/`` and ``distributed/`` import only these leaves of ``optim/``; and
+functions): the import graph of torch_mars's modules has no cycle; the settings table
+(``optim/settings.py``) imports nothing of torch_mars, the step's data
+(``optim/step_types.py``) only that, and its maths (``optim/step_math.py``) only the data;
+``kernels/`` and ``distributed/`` import only these leaves of ``optim/``; and
 ``optim/``, with everything it reaches, never reaches the
 harness, the models, the data, the benchmarks or the CLI. The checker itself is shown to find a
 cycle and a forbidden edge, so these tests can fail."""
@@ -13,9 +14,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "torch_mars"
+SETTINGS = "torch_mars.optim.settings"
 DATA = "torch_mars.optim.step_types"
 MATHS = "torch_mars.optim.step_math"
-LEAVES = (DATA, MATHS)
+LEAVES = (SETTINGS, DATA, MATHS)
 HARNESS_LAYERS = ("train", "models", "data", "bench", "cli")
 
 
@@ -107,7 +109,8 @@ def test_the_module_graph_and_the_layer_graph_have_no_cycle():
 
 
 def test_the_step_data_and_maths_are_leaves_and_the_only_optim_modules_below_optim():
-    assert GRAPH[DATA] == set()
+    assert GRAPH[SETTINGS] == set()
+    assert GRAPH[DATA] == {SETTINGS}
     assert GRAPH[MATHS] == {DATA}
     for module, targets in GRAPH.items():
         if module.startswith(("torch_mars.kernels", "torch_mars.distributed")):
@@ -160,11 +163,12 @@ print(json.dumps({"files": sorted(files), "distributed": "torch_mars.distributed
 """
 
 
-def test_a_plain_cpu_step_reads_six_optim_files_and_no_distributed_code():
+def test_a_plain_cpu_step_reads_seven_optim_files_and_no_distributed_code():
     """docs/algorithm.md's reading path: MARS.step -> _plan (the group's step plan) ->
     _step_group -> functional.mars_step -> mars_step_single_tensor -> adam_rule_, in mars.py,
-    step_plan.py, functional.py and single_tensor.py, with the step's data (step_types.py) and
-    maths (step_math.py); torch_mars.distributed is never imported."""
+    step_plan.py, functional.py and single_tensor.py, with the settings' checks (settings.py),
+    the step's data (step_types.py) and maths (step_math.py); torch_mars.distributed is never
+    imported."""
     import json
     import subprocess
     import sys
@@ -176,6 +180,7 @@ def test_a_plain_cpu_step_reads_six_optim_files_and_no_distributed_code():
     assert seen["files"] == [
         "optim/functional.py",
         "optim/mars.py",
+        "optim/settings.py",
         "optim/single_tensor.py",
         "optim/step_math.py",
         "optim/step_plan.py",

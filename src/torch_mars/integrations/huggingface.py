@@ -22,6 +22,7 @@ from typing import Any
 from torch import nn
 
 from torch_mars.optim import MARS, mars_param_groups
+from torch_mars.optim.settings import DEFAULTS
 from torch_mars.optim.step_math import ORTHOGONAL_RULES
 
 
@@ -41,7 +42,7 @@ def mars_kwargs_from_args(args: Any, **overrides: Any) -> dict[str, Any]:
         "eps": args.adam_epsilon,
     }
     kwargs.update(overrides)
-    if kwargs.get("is_approx", True) is not True:
+    if {**DEFAULTS, **kwargs}["is_approx"] is not True:
         raise ValueError(
             "the Trainer calls step() without a closure, which the exact mode needs: "
             "use is_approx=True"
@@ -54,7 +55,7 @@ def mars_for_trainer(model: nn.Module, args: Any, **overrides: Any) -> MARS:
     :func:`mars_kwargs_from_args`); norms and biases take no weight decay, as in the Trainer's
     own AdamW. ``mars_type="mars-shampoo"`` or ``"mars-m"`` also sends the embeddings to AdamW."""
     kwargs = mars_kwargs_from_args(args, **overrides)
-    embeddings = "adamw" if kwargs.get("mars_type") in ORTHOGONAL_RULES else "mars"
+    embeddings = "adamw" if {**DEFAULTS, **kwargs}["mars_type"] in ORTHOGONAL_RULES else "mars"
     groups = mars_param_groups(
         model, embeddings=embeddings, adamw_options={"weight_decay": 0.0, "weight_decay_1d": 0.0}
     )

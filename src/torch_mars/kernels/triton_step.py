@@ -36,6 +36,7 @@ from torch_mars.kernels.compiled_step import (
     coefficient_values,
     mars_elementwise_compiled,
 )
+from torch_mars.optim.settings import unsupported
 from torch_mars.optim.step_math import (
     ELEMENTWISE_RULES,
     correction_scale,
@@ -681,7 +682,7 @@ def mars_elementwise_triton(
     kept fraction before its update (these two passes do not have it), ``hp.one_buffer``,
     whose Newton-Schulz matrices need ``m_t`` written out rather than kept, and the
     ``second_moment="gradient"`` ablation."""
-    if hp.cautious or hp.one_buffer or hp.second_moment != "corrected":
+    if unsupported("triton", functools.partial(getattr, hp)):
         return mars_elementwise_compiled(tensors, hp, store_last_grad, inv_grad_scale)
     flat, strided = _flat_and_strided(tensors)
     gates: list[Tensor | None] = [None] * len(tensors)

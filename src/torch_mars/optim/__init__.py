@@ -21,13 +21,12 @@ from torch_mars.optim.functional import (
 from torch_mars.optim.mars import MARS
 from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize
 from torch_mars.optim.param_groups import mars_param_groups
+from torch_mars.optim.settings import MARS_TYPES, MarsType
 from torch_mars.optim.step_in_backward import StepInBackward
 from torch_mars.optim.step_plan import routes_to_mars, state_buffer_names
 from torch_mars.optim.step_types import (
-    MARS_TYPES,
     AdamWHyperparams,
     MarsHyperparams,
-    MarsType,
     StepTensors,
 )
 

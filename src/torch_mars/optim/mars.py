@@ -18,6 +18,14 @@ from torch.optim import Optimizer
 
 from torch_mars.kernels import require_triton
 from torch_mars.optim.functional import adamw_step, fused_backend, mars_step
+from torch_mars.optim.settings import (
+    DEFAULTS,
+    SETTINGS,
+    MarsType,
+    Scalar,
+    SecondMoment,
+    validate_group,
+)
 from torch_mars.optim.step_math import elementwise_rule
 from torch_mars.optim.step_plan import (
     GroupStepPlan,
@@ -29,14 +37,10 @@ from torch_mars.optim.step_plan import (
     step_path,
 )
 from torch_mars.optim.step_types import (
-    MarsType,
-    Scalar,
-    SecondMoment,
     StepTensors,
     adamw_1d_hyperparams,
     group_indices,
     mars_hyperparams,
-    validate_group,
 )
 
 if TYPE_CHECKING:
@@ -215,63 +219,37 @@ class MARS(Optimizer):
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[tuple[str, Tensor]] | Iterable[dict[str, Any]],
-        lr: Scalar = 3e-3,
-        betas: tuple[Scalar, Scalar] = (0.95, 0.99),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        amsgrad: bool = False,
-        gamma: Scalar = 0.025,
-        is_approx: bool = True,
-        mars_type: MarsType = "mars-adamw",
-        optimize_1d: bool = False,
-        lr_1d: float | None = None,
-        betas_1d: tuple[float, float] = (0.9, 0.95),
-        weight_decay_1d: float = 0.1,
+        lr: Scalar = DEFAULTS["lr"],
+        betas: tuple[Scalar, Scalar] = DEFAULTS["betas"],
+        eps: float = DEFAULTS["eps"],
+        weight_decay: float = DEFAULTS["weight_decay"],
+        amsgrad: bool = DEFAULTS["amsgrad"],
+        gamma: Scalar = DEFAULTS["gamma"],
+        is_approx: bool = DEFAULTS["is_approx"],
+        mars_type: MarsType = DEFAULTS["mars_type"],
+        optimize_1d: bool = DEFAULTS["optimize_1d"],
+        lr_1d: float | None = DEFAULTS["lr_1d"],
+        betas_1d: tuple[float, float] = DEFAULTS["betas_1d"],
+        weight_decay_1d: float = DEFAULTS["weight_decay_1d"],
         *,
-        maximize: bool = False,
-        ns_steps: int = 5,
-        ns_dtype: torch.dtype | None = None,
-        foreach: bool | None = None,
-        fused: bool | None = None,
-        state_dtype: torch.dtype | None = None,
-        reference_routing: bool = False,
-        transposed_matrices: bool = False,
-        skip_nonfinite: bool = True,
-        clip: bool = True,
-        one_buffer: bool = False,
-        cautious: bool = False,
-        second_moment: SecondMoment = "corrected",
-        cuda_graph: bool = False,
+        maximize: bool = DEFAULTS["maximize"],
+        ns_steps: int = DEFAULTS["ns_steps"],
+        ns_dtype: torch.dtype | None = DEFAULTS["ns_dtype"],
+        foreach: bool | None = DEFAULTS["foreach"],
+        fused: bool | None = DEFAULTS["fused"],
+        state_dtype: torch.dtype | None = DEFAULTS["state_dtype"],
+        reference_routing: bool = DEFAULTS["reference_routing"],
+        transposed_matrices: bool = DEFAULTS["transposed_matrices"],
+        skip_nonfinite: bool = DEFAULTS["skip_nonfinite"],
+        clip: bool = DEFAULTS["clip"],
+        one_buffer: bool = DEFAULTS["one_buffer"],
+        cautious: bool = DEFAULTS["cautious"],
+        second_moment: SecondMoment = DEFAULTS["second_moment"],
+        cuda_graph: bool = DEFAULTS["cuda_graph"],
     ) -> None:
-        defaults: dict[str, Any] = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "amsgrad": amsgrad,
-            "gamma": gamma,
-            "is_approx": is_approx,
-            "mars_type": mars_type,
-            "optimize_1d": optimize_1d,
-            "reference_routing": reference_routing,
-            "lr_1d": lr_1d,
-            "betas_1d": betas_1d,
-            "weight_decay_1d": weight_decay_1d,
-            "maximize": maximize,
-            "ns_steps": ns_steps,
-            "ns_dtype": ns_dtype,
-            "foreach": foreach,
-            "fused": fused,
-            "state_dtype": state_dtype,
-            "use_mars": None,
-            "transposed_matrices": transposed_matrices,
-            "skip_nonfinite": skip_nonfinite,
-            "clip": clip,
-            "one_buffer": one_buffer,
-            "cautious": cautious,
-            "second_moment": second_moment,
-            "cuda_graph": cuda_graph,
-        }
+        given = locals()
+        # use_mars is a per-group setting only (it routes a group's tensors explicitly).
+        defaults: dict[str, Any] = {s.name: given.get(s.name, s.default) for s in SETTINGS}
         validate_group(defaults)
         if isinstance(params, set | frozenset):
             raise TypeError(
@@ -314,8 +292,9 @@ class MARS(Optimizer):
         if "weight_decay" in group and "weight_decay_1d" not in group:
             group["weight_decay_1d"] = group["weight_decay"]
         validate_group({**self.defaults, **group})
-        group.setdefault("lr_at_construction", float(group.get("lr", self.defaults["lr"])))
-        if group.get("lr_1d", self.defaults["lr_1d"]) is None:
+        complete = {**self.defaults, **group}
+        group.setdefault("lr_at_construction", float(complete["lr"]))
+        if complete["lr_1d"] is None:
             group["lr_1d"] = group["lr_at_construction"]
         if any(p.is_complex() for p in tensors):
             raise ValueError(
@@ -363,21 +342,8 @@ class MARS(Optimizer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         for group in self.param_groups:
-            group.setdefault("maximize", False)
-            group.setdefault("ns_steps", 5)
-            group.setdefault("ns_dtype", None)
-            group.setdefault("foreach", None)
-            group.setdefault("fused", None)
-            group.setdefault("state_dtype", None)
-            group.setdefault("use_mars", None)
-            group.setdefault("reference_routing", False)
-            group.setdefault("transposed_matrices", False)
-            group.setdefault("skip_nonfinite", True)
-            group.setdefault("clip", True)
-            group.setdefault("one_buffer", False)
-            group.setdefault("cautious", False)
-            group.setdefault("second_moment", "corrected")
-            group.setdefault("cuda_graph", False)
+            for setting in SETTINGS:
+                group.setdefault(setting.name, setting.default)
             group.setdefault("lr_at_construction", group["lr"])
         # Also run by load_state_dict: the loaded state may lack buffers the settings need.
         self._plans = {}

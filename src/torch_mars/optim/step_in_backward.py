@@ -18,6 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from torch_mars.optim.mars import MARS
+from torch_mars.optim.settings import DEFAULTS
 
 
 class StepInBackward:
@@ -49,12 +50,13 @@ class StepInBackward:
     def __init__(
         self, params: Iterable[Tensor] | Iterable[tuple[str, Tensor]], **mars_kwargs: Any
     ) -> None:
-        if mars_kwargs.get("is_approx", True) is not True:
+        settings = {**DEFAULTS, **mars_kwargs}
+        if settings["is_approx"] is not True:
             raise ValueError(
                 "StepInBackward needs is_approx=True: the exact mode evaluates a second gradient "
                 "of the same batch through a closure, which a backward hook cannot run"
             )
-        if mars_kwargs.get("foreach") or mars_kwargs.get("fused"):
+        if settings["foreach"] or settings["fused"]:
             raise ValueError(
                 "StepInBackward steps one tensor at a time: foreach and fused have nothing to "
                 "batch (leave them unset)"

@@ -5,7 +5,7 @@ buffers each one owns (:func:`state_buffer_names`), the step path (:func:`step_p
 sharding. ``MARS`` builds a group's plan on its first step and again only when something the
 plan was derived from changes (:func:`plan_key`: the group's tensors, their types, shapes,
 devices and dtypes, which of them have a gradient, and the settings in
-:data:`PLANNED_SETTINGS`), so a step
+:data:`~torch_mars.optim.settings.PLANNED_SETTINGS`), so a step
 does not re-derive them per tensor; ``torch.optim``'s ``_init_group`` re-derives them every step.
 The plan holds no state tensors: those are read from ``optimizer.state`` on every step, so a
 loaded or edited state is always the one stepped.
@@ -24,40 +24,21 @@ from torch import Tensor
 from torch_mars.kernels import TRITON_AVAILABLE
 from torch_mars.optim import functional
 from torch_mars.optim.functional import Implementation, default_foreach
+from torch_mars.optim.settings import PLANNED_SETTINGS, unsupported
 from torch_mars.optim.step_math import elementwise_rule
 
 if TYPE_CHECKING:
     from torch_mars.distributed.group_sharding import GroupSharding
 
-# The group settings a plan is derived from: routing (use_mars, optimize_1d,
-# reference_routing), state buffers (mars_type, amsgrad, one_buffer, is_approx, skip_nonfinite,
-# state_dtype), and the path (fused, foreach, cautious, second_moment).
-PLANNED_SETTINGS: tuple[str, ...] = (
-    "use_mars",
-    "optimize_1d",
-    "reference_routing",
-    "mars_type",
-    "amsgrad",
-    "one_buffer",
-    "is_approx",
-    "skip_nonfinite",
-    "state_dtype",
-    "fused",
-    "foreach",
-    "cautious",
-    "second_moment",
-    "cuda_graph",
-)
-
 
 def routes_to_mars(param: Tensor, group: dict[str, Any]) -> bool:
     """Whether ``param`` takes the MARS update in ``group``: ``use_mars`` when the group sets it,
     else ``optimize_1d or param.ndim >= 2`` (``param.ndim == 2`` under ``reference_routing``)."""
-    if group.get("use_mars") is not None:
+    if group["use_mars"] is not None:
         return bool(group["use_mars"])
     if group["optimize_1d"]:
         return True
-    return param.ndim == 2 if group.get("reference_routing") else param.ndim >= 2
+    return param.ndim == 2 if group["reference_routing"] else param.ndim >= 2
 
 
 def state_buffer_names(param: Tensor, group: dict[str, Any]) -> tuple[str, ...]:
@@ -72,7 +53,7 @@ def state_buffer_names(param: Tensor, group: dict[str, Any]) -> tuple[str, ...]:
         names.append("exp_avg_sq")
         if group["amsgrad"]:
             names.append("max_exp_avg_sq")
-    if use_mars and not group.get("one_buffer", False):
+    if use_mars and not group["one_buffer"]:
         names.append("last_grad")
     if not group["is_approx"]:
         names.append("prev_param")
@@ -81,16 +62,15 @@ def state_buffer_names(param: Tensor, group: dict[str, Any]) -> tuple[str, ...]:
 
 def default_fused(group: dict[str, Any], params: Sequence[Tensor]) -> bool:
     """Whether a group with neither ``fused`` nor ``foreach`` set takes the fused kernels: on
-    CUDA when Triton imports, for the settings the Triton kernels run themselves (``cautious``,
-    ``one_buffer`` and ``second_moment="gradient"`` go to a compiled per-tensor kernel there,
-    which compiles on the first step: those stay on foreach unless asked)."""
+    CUDA when Triton imports, for the settings the Triton kernels run themselves (the others,
+    :func:`~torch_mars.optim.settings.unsupported` by ``"triton"``, go to a compiled
+    per-tensor kernel there, which compiles on the first step: those stay on foreach unless
+    asked)."""
     return (
         TRITON_AVAILABLE
         and bool(params)
         and all(p.is_cuda for p in params)
-        and not group["cautious"]
-        and not group["one_buffer"]
-        and group["second_moment"] == "corrected"
+        and not unsupported("triton", group.__getitem__)
     )
 
 
@@ -137,7 +117,7 @@ def plan_key(group: dict[str, Any]) -> tuple[Hashable, ...]:
     tensors = tuple(
         [(id(p), type(p), p.shape, p.grad is not None, p.device, p.dtype) for p in group["params"]]
     )
-    settings = tuple(group.get(name) for name in PLANNED_SETTINGS)
+    settings = tuple(group[name] for name in PLANNED_SETTINGS)
     return tensors, settings, torch.compiler.is_compiling()
 
 
@@ -176,7 +156,7 @@ def build_plan(group: dict[str, Any], key: tuple[Hashable, ...]) -> GroupStepPla
         path=step_path(group, [params[i] for i in stepped]),
         sharding=group_sharding_of(params),
     )
-    if group.get("cuda_graph") and stepped:
+    if group["cuda_graph"] and stepped:
         triton = plan.path == "fused" and (
             functional.fused_backend([params[i] for i in stepped]) == "triton"
         )

@@ -3,10 +3,11 @@ tensor lists, the hyperparameter dataclasses and their validation, the coefficie
 update as a type, the whole-tensor operations a sharded step supplies, and index grouping. The
 maths on them is in :mod:`.step_math`.
 
-This module imports only torch. ``torch_mars.kernels`` (fused steps) and
-``torch_mars.distributed`` (sharded steps) import it and :mod:`.step_math` and nothing else of
-``torch_mars.optim``, so the dependencies point one way: ``optim.mars -> functional paths,
-kernels, distributed -> step_math -> this module``.
+This module imports only torch and :mod:`.settings` (every setting's default and check).
+``torch_mars.kernels`` (fused steps) and ``torch_mars.distributed`` (sharded steps) import it,
+:mod:`.step_math` and :mod:`.settings`, and nothing else of ``torch_mars.optim``, so the
+dependencies point one way: ``optim.mars -> functional paths, kernels, distributed ->
+step_math -> this module -> settings``.
 
 Hyperparameters reach the step paths as Python floats or as one-element tensors (a scheduler
 that writes into a tensor ``lr`` changes it without a recompile under ``torch.compile``). The
@@ -16,26 +17,23 @@ helpers here keep both kinds on the device: nothing reads a tensor value on the 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
 
-Scalar = float | Tensor
+from torch_mars.optim.settings import (
+    DEFAULTS,
+    MarsType,
+    Scalar,
+    SecondMoment,
+)
+
 # A tensor's step count: a Python int, or under ``cuda_graph`` a 0-d float32 tensor on the
 # tensor's device (as torch.optim keeps it), so that a CUDA graph replays the count too.
 StepCount = int | Tensor
-
-MarsType = Literal["mars-adamw", "mars-lion", "mars-shampoo", "mars-m"]
-MARS_TYPES: tuple[str, ...] = ("mars-adamw", "mars-lion", "mars-shampoo", "mars-m")
-# What the Adam rule's second moment ``v`` of a MARS-routed tensor averages: the corrected
-# gradient ``c`` (the paper's) or the gradient ``g`` (an ablation).
-SecondMoment = Literal["corrected", "gradient"]
-SECOND_MOMENTS: tuple[str, ...] = ("corrected", "gradient")
-STATE_DTYPES: tuple[torch.dtype | None, ...] = (None, torch.float32, torch.bfloat16)
 
 
 @dataclass(frozen=True)
@@ -58,8 +56,8 @@ class AdamWHyperparams:
     beta2: Scalar
     eps: float
     weight_decay: float
-    amsgrad: bool = False
-    maximize: bool = False
+    amsgrad: bool = DEFAULTS["amsgrad"]
+    maximize: bool = DEFAULTS["maximize"]
 
 
 @dataclass(frozen=True)
@@ -91,16 +89,16 @@ class MarsHyperparams(AdamWHyperparams):
             AdamW's; an ablation).
     """
 
-    gamma: Scalar = 0.025
-    mars_type: MarsType = "mars-adamw"
-    ns_steps: int = 5
-    ns_dtype: torch.dtype | None = None
-    transposed_matrices: bool = False
-    skip_nonfinite: bool = False
-    clip: bool = True
-    one_buffer: bool = False
-    cautious: bool = False
-    second_moment: SecondMoment = "corrected"
+    gamma: Scalar = DEFAULTS["gamma"]
+    mars_type: MarsType = DEFAULTS["mars_type"]
+    ns_steps: int = DEFAULTS["ns_steps"]
+    ns_dtype: torch.dtype | None = DEFAULTS["ns_dtype"]
+    transposed_matrices: bool = DEFAULTS["transposed_matrices"]
+    skip_nonfinite: bool = DEFAULTS["skip_nonfinite"]
+    clip: bool = DEFAULTS["clip"]
+    one_buffer: bool = DEFAULTS["one_buffer"]
+    cautious: bool = DEFAULTS["cautious"]
+    second_moment: SecondMoment = DEFAULTS["second_moment"]
 
 
 HyperparamsT = TypeVar("HyperparamsT", AdamWHyperparams, MarsHyperparams)
@@ -115,126 +113,6 @@ def hyperparams_on_device(hp: HyperparamsT, device: torch.device) -> Hyperparams
         if isinstance(value := getattr(hp, f.name), Tensor) and value.device != device
     }
     return dataclasses.replace(hp, **moved) if moved else hp
-
-
-def _check_tensor_scalar(name: str, value: Tensor, allowed: str) -> float | None:
-    """Check a tensor hyperparameter's shape and dtype; return its value only if it is on the CPU
-    (reading a device tensor would synchronise the host with the device)."""
-    if value.numel() != 1 or not value.is_floating_point() or value.requires_grad:
-        raise ValueError(
-            f"{name} must be a float or a one-element floating tensor without grad ({allowed}), "
-            f"got a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
-        )
-    return float(value) if value.device.type == "cpu" else None
-
-
-def _check_nonnegative_finite(name: str, value: Any, tensor_ok: bool = False) -> None:
-    if tensor_ok and isinstance(value, Tensor):
-        value = _check_tensor_scalar(name, value, "finite, >= 0")
-        if value is None:
-            return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    if not (math.isfinite(value) and value >= 0.0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-
-
-def _check_betas(name: str, value: Any) -> None:
-    if not isinstance(value, tuple | list) or len(value) != 2:
-        raise ValueError(f"{name} must be a pair (beta1, beta2) with each in [0, 1), got {value!r}")
-    for index, beta in enumerate(value):
-        if isinstance(beta, Tensor):
-            beta = _check_tensor_scalar(f"{name}[{index}]", beta, "in [0, 1)")
-            if beta is None:
-                continue
-        if isinstance(beta, bool) or not isinstance(beta, int | float) or not (0.0 <= beta < 1.0):
-            raise ValueError(f"{name}[{index}] must be in [0, 1), got {beta!r}")
-
-
-def _check_flag(name: str, value: Any, allow_none: bool = False) -> None:
-    if isinstance(value, bool) or (allow_none and value is None):
-        return
-    allowed = "True, False or None" if allow_none else "True or False"
-    raise ValueError(f"{name} must be {allowed}, got {value!r}")
-
-
-def validate_group(group: Mapping[str, Any]) -> None:
-    """Raise ``ValueError`` naming the first hyperparameter of ``group`` outside its range.
-
-    ``group`` is a complete param-group dict (defaults filled in). Nothing is modified.
-    """
-    for name in ("lr", "gamma"):
-        _check_nonnegative_finite(name, group[name], tensor_ok=True)
-    for name in ("eps", "weight_decay", "weight_decay_1d"):
-        _check_nonnegative_finite(name, group[name])
-    if group["lr_1d"] is not None:  # None: the group's lr, resolved when the group is added
-        _check_nonnegative_finite("lr_1d", group["lr_1d"])
-    _check_betas("betas", group["betas"])
-    _check_betas("betas_1d", group["betas_1d"])
-    if group["mars_type"] not in MARS_TYPES:
-        raise ValueError(f"mars_type must be one of {MARS_TYPES}, got {group['mars_type']!r}")
-    ns_steps = group["ns_steps"]
-    if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or not 1 <= ns_steps <= 100:
-        raise ValueError(f"ns_steps must be an integer in [1, 100], got {ns_steps!r}")
-    if group.get("ns_dtype") not in (None, torch.bfloat16, torch.float32, torch.float64):
-        raise ValueError(
-            "ns_dtype must be None (bf16 where the device multiplies it fast, else float32), "
-            "torch.float64 (for float64 references), "
-            f"torch.bfloat16 or torch.float32, got {group.get('ns_dtype')!r}"
-        )
-    for name in ("amsgrad", "is_approx", "optimize_1d", "reference_routing", "maximize"):
-        _check_flag(name, group[name])
-    _check_flag("transposed_matrices", group.get("transposed_matrices", False))
-    _check_flag("skip_nonfinite", group.get("skip_nonfinite", False))
-    _check_flag("clip", group.get("clip", True))
-    _check_flag("one_buffer", group.get("one_buffer", False))
-    _check_flag("cautious", group.get("cautious", False))
-    second_moment = group.get("second_moment", "corrected")
-    if second_moment not in SECOND_MOMENTS:
-        raise ValueError(f"second_moment must be one of {SECOND_MOMENTS}, got {second_moment!r}")
-    if second_moment != "corrected" and group["mars_type"] == "mars-lion":
-        raise ValueError(
-            "second_moment='gradient' needs a rule with a second moment (mars-adamw, or the "
-            "1-D tensors of mars-shampoo and mars-m under optimize_1d); mars-lion has none"
-        )
-    if group.get("one_buffer", False):
-        if group["mars_type"] == "mars-adamw" or not group["is_approx"] or group["clip"]:
-            raise ValueError(
-                "one_buffer needs is_approx=True, clip=False and a momentum-only rule "
-                "(mars-lion, mars-shampoo, mars-m): it rebuilds the unclipped c from g and "
-                f"one buffer, got mars_type={group['mars_type']!r}, is_approx="
-                f"{group['is_approx']}, clip={group['clip']}"
-            )
-        beta1 = group["betas"][0]
-        if not isinstance(beta1, Tensor) and beta1 == 0.0:
-            raise ValueError("one_buffer needs betas[0] > 0 (its buffer is scaled by 1/beta1)")
-    for name in ("use_mars", "foreach", "fused"):
-        _check_flag(name, group.get(name), allow_none=True)
-    if group.get("foreach") and group.get("fused"):
-        raise ValueError("foreach and fused cannot both be True: pick one implementation")
-    _check_flag("cuda_graph", group.get("cuda_graph", False))
-    if group.get("cuda_graph", False):
-        conflicts = {
-            "is_approx": not group["is_approx"],
-            "foreach": bool(group.get("foreach")),
-            "fused": group.get("fused") is False,
-            "one_buffer": group.get("one_buffer", False),
-            "cautious": group.get("cautious", False),
-            "second_moment": second_moment != "corrected",
-        }
-        if any(conflicts.values()):
-            raise ValueError(
-                "cuda_graph=True runs the multi-tensor Triton kernels (fused=True or None, on "
-                "CUDA) in the approximate mode, without one_buffer, cautious or "
-                "second_moment='gradient'; it conflicts "
-                f"with {[name for name, bad in conflicts.items() if bad]}"
-            )
-    state_dtype = group.get("state_dtype")
-    if state_dtype not in STATE_DTYPES:
-        raise ValueError(
-            f"state_dtype must be None (the parameter's dtype), torch.float32 or torch.bfloat16, "
-            f"got {state_dtype!r}"
-        )
 
 
 def _scalar(value: Scalar) -> Scalar:
@@ -258,13 +136,13 @@ def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
         gamma=_scalar(group["gamma"]),
         mars_type=group["mars_type"],
         ns_steps=group["ns_steps"],
-        ns_dtype=group.get("ns_dtype"),
-        transposed_matrices=group.get("transposed_matrices", False),
-        skip_nonfinite=group.get("skip_nonfinite", False),
-        clip=group.get("clip", True),
-        one_buffer=group.get("one_buffer", False),
-        cautious=group.get("cautious", False),
-        second_moment=group.get("second_moment", "corrected"),
+        ns_dtype=group["ns_dtype"],
+        transposed_matrices=group["transposed_matrices"],
+        skip_nonfinite=group["skip_nonfinite"],
+        clip=group["clip"],
+        one_buffer=group["one_buffer"],
+        cautious=group["cautious"],
+        second_moment=group["second_moment"],
     )
 
 
