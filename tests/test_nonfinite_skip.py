@@ -199,3 +199,19 @@ def test_a_skip_count_survives_a_round_trip_with_bf16_parameters():
     fresh.load_state_dict(opt.state_dict())
     count = fresh.state[weight]["nonfinite_skips"]
     assert count.dtype == torch.int64 and count.item() == 257
+
+
+@pytest.mark.parametrize("path", [path_params(p) for p in PATHS])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_huge_finite_gradient_is_clipped_not_skipped(use_path, path, dtype):
+    """Entries of 1e19 square past float32's and bf16's range; the norm must not overflow to
+    inf there (the skip would take the gradient for a bad one): the step clips it and moves
+    every tensor, the first one by what a unit-norm c of that direction gives."""
+    params = [torch.zeros(shape, dtype=dtype, requires_grad=True) for shape in SHAPES]
+    opt = MARS(params, lr=0.05, gamma=0.0, **use_path(path))
+    for p in params:
+        p.grad = torch.full_like(p, 1e19)
+    opt.step()
+    assert int(opt.nonfinite_skips()) == 0
+    for p in params:
+        assert torch.isfinite(p).all() and bool((p < 0).all()), "a tensor did not step"

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from torch_mars.optim.step_math import (
     CAUTIOUS_MIN_FRACTION,
+    NORM_DTYPE,
     bias_corrections,
     correction_scale,
     elementwise_rule,
@@ -91,7 +92,7 @@ def tensor_update(
     gate = None
     if last_grad is not None:
         c = torch.lerp(g, last_grad.to(compute), -h[_SCALE])
-        norm = torch.linalg.vector_norm(c)
+        norm = torch.linalg.vector_norm(c, dtype=NORM_DTYPE)
         if clip:
             c = c / norm.clamp_min(1.0)
         if skip_nonfinite:
@@ -140,7 +141,7 @@ def one_buffer_update(
     Newton-Schulz. Under ``skip_nonfinite`` the gate is that of ``||g||``."""
     gate = None
     if skip_nonfinite:
-        finite = torch.isfinite(torch.linalg.vector_norm(g))
+        finite = torch.isfinite(torch.linalg.vector_norm(g, dtype=NORM_DTYPE))
         g = torch.where(finite, g, 0.0)
         gate = finite.to(g.dtype)
     u = buffer.to(g.dtype)
@@ -196,7 +197,7 @@ def _coefficients(hp: AdamWHyperparams, scale: object, step: int, device: torch.
         scale, _ = one_buffer_coefficients(hp, step == 1)
     values = [*coefficient_values(hp, scale, step), gamma]
     if not any(isinstance(v, Tensor) for v in values):
-        return torch.tensor(values, dtype=torch.float64).to(device, non_blocking=True)
+        return torch.tensor(values, dtype=NORM_DTYPE).to(device, non_blocking=True)
     return torch.stack(
         [torch.as_tensor(v, dtype=torch.float64, device=device).reshape(()) for v in values]
     )

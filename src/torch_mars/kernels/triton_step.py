@@ -148,7 +148,9 @@ if TRITON_AVAILABLE:
         start = tl.load(chunk_start + program)
         numel = tl.load(numels + tensor)
         row = coefficients + tensor * N_COEFFICIENTS
-        total = tl.zeros((BLOCK,), dtype=COMPUTE)
+        # Squares summed in float64: a finite float32 or bf16 c of 1e19 per entry must not
+        # overflow to inf (and be skipped as non-finite) while its norm is formed.
+        total = tl.zeros((BLOCK,), dtype=tl.float64)
         for chunk in range(CHUNKS):
             offsets = start + chunk * BLOCK + tl.arange(0, BLOCK)
             mask = offsets < numel
@@ -166,7 +168,8 @@ if TRITON_AVAILABLE:
                 HAS_GRAD_SCALE,
                 MAXIMIZE,
             )
-            total += c * c
+            wide = c.to(tl.float64)
+            total += wide * wide
         tl.atomic_add(norm_sq + tensor, tl.sum(total, axis=0))
 
     @triton.jit
@@ -222,7 +225,7 @@ if TRITON_AVAILABLE:
             MAXIMIZE,
         )
         if IS_MARS and CLIP:
-            c = c / tl.maximum(tl.sqrt(tl.load(norm_sq + tensor).to(COMPUTE)), 1.0)
+            c = c / tl.maximum(tl.sqrt(tl.load(norm_sq + tensor)), 1.0).to(COMPUTE)
         if IS_MARS and STORE_LAST_GRAD:
             kept = g
             kept_mask = mask
@@ -353,8 +356,8 @@ def launch_specializations() -> list[Specialization]:
             common = common_constexprs(param_dtype, state_dtype, compute, has_scale, maximize)
             pointers = {name: "*i64" for name in _POINTER_ARGS}
             pointers |= {"coefficients": "*fp64", "chunk_tensor": "*i32"}
-            pointers["norm_sq"] = f"*{common['COMPUTE']}"
-            pointers["inv_grad_scale"] = "*fp64" if has_scale else f"*{common['COMPUTE']}"
+            # inv_grad_scale: the float64 scale, or norm_sq standing in when there is none
+            pointers["norm_sq"] = pointers["inv_grad_scale"] = "*fp64"
             norm = {**common, "CHUNKS": NORM_CHUNKS_PER_PROGRAM}
             specializations.append(
                 Specialization(
@@ -555,7 +558,7 @@ def _launch(
     numels = tuple([p.numel() for p in tensors.params])
     numel_table = _held_for_graphs(_numel_table(numels, device))
     coefficients = _coefficient_table(hp, scale, tensors.steps, rules, device)
-    norm_sq = torch.zeros(n, dtype=compute, device=device)
+    norm_sq = torch.zeros(n, dtype=torch.float64, device=device)
     scale_pointer = inv_grad_scale if inv_grad_scale is not None else norm_sq
     common = common_constexprs(
         tensors.grads[0].dtype, state_dtype, compute, inv_grad_scale is not None, hp.maximize

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from torch_mars.optim.step_math import (
+    NORM_DTYPE,
     bias_corrections,
     correction_scale,
     finite_gates,
@@ -22,7 +23,6 @@ from torch_mars.optim.step_math import (
     foreach_step_,
     is_shampoo_matrix,
     one_buffer_coefficients,
-    reduction_dtype,
     second_moment_input,
     update_coefficients,
 )
@@ -58,7 +58,7 @@ def _variance_reduced_gradients(
         cs = list(torch._foreach_lerp(grads, last_grads, weight))
     if not (clip or skip_nonfinite):
         return cs, None
-    norms = torch._foreach_norm(cs, 2, dtype=reduction_dtype(cs[0].dtype))
+    norms = torch._foreach_norm(cs, 2, dtype=NORM_DTYPE)
     if whole is not None:
         norms = whole.whole_norms(norms)
     gates = finite_gates(torch.stack(norms), cs[0].dtype) if skip_nonfinite else None
@@ -219,7 +219,7 @@ def one_buffer_momenta_foreach(
         grads = torch._foreach_neg(group.grads) if hp.maximize else list(group.grads)
         group_gates = None
         if hp.skip_nonfinite:
-            norms = torch._foreach_norm(grads, 2, dtype=reduction_dtype(grads[0].dtype))
+            norms = torch._foreach_norm(grads, 2, dtype=NORM_DTYPE)
             if whole is not None:
                 norms = whole.whole_norms(norms)
             group_gates = finite_gates(torch.stack(norms), grads[0].dtype)

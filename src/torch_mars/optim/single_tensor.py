@@ -12,6 +12,7 @@ from torch import Tensor
 
 from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize
 from torch_mars.optim.step_math import (
+    NORM_DTYPE,
     add_scaled_,
     addcdiv_scaled_,
     addcmul_scaled_,
@@ -23,7 +24,6 @@ from torch_mars.optim.step_math import (
     matrix_shape,
     one_buffer_coefficients,
     orthogonal_update_scale,
-    reduction_dtype,
     second_moment_input,
     update_coefficients,
 )
@@ -64,7 +64,7 @@ def variance_reduced_gradient(
     c = torch.lerp(grad, last_grad, -correction_scale(gamma, beta1))
     if not (clip or skip_nonfinite):
         return c, None
-    norm = torch.linalg.vector_norm(c, dtype=reduction_dtype(c.dtype))
+    norm = torch.linalg.vector_norm(c, dtype=NORM_DTYPE)
     if clip:
         c.div_(norm.clamp_min(1.0))
     if not skip_nonfinite:
@@ -137,9 +137,7 @@ def one_buffer_momentum(
     """
     gate = None
     if hp.skip_nonfinite:
-        gate = finite_gates(
-            torch.linalg.vector_norm(grad, dtype=reduction_dtype(grad.dtype)), grad.dtype
-        )
+        gate = finite_gates(torch.linalg.vector_norm(grad, dtype=NORM_DTYPE), grad.dtype)
         grad = torch.where(gate > 0, grad, 0.0)
     a, beta1 = one_buffer_coefficients(hp, first)
     updated = buffer * beta1 + grad * a

@@ -237,5 +237,14 @@ def orthogonal_update_scale(
 
 
 def reduction_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype in which norms of ``dtype`` tensors are accumulated (float32 for half types)."""
+    """The dtype in which sums over ``dtype`` tensors are accumulated (float32 for half types)."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+# The dtype of ``||c||`` and ``||g||``, which the clip and the non-finite skip read: float64
+# whatever the tensor's dtype, so that the squares of a finite float32 or bf16 tensor (entries
+# past about 1e19 square beyond float32's range) do not overflow to an infinite norm that the
+# skip would take for a bad gradient. ``torch.linalg.vector_norm`` squares in its accumulation
+# dtype without scaling first. A float64 tensor's norm overflows only past about 1e154 per
+# entry.
+NORM_DTYPE = torch.float64
