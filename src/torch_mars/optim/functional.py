@@ -152,7 +152,8 @@ def mars_step(
     >>> tensors = StepTensors([p], [g], [torch.zeros(2, 2)], [torch.zeros(2, 2)],
     ...                       steps=[1], last_grads=[g.clone()])
     >>> hp = MarsHyperparams(lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.0)
-    >>> mars_step(tensors, hp, store_last_grad=True)
+    >>> mars_step(tensors, hp, store_last_grad=True)  # each tensor's gate: 1, it stepped
+    [tensor(1.)]
     >>> p  # ||c|| = 8 is clipped to 1; the first Adam step moves each entry by -lr
     tensor([[-0.1000, -0.1000],
             [-0.1000, -0.1000]])
