@@ -22,6 +22,7 @@ def valid(group: dict) -> bool:
         return False
     return True
 
+
 # Every setting's variant from the settings table (a setting added there is tried here), then
 # combinations.
 OPTIONS = {
