@@ -41,17 +41,17 @@ def train_args(tmp_path, optimizer: str, *flags: str) -> list[str]:
     ]
 
 
-# DDP once (its gradient all-reduce is the same for every optimizer); FSDP2 for each
-# optimizer path: MARS's sharded step, its exact mode's second gradient, and torch's Muon.
+# DDP once (its gradient all-reduce is the same for every optimizer); FSDP2 for the exact
+# mode's second gradient and torch's Muon. MARS-AdamW's sharded step on two processes is
+# checked against one process by the resume test below (its first four steps).
 @pytest.mark.parametrize(
     ("optimizer", "sharding"),
     [
         (["mars-adamw"], []),
-        (["mars-adamw"], ["--fsdp"]),
         (["mars-adamw", "--exact"], ["--fsdp"]),
         (["muon"], ["--fsdp"]),
     ],
-    ids=["mars-adamw-ddp", "mars-adamw-fsdp", "mars-adamw-exact-fsdp", "muon-fsdp"],
+    ids=["mars-adamw-ddp", "mars-adamw-exact-fsdp", "muon-fsdp"],
 )
 def test_two_gloo_processes_match_one_process(tmp_path, optimizer, sharding):
     common = train_args(tmp_path, *optimizer)
@@ -71,6 +71,8 @@ def test_two_gloo_processes_match_one_process(tmp_path, optimizer, sharding):
 
 
 def test_fsdp_checkpoint_resumes_on_one_process(tmp_path):
+    """Steps 1-4 on two FSDP2 processes, 5-6 resumed from their DCP checkpoint on one: every
+    row matches an uninterrupted one-process run."""
     common = train_args(tmp_path, "mars-adamw")
     run_cli([*common, "--run-dir", str(tmp_path / "one")])
     split = tmp_path / "split"

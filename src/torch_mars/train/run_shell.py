@@ -31,7 +31,6 @@ from torch import nn
 from torch.optim import Optimizer
 from tqdm.auto import tqdm
 
-from torch_mars.distributed import load_sharded_checkpoint, save_sharded_checkpoint
 from torch_mars.train.checkpoint import (
     CHECKPOINT_FILE,
     SHARDED_CHECKPOINT_PREFIX,
@@ -283,6 +282,8 @@ def _checkpoint(loop: RunLoop, step: int, progress: dict[str, Any]) -> None:
     }
     run_dir = Path(config.run_dir)
     if loop.sharded:
+        from torch_mars.distributed import save_sharded_checkpoint  # DCP: sharded runs only
+
         sharded_dir = f"{SHARDED_CHECKPOINT_PREFIX}{step}"
         save_sharded_checkpoint(run_dir / sharded_dir, loop.model, loop.optimizer)
         payload["sharded_dir"] = sharded_dir
@@ -311,6 +312,8 @@ def _resume(loop: RunLoop) -> tuple[int, dict[str, Any]]:
                 f"{payload['sharded_dir']!r}; resume it with --fsdp (on any number of "
                 "processes)"
             )
+        from torch_mars.distributed import load_sharded_checkpoint  # DCP: sharded runs only
+
         directory = sharded_checkpoint_dir(run_dir, payload["sharded_dir"])
         try:
             load_sharded_checkpoint(directory, loop.model, loop.optimizer)

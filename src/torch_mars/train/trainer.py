@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,8 +19,6 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 
 from torch_mars.data import BatchSampler, TokenCorpus, load_corpus
 from torch_mars.models import GPT, gpt_config
@@ -38,6 +37,13 @@ from torch_mars.train.run_shell import check_run_controls, run_loop
 from torch_mars.train.runtime import init_processes, resolve_device
 from torch_mars.train.schedules import TEXT_SCHEDULES, Schedule, scale_learning_rates
 from torch_mars.train.task import Task, register_task, task_of
+
+
+def _is_dtensor(tensor: Tensor) -> bool:
+    """Whether ``tensor`` is a ``DTensor``, without importing the distributed tensor code (a
+    ``DTensor`` exists only once ``torch.distributed.tensor`` has been imported)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(tensor, module.DTensor)
 
 
 @dataclass
@@ -193,6 +199,8 @@ class Trainer:
         self.accepts_sharded = config.fsdp
         self.total_steps = config.steps
         if self.sharded:
+            from torch.distributed.fsdp import fully_shard  # imported by sharded runs only
+
             for block in self.model.blocks:
                 fully_shard(block)
             fully_shard(self.model)
@@ -259,7 +267,7 @@ class Trainer:
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]
             norm = nn.utils.get_total_norm(grads)
         # The exact mode evaluates twice per step; the norm at the current parameters is first.
-        self._grad_norms.setdefault(step, norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        self._grad_norms.setdefault(step, norm.full_tensor() if _is_dtensor(norm) else norm)
         return self._mean_over_processes(total)
 
     def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager:
@@ -370,7 +378,7 @@ class Trainer:
         """Whether every parameter entry is finite, on every process."""
         bad = torch.zeros((), device=self.device)
         for param in self.model.parameters():
-            local = param.to_local() if isinstance(param, DTensor) else param
+            local = param.to_local() if _is_dtensor(param) else param
             bad += (~torch.isfinite(local.detach())).sum()
         if self.processes.enabled:
             dist.all_reduce(bad)
