@@ -52,6 +52,16 @@ from torch_mars.train.runtime import Processes, pause_if_asked, rng_state, set_r
 from torch_mars.train.task import TaskConfig, task_of
 
 PAUSE_AT_STEP_VARIABLE = "TORCH_MARS_PAUSE_AT_STEP"
+# The config fields, in every task, that say how the shell drives a run, not what it trains:
+# no checkpoint identity or study budget includes them.
+RUN_CONTROL_FIELDS = (
+    "run_dir",
+    "quiet",
+    "resume",
+    "overwrite",
+    "stop_after",
+    "checkpoint_interval",
+)
 
 
 class RunLoop(Protocol):

@@ -44,6 +44,7 @@ from optuna.trial import TrialState
 
 from torch_mars.train.run_archive import CURVE_COLUMNS
 from torch_mars.train.run_record import TASK_METRICS, RunFolderBusy, run_folder_lock
+from torch_mars.train.run_shell import RUN_CONTROL_FIELDS
 from torch_mars.train.runtime import pause_if_asked
 from torch_mars.train.study_store import claim_lock, describe, open_storage, storage_url
 from torch_mars.train.task import TaskConfig, task_named, task_of
@@ -56,12 +57,7 @@ RUN_FIELDS = (
     "optimizer",
     "seed",
     "hyperparams",
-    "run_dir",
-    "quiet",
-    "resume",
-    "overwrite",
-    "stop_after",
-    "checkpoint_interval",
+    *RUN_CONTROL_FIELDS,
     "diagnostics",
     "dist_timeout_s",
 )

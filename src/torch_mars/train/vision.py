@@ -34,7 +34,7 @@ from torch_mars.models.resnet import ResNet, ResNetConfig
 from torch_mars.train.checkpoint import CheckpointError
 from torch_mars.train.optimizers import MARS_RULE_OF, OPTIMIZER_NAMES, build_optimizer
 from torch_mars.train.run_record import TASK_METRICS, RunResult
-from torch_mars.train.run_shell import check_run_controls, run_loop
+from torch_mars.train.run_shell import RUN_CONTROL_FIELDS, check_run_controls, run_loop
 from torch_mars.train.runtime import Processes, resolve_device
 from torch_mars.train.schedules import Schedule, scale_learning_rates
 from torch_mars.train.task import Task, register_task, task_of
@@ -114,18 +114,6 @@ def load_vision_data(spec: str) -> tuple[ImageDataset, ImageDataset]:
     return train, test
 
 
-# The fields of a VisionConfig that say how a run is driven, not what it trains.
-RUN_CONTROL_FIELDS = (
-    "device",
-    "run_dir",
-    "quiet",
-    "resume",
-    "overwrite",
-    "stop_after",
-    "checkpoint_interval",
-)
-
-
 @dataclass
 class VisionConfig:
     """One image-classification run.
@@ -202,7 +190,7 @@ class VisionConfig:
         settings = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in (*RUN_CONTROL_FIELDS, "data", "hyperparams")
+            if f.name not in (*RUN_CONTROL_FIELDS, "device", "data", "hyperparams")
         }
         hyperparams = self.resolved_hyperparams()
         return {
