@@ -5,6 +5,7 @@ record is the only place that tells the tasks apart."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -62,11 +63,15 @@ def test_a_vision_run_killed_mid_epoch_resumes_bitwise(tmp_path):
     data = tmp_path / "data"
     write_easy_folder(data, per_class=150)
     whole, killed = tmp_path / "whole", tmp_path / "killed"
+    one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # The uninterrupted run trains beside the killed one (one thread each; nothing waits on
+    # their relative speed): it is only read once both have ended.
+    uninterrupted = subprocess.Popen(cli(vision_args(data, whole)), env=one_thread)
     env = kill_when_paused(cli(vision_args(data, killed)), 11, what="steps")
     assert torch.load(killed / "checkpoint.pt", weights_only=True)["step"] == 8
     assert [row["epoch"] for row in metric_rows(killed)] == [1]  # the row past the checkpoint
     subprocess.run(cli(vision_args(data, killed, "--resume")), env=env, check=True)
-    subprocess.run(cli(vision_args(data, whole)), env=env, check=True)
+    assert uninterrupted.wait() == 0
 
     resumed = torch.load(killed / "checkpoint.pt", weights_only=True)
     uninterrupted = torch.load(whole / "checkpoint.pt", weights_only=True)
