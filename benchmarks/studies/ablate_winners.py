@@ -1,0 +1,142 @@
+"""What a MARS winner's gain is made of (issue #36): the regime map's winner of one MARS rule at
+one point, retrained on the held-out seeds 3-5 with the correction switched off (gamma = 0), the
+per-tensor clip of ``c`` switched off, and, for MARS-AdamW, the second moment read from the
+gradient instead of ``c`` (``second_moment=gradient``): every combination, everything else at
+the winner's values, through ``torch-mars sweep`` (its plain-grid mode).
+
+    python benchmarks/studies/ablate_winners.py b128-4x mars-shampoo [--jobs 1]
+
+The point's ``tune.json`` (written by ``regime_map.py --report``) gives the winner and the
+budget. The sweep's study is ``benchmarks/results/regime-map/POINT/ablate-RULE/study.log`` (a
+journal, kept in git: it resumes where it stopped); ``ablation.md`` beside it gives every
+combination's held-out mean ± std and its difference from the winner. The command is printed
+before it starts; it reproduces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+from pathlib import Path
+
+from torch_mars.cli import main as torch_mars
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "benchmarks" / "results" / "regime-map"
+HELDOUT_SEEDS = ("3", "4", "5")
+# The budget's fields that the sweep's command line takes, as its flags.
+BUDGET_FLAGS = {
+    "model": "--model",
+    "data": "--data",
+    "steps": "--steps",
+    "batch_size": "--batch-size",
+    "grad_accum": "--grad-accum",
+    "schedule": "--schedule",
+    "grad_clip": "--grad-clip",
+    "eval_interval": "--eval-interval",
+    "eval_batches": "--eval-batches",
+    "data_seed": "--data-seed",
+}
+ABLATIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mars-adamw": {"clip": ("true", "false"), "second_moment": ("corrected", "gradient")},
+    "mars-shampoo": {"clip": ("true", "false")},
+}
+
+
+def _value(value: object) -> str:
+    if isinstance(value, list | tuple):
+        return "(" + ",".join(_value(v) for v in value) + ")"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def sweep_arguments(point: str, rule: str, jobs: int) -> list[str]:
+    """The ``torch-mars sweep`` arguments of ``rule``'s ablation at ``point``."""
+    report = json.loads((FOLDER / point / "tune.json").read_text())
+    winner = next((o for o in report["optimizers"] if o["optimizer"] == rule), None)
+    if winner is None or not winner["finished"]:
+        raise SystemExit(f"{rule} has no finished winner at {point}")
+    budget = report["budget"]
+    unsupported = {
+        k for k, v in budget.items() if k not in BUDGET_FLAGS and v not in (None, False, "auto")
+    }
+    if unsupported:
+        raise SystemExit(f"the budget sets {sorted(unsupported)}, which this script cannot pass on")
+    arguments = [
+        part
+        for key, flag in BUDGET_FLAGS.items()
+        if budget.get(key) is not None
+        for part in (flag, _value(budget[key]))
+    ]
+    grid = {key: (_value(value),) for key, value in winner["hyperparams"].items()}
+    grid["gamma"] = ("0", _value(winner["hyperparams"]["gamma"]))
+    grid.update(ABLATIONS[rule])
+    for key, values in grid.items():
+        arguments += ["--grid", f"{rule}:{key}={','.join(values)}"]
+    name = f"ablate-{rule}"
+    study = FOLDER / point / name / "study.log"
+    return [
+        *arguments,
+        "--search-seeds",
+        *HELDOUT_SEEDS,
+        "--seeds",
+        *HELDOUT_SEEDS,
+        "--jobs",
+        str(jobs),
+        "--name",
+        name,
+        "--out-dir",
+        str((FOLDER / point).relative_to(ROOT)),
+        "--storage",
+        f"journal:{study.relative_to(ROOT)}",
+    ]
+
+
+def ablation_table(point: str, rule: str) -> str:
+    """Each combination of the ablation's sweep, held-out mean ± std, against the winner."""
+    record = json.loads((FOLDER / point / f"ablate-{rule}" / "sweep.json").read_text())
+    axes = ["gamma", *ABLATIONS[rule]]
+    rows = []
+    for found in record["points"]:
+        finals = [found["finals"][s] for s in HELDOUT_SEEDS if s in found["finals"]]
+        mean = statistics.fmean(finals)
+        std = statistics.stdev(finals) if len(finals) > 1 else 0.0
+        rows.append(([found["hyperparams"][a] for a in axes], mean, std, len(finals)))
+    winner = record["winners"][rule]
+    reference = next(mean for values, mean, _, _ in rows if values == [winner[a] for a in axes])
+    lines = [
+        f"| {' | '.join(axes)} | held out, seeds {'-'.join(HELDOUT_SEEDS[::2])} | vs the winner "
+        "| seeds |",
+        "|" + "---|" * len(axes) + "---:|---:|---:|",
+    ]
+    for values, mean, std, seeds in rows:
+        lines.append(
+            f"| {' | '.join(_value(v) for v in values)} | {mean:.4f} ± {std:.4f} | "
+            f"{mean - reference:+.4f} | {seeds} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("point")
+    parser.add_argument("rule", choices=list(ABLATIONS))
+    parser.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args()
+    os.chdir(ROOT)
+    arguments = sweep_arguments(args.point, args.rule, args.jobs)
+    print("torch-mars sweep " + shlex.join(arguments), flush=True)
+    code = torch_mars(["sweep", *arguments])
+    if code:
+        return code
+    table = ablation_table(args.point, args.rule)
+    (FOLDER / args.point / f"ablate-{args.rule}" / "ablation.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
