@@ -2,7 +2,7 @@
 MARS-AdamW, Muon and MARS-Shampoo, each tuned over its whole declared space by coordinate
 descent (selection on seeds 0-2, screened on seed 0 with the best two rerun on 1-2), each
 winner read on held-out seeds 3-5. b64-4x, the first point, ran two rounds of the descent
-(about 400 runs, 3.5 hours on two cores); the other points run one round (every dimension
+(333 runs, four and a half hours on two cores); the other points run one round (every dimension
 swept once from the defaults, the lr re-swept after each accepted change), which halves
 them, so that the map fits the wave (the rounds are in each point's trial counts).
 
@@ -14,6 +14,10 @@ parameter, B sequences of 32 tokens per step):
 - the same tokens at 128 and 256 leave 483 and 241 steps, so those batches run at 16x too
   (1,932 and 966 steps);
 - tokens axis at B = 16: 1x and 8x (4x is the batch axis's 16).
+
+They run in the order of ``POINTS``: after the three large batches, the `compare` point and
+1x (about four hours together), which give the batch axis its small end and
+`compare` its tuned settings, before the 16x points (about twelve hours each), then 4 and 8x.
 
 Each point is one study in ``benchmarks/results/regime-map/POINT/study.log`` (an Optuna
 journal, kept in git: a killed or interrupted map resumes from it, on this machine or another,
@@ -49,11 +53,11 @@ POINTS: dict[str, tuple[int, int]] = {
     "b64-4x": (64, 4),
     "b128-4x": (128, 4),
     "b256-4x": (256, 4),
+    "b16-4x": (16, 4),
+    "b16-1x": (16, 1),
     "b256-16x": (256, 16),
     "b128-16x": (128, 16),
-    "b16-4x": (16, 4),
     "b4-4x": (4, 4),
-    "b16-1x": (16, 1),
     "b16-8x": (16, 8),
 }
 OPTIMIZERS = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
