@@ -89,6 +89,10 @@ def tune_arguments(point: str, jobs: int, report: bool = False) -> list[str]:
 
 
 PAIRS = {"mars-adamw": ("adamw", "nadamw"), "mars-shampoo": ("muon",)}
+# The batch rules are fitted on the points at RULE_MULTIPLE x 20 tokens per parameter, all but
+# TEST_BATCH, and tested at TEST_BATCH (inside the fitted range, where a rule is meant to hold).
+RULE_MULTIPLE = 4
+TEST_BATCH = 128
 
 
 def point_outcomes(point: str) -> dict[str, dict] | None:
@@ -134,6 +138,7 @@ def map_rows() -> list[dict]:
                     "gap_sd": gap / control_std if control_std > 0 else math.nan,
                     "gamma": found[rule]["winner"]["gamma"],
                     "lr": found[rule]["winner"]["lr"],
+                    "lr_band": found[rule]["good_lr_band"],
                     "runs": {n: found[n]["runs"] for n in names},
                     "failures": {n: found[n]["heldout_failures"] for n in names},
                 }
@@ -158,6 +163,78 @@ def format_map(rows: list[dict]) -> str:
             f"{r['gap']:+.4f} ({r['gap_sd']:+.1f}) | {r['gamma']:g}, {r['lr']:.3g} | {runs} | "
             f"{failures} |"
         )
+    return "\n".join(lines)
+
+
+def _fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares slope and intercept of ``ys`` on ``xs``."""
+    x_mean, y_mean = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - x_mean) ** 2 for x in xs
+    )
+    return slope, y_mean - slope * x_mean
+
+
+def batch_rules(rows: list[dict]) -> str:
+    """How each MARS rule's tuned lr and gamma move with batch at 4x, fitted on every batch but
+    :data:`TEST_BATCH` (lr as a power of the batch, gamma linear in log2 of it) and tested
+    there: is the predicted lr inside the tuned winner's good-lr band, and how far is the
+    predicted gamma from the one its descent chose?"""
+    lines = [
+        f"Rules of lr and gamma against batch at 4x, fitted without {TEST_BATCH} and tested there:"
+    ]
+    for rule in PAIRS:
+        mine = {r["batch"]: r for r in rows if r["rule"] == rule and r["multiple"] == RULE_MULTIPLE}
+        tuned = ", ".join(
+            f"{b}: lr {mine[b]['lr']:.3g}, gamma {mine[b]['gamma']:g}" for b in sorted(mine)
+        )
+        fit = sorted(b for b in mine if b != TEST_BATCH)
+        if len(fit) < 2:
+            lines.append(f"- {rule} ({tuned or 'no point yet'}): fewer than two batches to fit")
+            continue
+        logs = [math.log2(b) for b in fit]
+        lr_slope, lr_intercept = _fit_line(logs, [math.log2(mine[b]["lr"]) for b in fit])
+        gamma_slope, gamma_intercept = _fit_line(logs, [mine[b]["gamma"] for b in fit])
+        rule_text = (
+            f"lr = {2**lr_intercept:.3g} * B^{lr_slope:+.2f}, "
+            f"gamma = {gamma_intercept:.3g} {gamma_slope:+.3g} * log2(B)"
+        )
+        test = mine.get(TEST_BATCH)
+        if test is None:
+            lines.append(f"- {rule} ({tuned}): {rule_text}; {TEST_BATCH} not finished yet")
+            continue
+        lr_at = 2 ** (lr_intercept + lr_slope * math.log2(TEST_BATCH))
+        gamma_at = gamma_intercept + gamma_slope * math.log2(TEST_BATCH)
+        low, high = test["lr_band"] or (math.nan, math.nan)
+        verdict = "inside" if low <= lr_at <= high else "outside"
+        lines.append(
+            f"- {rule} ({tuned}): {rule_text}; at {TEST_BATCH} it predicts lr {lr_at:.3g}, "
+            f"{verdict} the tuned band {low:.3g}-{high:.3g}, and gamma {gamma_at:.3g} "
+            f"against the tuned {test['gamma']:g}"
+        )
+    return "\n".join(lines)
+
+
+def robustness_table() -> str:
+    """Per point and optimizer: held-out seeds that failed, and the good-lr band's width."""
+    lines = [
+        "| point | " + " | ".join(OPTIMIZERS) + " |",
+        "|---|" + "---:|" * len(OPTIMIZERS),
+    ]
+    for point in POINTS:
+        found = point_outcomes(point)
+        if found is None:
+            continue
+        cells = []
+        for name in OPTIMIZERS:
+            entry = found.get(name)
+            if entry is None or not entry["finished"]:
+                cells.append("running")
+                continue
+            band = entry["good_lr_band"]
+            width = f"{band[1] / band[0]:.2g}x" if band else "-"
+            cells.append(f"{entry['heldout_failures']}/{len(entry['heldout_finals'])}, {width}")
+        lines.append(f"| {point} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -198,9 +275,19 @@ def plot_map(rows: list[dict], out_path: Path) -> Path | None:
 
 def write_map() -> None:
     rows = map_rows()
-    (FOLDER / "map.md").write_text(format_map(rows) + "\n")
+    text = "\n\n".join(
+        [
+            format_map(rows),
+            batch_rules(rows),
+            "Robustness: held-out seeds that failed (ended above the selection seeds' mean by "
+            "more than max(0.03, 3 of their std)), and the width of the good-lr band (first "
+            "selection seed within 1% of the winner's):",
+            robustness_table(),
+        ]
+    )
+    (FOLDER / "map.md").write_text(text + "\n")
     plot_map(rows, FIGURE)
-    print(format_map(rows))
+    print(text)
 
 
 def main() -> int:

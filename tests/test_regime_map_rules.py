@@ -1,0 +1,61 @@
+"""The regime map's batch rules (benchmarks/studies/regime_map.py): fitted on every batch but
+the test batch, they recover a power law of lr and a line of gamma in log2(batch), and say
+whether the prediction falls inside the test batch's tuned good-lr band."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "regime_map.py"
+
+
+@pytest.fixture(scope="module")
+def regime_map():
+    spec = importlib.util.spec_from_file_location("regime_map_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(batch: int, lr: float, gamma: float, band: tuple[float, float]) -> dict:
+    return {
+        "rule": "mars-adamw",
+        "multiple": 4,
+        "batch": batch,
+        "lr": lr,
+        "gamma": gamma,
+        "lr_band": band,
+    }
+
+
+def test_a_power_law_of_lr_and_a_log_line_of_gamma_are_recovered(regime_map):
+    test_batch = regime_map.TEST_BATCH
+    rows = [
+        _row(
+            b,
+            0.002 * b**0.5,
+            0.02 * (b.bit_length() - 1),
+            (0.002 * b**0.5 / 1.2, 0.002 * b**0.5 * 1.2),
+        )
+        for b in (16, 64, test_batch, 256)
+    ]
+    text = regime_map.batch_rules(rows)
+    line = next(line for line in text.splitlines() if line.startswith("- mars-adamw"))
+    assert "lr = 0.002 * B^+0.50" in line
+    assert "gamma = 0 +0.02 * log2(B)" in line
+    assert f"predicts lr {0.002 * test_batch**0.5:.3g}, inside" in line
+    assert f"gamma {0.02 * 7:.3g} against" in line
+
+
+def test_a_prediction_outside_the_tuned_band_is_said_to_be(regime_map):
+    rows = [_row(b, 0.01, 0.05, (0.009, 0.011)) for b in (16, 64, 256)]
+    rows.append(_row(regime_map.TEST_BATCH, 0.03, 0.05, (0.025, 0.035)))
+    assert "predicts lr 0.01, outside the tuned band 0.025-0.035" in regime_map.batch_rules(rows)
+
+
+def test_fewer_than_two_fit_batches_give_no_rule(regime_map):
+    rows = [_row(64, 0.01, 0.05, (0.009, 0.011)), _row(regime_map.TEST_BATCH, 0.01, 0.05, None)]
+    assert "fewer than two batches to fit" in regime_map.batch_rules(rows)
