@@ -1,15 +1,16 @@
 """What a MARS winner's gain is made of (issue #36): the regime map's winner of one MARS rule at
 one point, retrained on the held-out seeds 3-5 with the correction switched off (gamma = 0), the
 per-tensor clip of ``c`` switched off, and, for MARS-AdamW, the second moment read from the
-gradient instead of ``c`` (``second_moment=gradient``): every combination, everything else at
-the winner's values, through ``torch-mars sweep`` (its plain-grid mode).
+gradient instead of ``c`` (``second_moment=gradient``), and their combinations (``ABLATIONS``:
+none at gamma = 0, where neither can change anything), everything else at the winner's values,
+through ``torch-mars sweep`` (its plain-grid mode).
 
     python benchmarks/studies/ablate_winners.py b128-4x mars-shampoo [--jobs 1]
 
 The point's ``tune.json`` (written by ``regime_map.py --report``) gives the winner and the
-budget. The sweep's study is ``benchmarks/results/regime-map/POINT/ablate-RULE/study.log`` (a
-journal, kept in git: it resumes where it stopped); ``ablation.md`` beside it gives every
-combination's held-out mean ± std and its difference from the winner. The command is printed
+budget. Each sweep's study is ``benchmarks/results/regime-map/POINT/ablate-RULE*/study.log`` (a
+journal, kept in git: it resumes where it stopped); ``ablate-RULE/ablation.md`` gives every
+point's held-out mean ± std and its difference from the winner. The command is printed
 before it starts; it reproduces it.
 """
 
@@ -24,6 +25,7 @@ import sys
 from pathlib import Path
 
 from torch_mars.cli import main as torch_mars
+from torch_mars.optim.settings import DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "benchmarks" / "results" / "regime-map"
@@ -41,9 +43,16 @@ BUDGET_FLAGS = {
     "eval_batches": "--eval-batches",
     "data_seed": "--data-seed",
 }
-ABLATIONS: dict[str, dict[str, tuple[str, ...]]] = {
-    "mars-adamw": {"clip": ("true", "false"), "second_moment": ("corrected", "gradient")},
-    "mars-shampoo": {"clip": ("true", "false")},
+WINNER = "winner"  # stands for the winner's own value of a dimension
+# Each rule's ablation: sweeps (named by their suffix), each a grid of overrides of the winner.
+# At gamma = 0, c is the gradient: the per-tensor clip cannot fire under the harness's global
+# clip of 1, and the second moment of c is that of g, so a gamma-0 sweep varies nothing else.
+ABLATIONS: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
+    "mars-adamw": {
+        "": {"clip": ("true", "false"), "second_moment": ("corrected", "gradient")},
+        "-gamma0": {"gamma": ("0",)},
+    },
+    "mars-shampoo": {"": {"gamma": ("0", WINNER), "clip": ("true", "false")}},
 }
 
 
@@ -53,13 +62,18 @@ def _value(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def sweep_arguments(point: str, rule: str, jobs: int) -> list[str]:
-    """The ``torch-mars sweep`` arguments of ``rule``'s ablation at ``point``."""
+def tuned_winner(point: str, rule: str) -> tuple[dict, dict]:
+    """The budget of ``point`` and ``rule``'s finished winner there, from its ``tune.json``."""
     report = json.loads((FOLDER / point / "tune.json").read_text())
     winner = next((o for o in report["optimizers"] if o["optimizer"] == rule), None)
     if winner is None or not winner["finished"]:
         raise SystemExit(f"{rule} has no finished winner at {point}")
-    budget = report["budget"]
+    return report["budget"], winner["hyperparams"]
+
+
+def sweep_arguments(point: str, rule: str, suffix: str, jobs: int) -> list[str]:
+    """The ``torch-mars sweep`` arguments of ``rule``'s ablation sweep ``suffix`` at ``point``."""
+    budget, winner = tuned_winner(point, rule)
     unsupported = {
         k for k, v in budget.items() if k not in BUDGET_FLAGS and v not in (None, False, "auto")
     }
@@ -71,12 +85,12 @@ def sweep_arguments(point: str, rule: str, jobs: int) -> list[str]:
         if budget.get(key) is not None
         for part in (flag, _value(budget[key]))
     ]
-    grid = {key: (_value(value),) for key, value in winner["hyperparams"].items()}
-    grid["gamma"] = ("0", _value(winner["hyperparams"]["gamma"]))
-    grid.update(ABLATIONS[rule])
+    grid = {key: (_value(value),) for key, value in winner.items()}
+    for key, values in ABLATIONS[rule][suffix].items():
+        grid[key] = tuple(_value(winner[key]) if v == WINNER else v for v in values)
     for key, values in grid.items():
         arguments += ["--grid", f"{rule}:{key}={','.join(values)}"]
-    name = f"ablate-{rule}"
+    name = f"ablate-{rule}{suffix}"
     study = FOLDER / point / name / "study.log"
     return [
         *arguments,
@@ -96,17 +110,21 @@ def sweep_arguments(point: str, rule: str, jobs: int) -> list[str]:
 
 
 def ablation_table(point: str, rule: str) -> str:
-    """Each combination of the ablation's sweep, held-out mean ± std, against the winner."""
-    record = json.loads((FOLDER / point / f"ablate-{rule}" / "sweep.json").read_text())
-    axes = ["gamma", *ABLATIONS[rule]]
+    """Every point of ``rule``'s ablation sweeps at ``point``, held-out mean ± std, against the
+    tuned winner (clip on, the second moment of c, its gamma)."""
+    _, winner = tuned_winner(point, rule)
+    axes = list(dict.fromkeys(a for grid in ABLATIONS[rule].values() for a in ("gamma", *grid)))
+    reference_values = [winner.get(a, DEFAULTS.get(a)) for a in axes]
     rows = []
-    for found in record["points"]:
-        finals = [found["finals"][s] for s in HELDOUT_SEEDS if s in found["finals"]]
-        mean = statistics.fmean(finals)
-        std = statistics.stdev(finals) if len(finals) > 1 else 0.0
-        rows.append(([found["hyperparams"][a] for a in axes], mean, std, len(finals)))
-    winner = record["winners"][rule]
-    reference = next(mean for values, mean, _, _ in rows if values == [winner[a] for a in axes])
+    for suffix in ABLATIONS[rule]:
+        record = json.loads((FOLDER / point / f"ablate-{rule}{suffix}" / "sweep.json").read_text())
+        for found in record["points"]:
+            finals = [found["finals"][s] for s in HELDOUT_SEEDS if s in found["finals"]]
+            mean = statistics.fmean(finals)
+            std = statistics.stdev(finals) if len(finals) > 1 else 0.0
+            values = [found["hyperparams"].get(a, DEFAULTS.get(a)) for a in axes]
+            rows.append((values, mean, std, len(finals)))
+    reference = next(mean for values, mean, _, _ in rows if values == reference_values)
     lines = [
         f"| {' | '.join(axes)} | held out, seeds {'-'.join(HELDOUT_SEEDS[::2])} | vs the winner "
         "| seeds |",
@@ -127,11 +145,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args()
     os.chdir(ROOT)
-    arguments = sweep_arguments(args.point, args.rule, args.jobs)
-    print("torch-mars sweep " + shlex.join(arguments), flush=True)
-    code = torch_mars(["sweep", *arguments])
-    if code:
-        return code
+    for suffix in ABLATIONS[args.rule]:
+        arguments = sweep_arguments(args.point, args.rule, suffix, args.jobs)
+        print("torch-mars sweep " + shlex.join(arguments), flush=True)
+        code = torch_mars(["sweep", *arguments])
+        if code:
+            return code
     table = ablation_table(args.point, args.rule)
     (FOLDER / args.point / f"ablate-{args.rule}" / "ablation.md").write_text(table + "\n")
     print(table)
