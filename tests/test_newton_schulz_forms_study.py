@@ -4,23 +4,16 @@ that polynomial (equal in float64) and its FLOP count is that of the products it
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
+from benchmark_scripts import load_benchmark_script
 from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize
-
-STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "perf" / "newton_schulz_forms.py"
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("newton_schulz_forms", STUDY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_script("perf/newton_schulz_forms.py")
 
 
 @pytest.mark.parametrize("shape", [(3, 6, 6), (3, 6, 18)])

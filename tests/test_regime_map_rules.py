@@ -4,20 +4,14 @@ whether the prediction falls inside the test batch's tuned good-lr band."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "regime_map.py"
+from benchmark_scripts import load_benchmark_script
 
 
 @pytest.fixture(scope="module")
 def regime_map():
-    spec = importlib.util.spec_from_file_location("regime_map_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_script("studies/regime_map.py")
 
 
 def _row(batch: int, lr: float, gamma: float, band: tuple[float, float]) -> dict:
