@@ -2,7 +2,8 @@
 one point, retrained on the held-out seeds 3-5 with the correction switched off (gamma = 0), the
 per-tensor clip of ``c`` switched off, and, for MARS-AdamW, the second moment read from the
 gradient instead of ``c`` (``second_moment=gradient``), and their combinations (``ABLATIONS``:
-none at gamma = 0, where neither can change anything), everything else at the winner's values,
+none at gamma = 0, where neither can change anything); for MARS-Shampoo also Newton-Schulz in
+bf16, as ``torch.optim.Muon`` runs it. Everything else is at the winner's values; the runs go
 through ``torch-mars sweep`` (its plain-grid mode).
 
     python benchmarks/studies/ablate_winners.py b128-4x mars-shampoo [--jobs 1]
@@ -52,7 +53,12 @@ ABLATIONS: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
         "": {"clip": ("true", "false"), "second_moment": ("corrected", "gradient")},
         "-gamma0": {"gamma": ("0",)},
     },
-    "mars-shampoo": {"": {"gamma": ("0", WINNER), "clip": ("true", "false")}},
+    # Newton-Schulz in bf16, as torch.optim.Muon runs it (MARS-Shampoo's default on a CPU
+    # without fast bf16 matrix products is float32): what of a gap to Muon is that dtype.
+    "mars-shampoo": {
+        "": {"gamma": ("0", WINNER), "clip": ("true", "false")},
+        "-ns-bf16": {"gamma": ("0", WINNER), "ns_dtype": ("bfloat16",)},
+    },
 }
 
 
@@ -132,7 +138,8 @@ def ablation_table(point: str, rule: str) -> str:
     ]
     for values, mean, std, seeds in rows:
         lines.append(
-            f"| {' | '.join(_value(v) for v in values)} | {mean:.4f} ± {std:.4f} | "
+            f"| {' | '.join('auto' if v is None else _value(v) for v in values)} | "
+            f"{mean:.4f} ± {std:.4f} | "
             f"{mean - reference:+.4f} | {seeds} |"
         )
     return "\n".join(lines)
