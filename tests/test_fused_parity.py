@@ -11,7 +11,6 @@ import torch
 
 import torch_mars.kernels as kernels
 import torch_mars.optim.functional as functional
-import torch_mars.optim.mars as mars_module
 from problems import MIXED_SHAPES, RandomProblem, run_mars
 from torch_mars import MARS, MARS_TYPES
 from torch_mars.kernels import TRITON_AVAILABLE
@@ -190,7 +189,7 @@ def test_triton_on_cuda_matches_the_loop(short_problem, mars_type):
 
 def test_fused_on_cuda_without_triton_fails_at_construction(monkeypatch):
     monkeypatch.setattr(kernels, "TRITON_AVAILABLE", False)
-    monkeypatch.setattr(mars_module, "fused_backend", lambda tensors: "triton")
+    monkeypatch.setattr(functional, "fused_backend", lambda tensors: "triton")
     with pytest.raises(RuntimeError, match=r"fused=True on CUDA needs Triton: pip install"):
         MARS([torch.zeros(2, 2, requires_grad=True)], fused=True)
     MARS([torch.zeros(2, 2, requires_grad=True)], foreach=True)

@@ -62,8 +62,10 @@ def test_the_default_path_is_triton_on_cuda_when_it_imports_and_foreach_or_loop_
     on_cuda = [SimpleNamespace(is_cuda=True, device=torch.device("cuda"))]
     on_cpu = [torch.zeros(2, 2)]
     monkeypatch.setattr(step_plan, "TRITON_AVAILABLE", True)
-    assert step_plan.step_path(group, on_cuda) == "fused"
+    assert step_plan.step_path(group, on_cuda) == "triton"
     assert step_plan.step_path(group, on_cpu) == "single_tensor"
+    assert step_plan.step_path({**group, "fused": True}, on_cuda) == "triton"
+    assert step_plan.step_path({**group, "fused": True}, on_cpu) == "compiled"
     assert step_plan.step_path({**group, "foreach": True}, on_cuda) == "foreach"
     assert step_plan.step_path({**group, "cautious": True}, on_cuda) == "foreach"
     monkeypatch.setattr(step_plan, "TRITON_AVAILABLE", False)

@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from torch_mars.kernels import require_triton
-from torch_mars.optim.functional import adamw_step, fused_backend, mars_step
+from torch_mars.optim.functional import adamw_step, mars_step
 from torch_mars.optim.settings import (
     DEFAULTS,
     SETTINGS,
@@ -257,7 +257,7 @@ class MARS(Optimizer):
                 "order changes between runs, and the state dict is matched to it by order"
             )
         super().__init__(params, defaults)
-        if any(g["fused"] and fused_backend(g["params"]) == "triton" for g in self.param_groups):
+        if any(g["fused"] and step_path(g, g["params"]) == "triton" for g in self.param_groups):
             require_triton()
         self._plans: dict[int, GroupStepPlan] = {}
 

@@ -75,22 +75,23 @@ def default_fused(group: dict[str, Any], params: Sequence[Tensor]) -> bool:
 
 
 def step_path(group: dict[str, Any], params: Sequence[Tensor]) -> Implementation:
-    """The step path of a group of plain tensors, chosen here and nowhere else: fused when
-    ``fused=True``; with neither flag set, the Triton kernels when every tensor is on CUDA and
-    Triton imports (:func:`default_fused`), as ``torch.optim`` picks its fused kernels; else
-    foreach or the per-tensor loop (the device default,
-    :func:`~torch_mars.optim.functional.default_foreach`).
+    """The step path of a group of plain tensors, chosen here and nowhere else: the fused
+    kernels of the tensors' device (``"triton"`` on CUDA, ``"compiled"`` elsewhere:
+    :func:`~torch_mars.optim.functional.fused_backend`) when ``fused=True``; with neither flag
+    set, the Triton kernels when every tensor is on CUDA and Triton imports
+    (:func:`default_fused`), as ``torch.optim`` picks its fused kernels; else foreach or the
+    per-tensor loop (the device default, :func:`~torch_mars.optim.functional.default_foreach`).
 
     A step traced by ``torch.compile`` takes the per-tensor loop: inductor fuses it across
     tensors anyway, and in torch 2.13 the foreach ops fail to compile when their scalars derive
     from a dynamic step count (the generated code references an unbound symbol).
     """
     if torch.compiler.is_compiling():
-        return "fused" if group["fused"] else "single_tensor"
+        return functional.fused_backend(params) if group["fused"] else "single_tensor"
     if group["fused"] or (
         group["fused"] is None and group["foreach"] is None and default_fused(group, params)
     ):
-        return "fused"
+        return functional.fused_backend(params)
     foreach = group["foreach"]
     if foreach is None:
         foreach = default_foreach(params)
@@ -156,15 +157,11 @@ def build_plan(group: dict[str, Any], key: tuple[Hashable, ...]) -> GroupStepPla
         path=step_path(group, [params[i] for i in stepped]),
         sharding=group_sharding_of(params),
     )
-    if group["cuda_graph"] and stepped:
-        triton = plan.path == "fused" and (
-            functional.fused_backend([params[i] for i in stepped]) == "triton"
+    if group["cuda_graph"] and stepped and (plan.sharding is not None or plan.path != "triton"):
+        raise ValueError(
+            "cuda_graph=True runs the multi-tensor Triton kernels: it needs plain CUDA "
+            "tensors (not FSDP2 shards) and fused=True or None, and a step that "
+            "torch.compile does not trace; this group would take the "
+            f"{plan.path!r} path{' on shards' if plan.sharding is not None else ''}"
         )
-        if plan.sharding is not None or not triton:
-            raise ValueError(
-                "cuda_graph=True runs the multi-tensor Triton kernels: it needs plain CUDA "
-                "tensors (not FSDP2 shards) and fused=True or None, and a step that "
-                "torch.compile does not trace; this group would take the "
-                f"{plan.path!r} path{' on shards' if plan.sharding is not None else ''}"
-            )
     return plan
