@@ -3,8 +3,9 @@ one point, retrained on the held-out seeds 3-5 with the correction switched off 
 per-tensor clip of ``c`` switched off, and, for MARS-AdamW, the second moment read from the
 gradient instead of ``c`` (``second_moment=gradient``), and their combinations (``ABLATIONS``:
 none at gamma = 0, where neither can change anything); for MARS-Shampoo also Newton-Schulz in
-bf16, as ``torch.optim.Muon`` runs it. Everything else is at the winner's values; the runs go
-through ``torch-mars sweep`` (its plain-grid mode).
+bf16, as ``torch.optim.Muon`` runs it; and Muon's winner without its Nesterov form, the
+control's side of MARS-Shampoo's gap at gamma 0. Everything else is at the winner's values; the
+runs go through ``torch-mars sweep`` (its plain-grid mode).
 
     python benchmarks/studies/ablate_winners.py b128-4x mars-shampoo [--jobs 1]
 
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from torch_mars.cli import main as torch_mars
 from torch_mars.optim.settings import DEFAULTS
+from torch_mars.train.optimizers import MARS_RULE_OF
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "benchmarks" / "results" / "regime-map"
@@ -59,7 +61,12 @@ ABLATIONS: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
         "": {"gamma": ("0", WINNER), "clip": ("true", "false")},
         "-ns-bf16": {"gamma": ("0", WINNER), "ns_dtype": ("bfloat16",)},
     },
+    # The control's side of that gap: torch.optim.Muon without its Nesterov form, which is
+    # Newton-Schulz on the plain EMA of gradients, as MARS-Shampoo's at gamma 0.
+    "muon": {"-nesterov": {"nesterov": ("true", "false")}},
 }
+# The value of an ablated dimension that a winner leaves at its default.
+UNSET = {**DEFAULTS, "nesterov": True}
 
 
 def _value(value: object) -> str:
@@ -119,8 +126,9 @@ def ablation_table(point: str, rule: str) -> str:
     """Every point of ``rule``'s ablation sweeps at ``point``, held-out mean ± std, against the
     tuned winner (clip on, the second moment of c, its gamma)."""
     _, winner = tuned_winner(point, rule)
-    axes = list(dict.fromkeys(a for grid in ABLATIONS[rule].values() for a in ("gamma", *grid)))
-    reference_values = [winner.get(a, DEFAULTS.get(a)) for a in axes]
+    first = ("gamma",) if rule in MARS_RULE_OF else ()
+    axes = list(dict.fromkeys(a for grid in ABLATIONS[rule].values() for a in (*first, *grid)))
+    reference_values = [winner.get(a, UNSET.get(a)) for a in axes]
     rows = []
     for suffix in ABLATIONS[rule]:
         record = json.loads((FOLDER / point / f"ablate-{rule}{suffix}" / "sweep.json").read_text())
@@ -128,7 +136,7 @@ def ablation_table(point: str, rule: str) -> str:
             finals = [found["finals"][s] for s in HELDOUT_SEEDS if s in found["finals"]]
             mean = statistics.fmean(finals)
             std = statistics.stdev(finals) if len(finals) > 1 else 0.0
-            values = [found["hyperparams"].get(a, DEFAULTS.get(a)) for a in axes]
+            values = [found["hyperparams"].get(a, UNSET.get(a)) for a in axes]
             rows.append((values, mean, std, len(finals)))
     reference = next(mean for values, mean, _, _ in rows if values == reference_values)
     lines = [

@@ -154,6 +154,10 @@ MARS_OPTIONS = (
     "skip_nonfinite",
     "second_moment",
 )
+# Muon options beyond the defaults that `--opt-arg` may set: torch.optim.Muon's switch of its
+# Nesterov form (on by default; off, it orthogonalises the plain EMA of gradients, as
+# MARS-Shampoo at gamma 0 does).
+MUON_OPTIONS = ("nesterov",)
 STATE_DTYPES_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # The keys that give `adamw` and `nadamw` MARS-AdamW's routing: an AdamW path of their settings.
 ADAMW_PATH_KEYS = ("lr_1d", "betas_1d", "weight_decay_1d")

@@ -29,6 +29,7 @@ from torch_mars.train.optimizers import (
     ADAMW_PATH_KEYS,
     MARS_OPTIONS,
     MARS_RULE_OF,
+    MUON_OPTIONS,
     build_optimizer,
     default_hyperparams,
 )
@@ -121,6 +122,8 @@ class TrainConfig:
             allowed |= set(MARS_OPTIONS)
         if self.optimizer in ("adamw", "nadamw"):
             allowed |= set(ADAMW_PATH_KEYS)
+        if self.optimizer == "muon":
+            allowed |= set(MUON_OPTIONS)
         unknown = set(self.hyperparams) - allowed
         if unknown:
             raise ValueError(
