@@ -11,8 +11,8 @@ runs go through ``torch-mars sweep`` (its plain-grid mode).
 
 The point's ``tune.json`` (written by ``regime_map.py --report``) gives the winner and the
 budget. Each sweep's study is ``benchmarks/results/regime-map/POINT/ablate-RULE*/study.log`` (a
-journal, kept in git: it resumes where it stopped); ``ablate-RULE/ablation.md`` gives every
-point's held-out mean ± std and its difference from the winner. The command is printed
+journal, kept in git: it resumes where it stopped); ``ablation.md`` in the first sweep's folder
+gives every point's held-out mean ± std and its difference from the winner. The command is printed
 before it starts; it reproduces it.
 """
 
@@ -167,7 +167,8 @@ def main() -> int:
         if code:
             return code
     table = ablation_table(args.point, args.rule)
-    (FOLDER / args.point / f"ablate-{args.rule}" / "ablation.md").write_text(table + "\n")
+    first = next(iter(ABLATIONS[args.rule]))
+    (FOLDER / args.point / f"ablate-{args.rule}{first}" / "ablation.md").write_text(table + "\n")
     print(table)
     return 0
 
