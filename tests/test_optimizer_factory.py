@@ -259,13 +259,15 @@ def test_a_run_config_accepts_the_mars_options_and_state_dtype_by_name():
 
 def test_a_run_config_passes_nesterov_on_to_torchs_muon_and_no_other_optimizer():
     """`--opt-arg nesterov=false` turns torch.optim.Muon's Nesterov form off (its default is
-    on); for any other optimizer the key is unknown."""
+    on); anything but true/false is refused; for any other optimizer the key is unknown."""
     for nesterov in (True, False):
         settings = TrainConfig(optimizer="muon", model="tiny", hyperparams={"nesterov": nesterov})
         built = build_optimizer("muon", tiny_gpt(), settings.resolved_hyperparams())
         assert built.optimizer.optimizers[0].param_groups[0]["nesterov"] is nesterov
     built = build_optimizer("muon", tiny_gpt(), default_hyperparams("muon", "tiny"))
     assert built.optimizer.optimizers[0].param_groups[0]["nesterov"] is True
+    with pytest.raises(ValueError, match="muon: nesterov must be true or false, got 2"):
+        build_optimizer("muon", tiny_gpt(), {**default_hyperparams("muon", "tiny"), "nesterov": 2})
     with pytest.raises(ValueError, match="unknown hyperparameters"):
         TrainConfig(
             optimizer="mars-shampoo", hyperparams={"nesterov": False}

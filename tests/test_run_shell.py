@@ -66,12 +66,12 @@ def test_a_vision_run_killed_mid_epoch_resumes_bitwise(tmp_path):
     one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}
     # The uninterrupted run trains beside the killed one (one thread each; nothing waits on
     # their relative speed): it is only read once both have ended.
-    uninterrupted = subprocess.Popen(cli(vision_args(data, whole)), env=one_thread)
+    whole_run = subprocess.Popen(cli(vision_args(data, whole)), env=one_thread)
     env = kill_when_paused(cli(vision_args(data, killed)), 11, what="steps")
     assert torch.load(killed / "checkpoint.pt", weights_only=True)["step"] == 8
     assert [row["epoch"] for row in metric_rows(killed)] == [1]  # the row past the checkpoint
     subprocess.run(cli(vision_args(data, killed, "--resume")), env=env, check=True)
-    assert uninterrupted.wait() == 0
+    assert whole_run.wait() == 0
 
     resumed = torch.load(killed / "checkpoint.pt", weights_only=True)
     uninterrupted = torch.load(whole / "checkpoint.pt", weights_only=True)

@@ -77,10 +77,13 @@ def _value(value: object) -> str:
 
 def tuned_winner(point: str, rule: str) -> tuple[dict, dict]:
     """The budget of ``point`` and ``rule``'s finished winner there, from its ``tune.json``."""
-    report = json.loads((FOLDER / point / "tune.json").read_text())
+    path = FOLDER / point / "tune.json"
+    if not path.is_file():
+        raise ValueError(f"no {path.relative_to(ROOT)}: run regime_map.py --report for {point}")
+    report = json.loads(path.read_text())
     winner = next((o for o in report["optimizers"] if o["optimizer"] == rule), None)
     if winner is None or not winner["finished"]:
-        raise SystemExit(f"{rule} has no finished winner at {point}")
+        raise ValueError(f"{rule} has no finished winner at {point}")
     return report["budget"], winner["hyperparams"]
 
 
@@ -91,7 +94,7 @@ def sweep_arguments(point: str, rule: str, suffix: str, jobs: int) -> list[str]:
         k for k, v in budget.items() if k not in BUDGET_FLAGS and v not in (None, False, "auto")
     }
     if unsupported:
-        raise SystemExit(f"the budget sets {sorted(unsupported)}, which this script cannot pass on")
+        raise ValueError(f"the budget sets {sorted(unsupported)}, which this script cannot pass on")
     arguments = [
         part
         for key, flag in BUDGET_FLAGS.items()
@@ -160,8 +163,13 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args()
     os.chdir(ROOT)
-    for suffix in ABLATIONS[args.rule]:
-        arguments = sweep_arguments(args.point, args.rule, suffix, args.jobs)
+    try:
+        sweeps = [
+            sweep_arguments(args.point, args.rule, s, args.jobs) for s in ABLATIONS[args.rule]
+        ]
+    except ValueError as error:
+        parser.error(str(error))
+    for arguments in sweeps:
         print("torch-mars sweep " + shlex.join(arguments), flush=True)
         code = torch_mars(["sweep", *arguments])
         if code:

@@ -98,11 +98,16 @@ def step_path(group: dict[str, Any], params: Sequence[Tensor]) -> Implementation
     return "foreach" if foreach else "single_tensor"
 
 
-def group_sharding_of(params: Sequence[Tensor]) -> GroupSharding | None:
-    """None for plain tensors, without importing the distributed code: a ``DTensor`` can only
-    exist once ``torch.distributed.tensor`` has been imported."""
+def is_dtensor(tensor: Tensor) -> bool:
+    """Whether ``tensor`` is a ``DTensor``, without importing the distributed code: a
+    ``DTensor`` can only exist once ``torch.distributed.tensor`` has been imported."""
     dtensor_module = sys.modules.get("torch.distributed.tensor")
-    if dtensor_module is None or not any(isinstance(p, dtensor_module.DTensor) for p in params):
+    return dtensor_module is not None and isinstance(tensor, dtensor_module.DTensor)
+
+
+def group_sharding_of(params: Sequence[Tensor]) -> GroupSharding | None:
+    """None for plain tensors (:func:`is_dtensor`), without importing the distributed code."""
+    if not any(is_dtensor(p) for p in params):
         return None
     from torch_mars.distributed.group_sharding import group_sharding
 

@@ -374,6 +374,8 @@ def _construct(
     momentum = settings.get("momentum", 0.95)
     if isinstance(momentum, bool) or not isinstance(momentum, int | float) or not 0 <= momentum < 1:
         raise ValueError(f"muon: momentum must be in [0, 1), got {momentum!r}")
+    if not isinstance(settings.get("nesterov", True), bool):
+        raise ValueError(f"muon: nesterov must be true or false, got {settings['nesterov']!r}")
     matrices, rest = _split_by_routing(model, embeddings="adamw", matrices_only=True)
     adamw = torch.optim.AdamW(
         rest,

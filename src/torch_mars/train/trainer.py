@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from torch import Tensor, nn
 from torch_mars.data import BatchSampler, TokenCorpus, load_corpus
 from torch_mars.models import GPT, gpt_config
 from torch_mars.optim import MARS
+from torch_mars.optim.step_plan import is_dtensor
 from torch_mars.train.diagnostics import MarsDiagnostics
 from torch_mars.train.metrics import METRIC_COLUMNS
 from torch_mars.train.optimizers import (
@@ -38,13 +38,6 @@ from torch_mars.train.run_shell import check_run_controls, run_loop
 from torch_mars.train.runtime import init_processes, resolve_device
 from torch_mars.train.schedules import TEXT_SCHEDULES, Schedule, scale_learning_rates
 from torch_mars.train.task import Task, register_task, task_of
-
-
-def _is_dtensor(tensor: Tensor) -> bool:
-    """Whether ``tensor`` is a ``DTensor``, without importing the distributed tensor code (a
-    ``DTensor`` exists only once ``torch.distributed.tensor`` has been imported)."""
-    module = sys.modules.get("torch.distributed.tensor")
-    return module is not None and isinstance(tensor, module.DTensor)
 
 
 @dataclass
@@ -270,7 +263,7 @@ class Trainer:
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]
             norm = nn.utils.get_total_norm(grads)
         # The exact mode evaluates twice per step; the norm at the current parameters is first.
-        self._grad_norms.setdefault(step, norm.full_tensor() if _is_dtensor(norm) else norm)
+        self._grad_norms.setdefault(step, norm.full_tensor() if is_dtensor(norm) else norm)
         return self._mean_over_processes(total)
 
     def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager:
@@ -381,7 +374,7 @@ class Trainer:
         """Whether every parameter entry is finite, on every process."""
         bad = torch.zeros((), device=self.device)
         for param in self.model.parameters():
-            local = param.to_local() if _is_dtensor(param) else param
+            local = param.to_local() if is_dtensor(param) else param
             bad += (~torch.isfinite(local.detach())).sum()
         if self.processes.enabled:
             dist.all_reduce(bad)
