@@ -41,6 +41,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--heldout-seeds": ["6"],
     "--screen-top": ["2"],
     "--max-rounds": ["1"],
+    "--no-peer-starts": [],
     "--storage": ["journal:study.log"],
     "--worker": [],
     "--max-trials": ["4"],

@@ -4,6 +4,7 @@ same path however many extra results it is shown, and asks for held-out seeds la
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -98,3 +99,61 @@ def test_bad_selections_are_value_errors():
         Selection((0, 1), (1, 2))
     with pytest.raises(ValueError, match="screen_top"):
         Selection((0,), (1,), 0)
+
+
+def run_together(descents, objective=bowl):
+    """Replay several descents on one shared results table until none needs a run."""
+    results = {}
+    while True:
+        states = [d.replay(results) for d in descents]
+        needed = list(dict.fromkeys(run for s in states for run in s.needed))
+        if not needed:
+            assert all(s.finished for s in states)
+            return states, results
+        for run in needed:
+            assert run not in results, "a finished run was asked for again"
+            results[run] = objective(run)
+
+
+def test_a_descent_that_ends_short_moves_to_its_peers_better_point():
+    """One round that can move the lr only a step at a time ends far from the optimum; its
+    peer, started near it, ends there, and the short descent takes the peer's point."""
+    best = LADDERS["lr"].nearest(0.004)
+    selection = Selection((0,), (1,))
+    near = CoordinateDescent(
+        "muon", {**start_point("muon", "tiny"), "lr": best}, selection, 1, max_extensions=0
+    )
+    far = CoordinateDescent(
+        "mars-shampoo",
+        {**start_point("mars-shampoo", "tiny"), "lr": best + 6},
+        selection,
+        1,
+        max_extensions=0,
+    )
+    alone, _, _ = run_to_end(far)
+    assert alone.point["lr"] > best + 1 and alone.moved_to_peer is None
+
+    paired = [replace(near, peers=(far,)), replace(far, peers=(near,))]
+    (muon, shampoo), results = run_together(paired)
+    assert shampoo.moved_to_peer == "muon" and shampoo.point["lr"] == best
+    assert shampoo.point["gamma"] == alone.point["gamma"]  # muon has no gamma: its own is kept
+    assert muon.moved_to_peer is None and muon.point["lr"] == best
+    assert ("mars-shampoo", point_key(shampoo.point), 1) in results
+    assert ("mars-shampoo", point_key(alone.point), 1) not in results
+
+
+def test_a_descent_waits_for_its_peers_before_its_held_out_seeds():
+    selection = Selection((0,), (1,))
+    muon = CoordinateDescent("muon", start_point("muon", "tiny"), selection, 1)
+    shampoo = CoordinateDescent("mars-shampoo", start_point("mars-shampoo", "tiny"), selection, 1)
+    _, results, _ = run_to_end(shampoo)
+    descended = {run: v for run, v in results.items() if run[2] == 0}
+    state = replace(shampoo, peers=(muon,)).replay(descended)
+    assert state.waiting and state.needed == [] and not state.finished
+
+
+def test_a_peer_must_share_every_dimension_but_gamma():
+    selection = Selection((0,), (1,))
+    adamw = CoordinateDescent("adamw", start_point("adamw", "tiny"), selection)
+    with pytest.raises(ValueError, match="adamw cannot be a peer of muon"):
+        CoordinateDescent("muon", start_point("muon", "tiny"), selection, peers=(adamw,))

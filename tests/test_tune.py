@@ -199,6 +199,28 @@ def test_a_study_is_not_reused_with_other_settings(tmp_path, corpus_file, capsys
     assert main([*longer, "--report", "--overwrite"]) == 0
 
 
+def test_a_study_takes_a_new_protocol_and_keeps_its_runs(tmp_path, corpus_file):
+    """Rounds, seeds, optimizers and peer starts choose runs without changing any: a study
+    reopened with others takes them on, keeps the old ones in its history, and a report alone
+    changes nothing."""
+    plan = toy_plan(tmp_path, corpus_file, peer_starts=False)
+    study = open_study(plan.spec())
+    run = {"optimizer": "adamw", "point": "lr:0", "seed": 0, "final": 2.5}
+    study.enqueue_trial({}, user_attrs=run)
+    study.tell(study.ask(), 2.5)
+    more = dataclasses.replace(plan, max_rounds=2, optimizers=("adamw", "nadamw"))
+    open_study(dataclasses.replace(more, peer_starts=True).spec(), take_protocol=False)
+    assert (
+        optuna.load_study(study_name="tune", storage=plan.spec().url).user_attrs["identity"]
+        == plan.spec().identity()
+    )
+    reopened = open_study(more.spec())
+    assert reopened.user_attrs["identity"] == more.spec().identity()
+    (past,) = reopened.user_attrs["protocol_history"]
+    assert past["protocol"]["max_rounds"] == 1 and past["protocol"]["optimizers"] == ["adamw"]
+    assert finished_results(reopened.get_trials()) == {("adamw", "lr:0", 0): 2.5}
+
+
 @pytest.mark.parametrize("name", ["../x", "a/b", ".hidden", ""])
 def test_a_study_name_that_is_a_path_is_refused(tmp_path, name, capsys):
     assert main(["tune", "--name", name, "--out-dir", str(tmp_path), "--report"]) == 2

@@ -4,7 +4,13 @@ descent (selection on seeds 0-2, screened on seed 0 with the best two rerun on 1
 winner read on held-out seeds 3-5. b64-4x, the first point, ran two rounds of the descent
 (333 runs, four and a half hours on two cores); the other points run one round (every dimension
 swept once from the defaults, the lr re-swept after each accepted change), which halves
-them, so that the map fits the wave (the rounds are in each point's trial counts).
+them, so that the map fits the wave (the rounds are in each point's trial counts). After its
+rounds, each optimizer is tried at its peers' winners (``--peer-starts``: MARS-AdamW, AdamW and
+NAdamW at each other's, MARS-Shampoo and Muon at each other's) and takes a better one: one
+round left Muon at 128 sequences per step 0.056 behind its own loss at MARS-Shampoo's settings,
+and the protocol, not a hand-run cross-check, must give each side the other's point. b64-4x and
+b128-4x finished their rounds before peer starts existed; their studies took the new protocol
+on, kept every run, and ran only the peer trials.
 
 The points, on the `tiny` GPT and the stdlib corpus (T x 20 tokens per non-embedding
 parameter, B sequences of 32 tokens per step):
@@ -81,7 +87,7 @@ def tune_arguments(point: str, jobs: int, report: bool = False) -> list[str]:
         f"--model tiny --data stdlib --steps {steps} --batch-size {batch} "
         f"--eval-interval {max(1, steps // 10)} --eval-batches 8 "
         f"--optimizers {' '.join(OPTIMIZERS)} --seeds 0 1 2 --heldout-seeds 3 4 5 "
-        f"--screen-top 2 --max-rounds {MAX_ROUNDS.get(point, DEFAULT_MAX_ROUNDS)} "
+        f"--screen-top 2 --max-rounds {MAX_ROUNDS.get(point, DEFAULT_MAX_ROUNDS)} --peer-starts "
         f"--jobs {jobs} --name {point} "
         f"--out-dir {folder} --storage journal:{folder / point / 'study.log'}"
     )

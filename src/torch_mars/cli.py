@@ -545,6 +545,14 @@ def _tune_flags(parser: argparse.ArgumentParser) -> None:
         "--max-rounds", type=_positive_int, default=3, help="coordinate-descent rounds at most"
     )
     group.add_argument(
+        "--peer-starts",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="once every optimizer has descended, try each at its peers' points (the other "
+        "optimizers with its dimensions but for gamma: a MARS rule and its controls) and take "
+        "a better one",
+    )
+    group.add_argument(
         "--jobs",
         type=_positive_int,
         default=1,
@@ -625,6 +633,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             storage=args.storage,
             study_name=args.name,
             max_rounds=args.max_rounds,
+            peer_starts=args.peer_starts,
             jobs=args.jobs,
             overwrite=args.overwrite,
         )
@@ -645,7 +654,7 @@ def _run_tune(request: TuneRequest) -> int:
         plan = plan_of_identity(identity, request.study_dir, request.storage, request.name)
         plan = dataclasses.replace(plan, jobs=request.jobs)
     spec = plan.spec()
-    study = open_study(spec)
+    study = open_study(spec, take_protocol=not request.report_only)
     if not request.report_only:
         budget = plan.base
         print(

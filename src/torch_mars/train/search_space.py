@@ -121,6 +121,22 @@ def dimensions_of(optimizer: str) -> tuple[str, ...]:
     return tuple(d for d in LADDERS if d in SPELLING[optimizer])
 
 
+def shares_space(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` have the same dimensions but for :data:`MARS_ONLY`, so that each
+    can be tried at the other's point (a MARS rule and its same-cost controls).
+
+    >>> shares_space("mars-shampoo", "muon"), shares_space("adamw", "muon")
+    (True, False)
+    """
+    return set(dimensions_of(a)) - set(MARS_ONLY) == set(dimensions_of(b)) - set(MARS_ONLY)
+
+
+def point_at(other: Mapping[str, int], own: Mapping[str, int]) -> Point:
+    """``own`` moved to ``other``'s positions on every dimension both have (the dimensions
+    only ``own`` has keep their value)."""
+    return {d: other.get(d, i) for d, i in own.items()}
+
+
 def _check_known(optimizer: str) -> None:
     if optimizer not in SPELLING:
         raise ValueError(f"tune has a search space for {tunable_optimizers()}, not {optimizer!r}")

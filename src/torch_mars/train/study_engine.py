@@ -12,7 +12,10 @@ removed or overwritten. A killed study resumes by replaying its searches on what
 A study's identity (:meth:`StudySpec.identity`) is everything that changes its results: the
 task's budget, model and data (by content where the task can say), the searches' own settings.
 Opening a study with another identity is refused in one line (:class:`StudyMismatch`), unless
-``overwrite`` starts it afresh.
+``overwrite`` starts it afresh. The settings named in ``protocol_keys`` (a descent's rounds,
+its seeds, its optimizers) choose which runs a study asks for, never what a run gives: a study
+opened with other values of those only takes them on (the old ones kept in the study's
+``protocol_history``), and every finished run counts under the new protocol.
 
 ``TORCH_MARS_PAUSE_AFTER=N`` makes a worker stop still once it has finished N trials, saying
 so on stderr: a test kills it there, at a point it controls.
@@ -89,8 +92,9 @@ class Search(Protocol):
 class StudySpec:
     """A study: the base run (its optimizer, seed and hyperparams are set per run), the
     searches, the seeds whose runs keep their evaluation curve, where the study lives, how many
-    local workers run it, ``settings``: the searches' own identity (JSON), and the optimizer
-    names its trials' ``optimizer`` parameter takes."""
+    local workers run it, ``settings``: the searches' own identity (JSON), the optimizer
+    names its trials' ``optimizer`` parameter takes, and ``protocol_keys``: the settings that
+    choose runs without changing any (see the module's docstring)."""
 
     base: TaskConfig
     searches: tuple[Search, ...]
@@ -102,6 +106,7 @@ class StudySpec:
     study_name: str = "study"
     jobs: int = 1
     overwrite: bool = False
+    protocol_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -170,18 +175,46 @@ def _differences(stored: Any, wanted: Any, prefix: str = "") -> list[str]:
     return [] if stored == wanted else [f"{prefix.rstrip('.')}: {stored!r} there, {wanted!r} here"]
 
 
-def open_study(spec: StudySpec) -> optuna.Study:
+def _protocol_of(identity: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    search = identity.get("search", {})
+    return {key: search.get(key) for key in keys}
+
+
+def _without_protocol(identity: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    search = {k: v for k, v in identity.get("search", {}).items() if k not in keys}
+    return {**identity, "search": search}
+
+
+def open_study(spec: StudySpec, take_protocol: bool = True) -> optuna.Study:
     """Create the study, or open it and check that its identity is the spec's
-    (:class:`StudyMismatch` otherwise; ``spec.overwrite`` deletes and recreates it)."""
+    (:class:`StudyMismatch` otherwise; ``spec.overwrite`` deletes and recreates it). Where only
+    the protocol differs, the study takes the spec's (unless ``take_protocol`` is False: a
+    report reads the study without changing it)."""
     url = spec.url
     storage = open_storage(url)
     identity = spec.identity()
+    keys = spec.protocol_keys
     with claim_lock(url, storage, spec.study_name):
         names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
         if spec.study_name in names:
             study = optuna.load_study(study_name=spec.study_name, storage=storage)
             stored = study.user_attrs.get("identity")
             if stored == identity:
+                return study
+            if stored is not None and _without_protocol(stored, keys) == _without_protocol(
+                identity, keys
+            ):
+                if take_protocol:
+                    changed = _differences(_protocol_of(stored, keys), _protocol_of(identity, keys))
+                    history = study.user_attrs.get("protocol_history", [])
+                    past = {"protocol": _protocol_of(stored, keys), "until": time.time()}
+                    study.set_user_attr("protocol_history", [*history, past])
+                    study.set_user_attr("identity", identity)
+                    print(
+                        f"study {spec.study_name!r} takes a new protocol "
+                        f"({'; '.join(changed)}); its finished runs all count",
+                        file=sys.stderr,
+                    )
                 return study
             if not spec.overwrite:
                 changed = _differences(stored or {}, identity)

@@ -28,6 +28,7 @@ from torch_mars.train.search_space import (
     dimensions_of,
     hyperparams_of,
     point_key,
+    shares_space,
     space_record,
     start_point,
     tunable_optimizers,
@@ -40,6 +41,9 @@ from torch_mars.train.trainer import TrainConfig
 # A held-out seed "fails" when it ends this far above the winner's selection mean, or three of
 # the selection seeds' std if that is more (nats).
 FAILURE_MARGIN = 0.03
+# The settings that choose which runs a study asks for, not what any run gives: a study
+# reopened with other values of these resumes under them, every finished run counted.
+PROTOCOL_KEYS = ("optimizers", "selection", "max_rounds", "peer_starts")
 # The good-lr band: the lrs of the winner's last lr sweep within this share of its score.
 GOOD_LR_SHARE = 0.01
 
@@ -56,6 +60,8 @@ class TunePlan:
         storage: ``--storage`` as given (None: SQLite in ``study_dir``).
         study_name: the study's name in the storage.
         max_rounds: rounds of coordinate descent at most.
+        peer_starts: try each optimizer at its peers' points once they have descended
+            (:class:`~torch_mars.train.descent.CoordinateDescent`'s ``peers``).
         jobs: local worker processes.
         overwrite: start the study afresh if it exists with other settings.
     """
@@ -67,6 +73,7 @@ class TunePlan:
     storage: str | None = None
     study_name: str = "tune"
     max_rounds: int = 3
+    peer_starts: bool = True
     jobs: int = 1
     overwrite: bool = False
 
@@ -83,12 +90,27 @@ class TunePlan:
             raise ValueError(f"--max-rounds must be >= 1, got {self.max_rounds}")
 
     def descents(self) -> list[CoordinateDescent]:
+        """One descent per optimizer, each with its peers (the study's optimizers that share
+        its dimensions but for gamma) where ``peer_starts``."""
         model = self.base.model
-        return [
+        alone = [
             CoordinateDescent(
                 name, start_point(name, model), self.selection, self.max_rounds, model=model
             )
             for name in self.optimizers
+        ]
+        if not self.peer_starts:
+            return alone
+        return [
+            dataclasses.replace(
+                descent,
+                peers=tuple(
+                    other
+                    for other in alone
+                    if other is not descent and shares_space(other.optimizer, descent.optimizer)
+                ),
+            )
+            for descent in alone
         ]
 
     def spec(self) -> StudySpec:
@@ -98,6 +120,7 @@ class TunePlan:
             "optimizers": self.optimizers,
             "selection": dataclasses.asdict(self.selection),
             "max_rounds": self.max_rounds,
+            "peer_starts": self.peer_starts,
             "space": space_record(),
         }
         return StudySpec(
@@ -111,6 +134,7 @@ class TunePlan:
             study_name=self.study_name,
             jobs=self.jobs,
             overwrite=self.overwrite,
+            protocol_keys=PROTOCOL_KEYS,
         )
 
 
@@ -135,6 +159,7 @@ def plan_of_identity(
         storage=storage,
         study_name=study_name,
         max_rounds=search["max_rounds"],
+        peer_starts=search.get("peer_starts", False),
     )
 
 
@@ -148,7 +173,8 @@ def frontier(plan: TunePlan, results: dict[RunId, float]) -> list[DescentState]:
 @dataclass
 class OptimizerOutcome:
     """One optimizer's tuning: its winner, the winner's selection and held-out finals, how many
-    runs and distinct points it took, its rounds, and the robustness figures."""
+    runs and distinct points it took, its rounds, the peer whose point it moved to, and the
+    robustness figures."""
 
     optimizer: str
     finished: bool
@@ -158,6 +184,7 @@ class OptimizerOutcome:
     runs: int
     points: int
     rounds: int
+    moved_to_peer: str | None
     heldout_failures: int
     good_lr_band: tuple[float, float] | None
     lr_sweeps: list[list[tuple[float, float]]]
@@ -206,6 +233,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 runs=len(mine),
                 points=len({run[1] for run in mine}),
                 rounds=state.rounds,
+                moved_to_peer=state.moved_to_peer,
                 heldout_failures=failures,
                 good_lr_band=_good_lr_band(descent, state, results),
                 lr_sweeps=[[(lr, v) for lr, v in s if v is not None] for s in lr_sweeps],
@@ -265,6 +293,9 @@ def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
             return f"{values[0]:.4f}"
         return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f}"
 
+    def rounds(o: OptimizerOutcome) -> str:
+        return f"{o.rounds}, then {o.moved_to_peer}'s point" if o.moved_to_peer else str(o.rounds)
+
     def band(o: OptimizerOutcome) -> str:
         if o.good_lr_band is None:
             return "—"
@@ -281,7 +312,7 @@ def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
         status = "" if o.finished else " (running)"
         lines.append(
             f"| {o.optimizer}{status} | {mean_std(o.heldout_finals)} | {gap(o)} | "
-            f"{mean_std(o.selection_finals)} | {o.runs} | {o.points} | {o.rounds} | "
+            f"{mean_std(o.selection_finals)} | {o.runs} | {o.points} | {rounds(o)} | "
             f"{o.heldout_failures}/{len(o.heldout_finals)} | {band(o)} |"
         )
     lines.append("")
@@ -336,6 +367,7 @@ def report_json(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> dict[str, 
                 "runs": o.runs,
                 "points": o.points,
                 "rounds": o.rounds,
+                "moved_to_peer": o.moved_to_peer,
                 "heldout_failures": o.heldout_failures,
                 "good_lr_band": o.good_lr_band,
             }
