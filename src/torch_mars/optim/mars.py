@@ -20,6 +20,7 @@ from torch_mars.kernels import require_triton
 from torch_mars.optim.functional import adamw_step, mars_step
 from torch_mars.optim.settings import (
     DEFAULTS,
+    FIRST_RELEASE_SETTINGS,
     SETTINGS,
     MarsType,
     Scalar,
@@ -45,22 +46,6 @@ from torch_mars.optim.step_types import (
 
 if TYPE_CHECKING:
     from torch_mars.distributed.group_sharding import GroupSharding
-
-# Settings every MARS param group has had since the first release; a state dict whose groups
-# lack one was written by another optimizer.
-MARS_GROUP_KEYS: tuple[str, ...] = (
-    "lr",
-    "betas",
-    "eps",
-    "weight_decay",
-    "gamma",
-    "is_approx",
-    "mars_type",
-    "optimize_1d",
-    "lr_1d",
-    "betas_1d",
-    "weight_decay_1d",
-)
 
 
 class MARS(Optimizer):
@@ -356,7 +341,7 @@ class MARS(Optimizer):
         (its groups lack MARS's settings) is a ``ValueError`` before anything changes."""
         saved_groups = state_dict["param_groups"]
         for index, saved in enumerate(saved_groups):
-            missing = [key for key in MARS_GROUP_KEYS if key not in saved]
+            missing = [key for key in FIRST_RELEASE_SETTINGS if key not in saved]
             if missing:
                 raise ValueError(
                     f"param group {index} of this state dict lacks MARS's {missing}: it was not "

@@ -114,6 +114,8 @@ class Setting:
             run (a predicate); the setting runs everywhere when a backend is absent.
         variant: a non-default value that the parity tests step every path with (None: the
             setting selects a path or a range, and other tests cover it).
+        first_release: every MARS param group has had it since the first release, so a state
+            dict whose groups lack it was written by another optimizer.
     """
 
     name: str
@@ -122,15 +124,16 @@ class Setting:
     planned: bool = False
     needs_other_path: Mapping[str, Callable[[Any], bool]] = field(default_factory=dict)
     variant: Any = None
+    first_release: bool = False
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("lr", 3e-3, _nonnegative_or_tensor),
-    Setting("betas", (0.95, 0.99), _betas),
-    Setting("eps", 1e-8, _nonnegative),
-    Setting("weight_decay", 0.0, _nonnegative, variant=0.1),
+    Setting("lr", 3e-3, _nonnegative_or_tensor, first_release=True),
+    Setting("betas", (0.95, 0.99), _betas, first_release=True),
+    Setting("eps", 1e-8, _nonnegative, first_release=True),
+    Setting("weight_decay", 0.0, _nonnegative, variant=0.1, first_release=True),
     Setting("amsgrad", False, _flag, planned=True, variant=True),
-    Setting("gamma", 0.025, _nonnegative_or_tensor),
+    Setting("gamma", 0.025, _nonnegative_or_tensor, first_release=True),
     Setting(
         "is_approx",
         True,
@@ -138,13 +141,14 @@ SETTINGS: tuple[Setting, ...] = (
         planned=True,
         needs_other_path={"cuda_graph": lambda approx: not approx},
         variant=False,
+        first_release=True,
     ),
-    Setting("mars_type", "mars-adamw", _one_of(MARS_TYPES), planned=True),
-    Setting("optimize_1d", False, _flag, planned=True, variant=True),
+    Setting("mars_type", "mars-adamw", _one_of(MARS_TYPES), planned=True, first_release=True),
+    Setting("optimize_1d", False, _flag, planned=True, variant=True, first_release=True),
     Setting("reference_routing", False, _flag, planned=True, variant=True),
-    Setting("lr_1d", None, _nonnegative_or_none),
-    Setting("betas_1d", (0.9, 0.95), _betas),
-    Setting("weight_decay_1d", 0.1, _nonnegative),
+    Setting("lr_1d", None, _nonnegative_or_none, first_release=True),
+    Setting("betas_1d", (0.9, 0.95), _betas, first_release=True),
+    Setting("weight_decay_1d", 0.1, _nonnegative, first_release=True),
     Setting("maximize", False, _flag, variant=True),
     Setting("ns_steps", 5, _ns_steps),
     Setting(
@@ -210,6 +214,7 @@ SETTINGS: tuple[Setting, ...] = (
 )
 SETTING_OF: dict[str, Setting] = {s.name: s for s in SETTINGS}
 DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS}
+FIRST_RELEASE_SETTINGS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.first_release)
 PLANNED_SETTINGS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.planned)
 
 
