@@ -15,10 +15,12 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 
 from harness_helpers import kill_when_paused, write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train.descent import Selection
+from torch_mars.train.runtime import describe_device
 from torch_mars.train.study_engine import (
     claim,
     finished_results,
@@ -82,7 +84,11 @@ def test_a_killed_tune_resumes_without_rerunning_a_finished_trial(tmp_path, corp
     assert_each_run_once(after)
     assert len(after) > 3
     assert {t.number: (t.user_attrs["point"], t.value) for t in after[:3]} == before
-    assert "| adamw |" in (tmp_path / "k" / "summary.md").read_text()
+    summary = (tmp_path / "k" / "summary.md").read_text()
+    assert "| adamw |" in summary
+    # every run says where it trained: a run's floats depend on its device's kernels
+    device = describe_device(torch.device("cpu"))
+    assert f"Trained on: {device} ({len(after)} runs)." in summary
 
 
 def test_a_dead_local_workers_trial_is_failed_and_its_run_trained_again(tmp_path, corpus_file):

@@ -89,7 +89,7 @@ def _progress_bar() -> tuple[tqdm, object]:
 
 
 def _header(mode: str, model: str, device: torch.device, options: BenchOptions) -> str:
-    from torch_mars.bench.step import describe_device
+    from torch_mars.train.runtime import describe_device
 
     return (
         f"torch-mars bench {mode}: model {model}, device {device} ({describe_device(device)}), "

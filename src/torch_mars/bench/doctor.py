@@ -84,8 +84,8 @@ def _driver_version() -> str:
 def environment(device: torch.device) -> list[tuple[str, str]]:
     """(item, value) pairs describing the install and the device."""
     from torch_mars import __version__
-    from torch_mars.bench.step import describe_device
     from torch_mars.kernels import TRITON_AVAILABLE
+    from torch_mars.train.runtime import describe_device
 
     triton = "not installed"
     if TRITON_AVAILABLE:

@@ -13,7 +13,6 @@ memory.
 
 from __future__ import annotations
 
-import platform
 import random
 import statistics
 import time
@@ -366,17 +365,3 @@ def format_step_table(results: list[StepResult]) -> str:
             for r in results
         ),
     )
-
-
-def describe_device(device: torch.device) -> str:
-    """A human name of ``device``: the GPU's name, or the CPU model from /proc/cpuinfo."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

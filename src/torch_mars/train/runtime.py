@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import platform
 import random
 import sys
 import threading
@@ -94,3 +95,20 @@ def pause_if_asked(variable: str, count: int, what: str) -> None:
     if os.environ.get(variable) == str(count):
         print(f"\npaused after {count} {what}", file=sys.stderr, flush=True)
         threading.Event().wait()
+
+
+def describe_device(device: torch.device) -> str:
+    """A human name of ``device``: the GPU's name, or the CPU model (from /proc/cpuinfo) and the
+    vector instructions torch's kernels use there (they change a run's floats)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {torch.backends.cpu.get_cpu_capability()}"

@@ -48,7 +48,7 @@ from optuna.trial import TrialState
 from torch_mars.train.run_archive import CURVE_COLUMNS
 from torch_mars.train.run_record import TASK_METRICS, RunFolderBusy, run_folder_lock
 from torch_mars.train.run_shell import RUN_CONTROL_FIELDS
-from torch_mars.train.runtime import pause_if_asked
+from torch_mars.train.runtime import describe_device, pause_if_asked, resolve_device
 from torch_mars.train.study_store import claim_lock, describe, open_storage, storage_url
 from torch_mars.train.task import TaskConfig, task_named, task_of
 
@@ -353,6 +353,7 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
                 "pid": os.getpid(),
                 "work_dir": str(work_dir),
                 "started": time.time(),
+                "device": describe_device(resolve_device(spec.base.device)),
             },
         )
         return Claim(trial, run, work_dir, lock)

@@ -10,6 +10,7 @@ machines) work on it, and a killed study resumes without rerunning a finished tr
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -378,11 +379,13 @@ def report_json(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> dict[str, 
 
 def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
     """``summary.md``, ``tune.json`` and ``lr.png`` in the study folder."""
-    found = outcomes(plan, study.get_trials(deepcopy=False))
+    trials = study.get_trials(deepcopy=False)
+    found = outcomes(plan, trials)
     folder = Path(plan.study_dir)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.md").write_text(
-        format_tune_table(plan, found) + f"\n\nLadders: {ladder_note()}.\n"
+        format_tune_table(plan, found)
+        + f"\n\nLadders: {ladder_note()}.\n\nTrained on: {devices_note(trials)}.\n"
     )
     (folder / "tune.json").write_text(json.dumps(report_json(plan, found), indent=2) + "\n")
     written = [folder / "summary.md", folder / "tune.json"]
@@ -401,3 +404,14 @@ def ladder_note() -> str:
         else:
             lines.append(f"{dimension}: {ladder.anchor:g} x {ladder.factor:g}^k")
     return "; ".join(lines)
+
+
+def devices_note(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
+    """The devices the study's finished runs trained on, with counts: a run's floats depend on
+    the kernels its device runs, so a study run on several is said to be."""
+    counts = collections.Counter(
+        trial.system_attrs.get("torch_mars_worker", {}).get("device", "not recorded")
+        for trial in trials
+        if trial.state == optuna.trial.TrialState.COMPLETE
+    )
+    return "; ".join(f"{device} ({n} runs)" for device, n in counts.most_common()) or "no runs"
