@@ -4,6 +4,8 @@ whether the prediction falls inside the test batch's tuned good-lr band."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from benchmark_scripts import load_benchmark_script
@@ -53,3 +55,30 @@ def test_a_prediction_outside_the_tuned_band_is_said_to_be(regime_map):
 def test_fewer_than_two_fit_batches_give_no_rule(regime_map):
     rows = [_row(64, 0.01, 0.05, (0.009, 0.011)), _row(regime_map.TEST_BATCH, 0.01, 0.05, None)]
     assert "fewer than two batches to fit" in regime_map.batch_rules(rows)
+
+
+def test_a_gap_is_read_in_the_larger_of_the_two_stds(regime_map, tmp_path, monkeypatch):
+    """Three control seeds that agree to 0.0007 do not make a 0.01 gap thirteen std."""
+
+    def entry(name, finals, **extra):
+        return {
+            "optimizer": name,
+            "finished": True,
+            "heldout_finals": finals,
+            "winner": {"lr": 0.01, **extra},
+            "good_lr_band": None,
+            "runs": 10,
+            "heldout_failures": 0,
+        }
+
+    found = [
+        entry("muon", [1.7021, 1.7035, 1.7032]),
+        entry("mars-shampoo", [1.7135, 1.7212, 1.7022], gamma=0.05),
+    ]
+    (tmp_path / "b128-4x").mkdir()
+    (tmp_path / "b128-4x" / "tune.json").write_text(json.dumps({"optimizers": found}))
+    monkeypatch.setattr(regime_map, "FOLDER", tmp_path)
+    (row,) = regime_map.map_rows()
+    assert row["control"] == "muon"
+    assert row["gap_sd"] == pytest.approx(row["gap"] / row["rule_heldout"][1])
+    assert 0.9 < row["gap_sd"] < 1.1
