@@ -283,7 +283,13 @@ def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
             return "—"
         best = min(controls, key=lambda c: c.heldout_mean)
         difference = o.heldout_mean - best.heldout_mean
-        sds = f" ({difference / best.heldout_std:+.1f} sd)" if best.heldout_std > 0 else ""
+        # in the control's std, and in the rule's own: either can be tiny on three seeds
+        parts = [
+            f"{difference / std:+.1f} {whose}"
+            for std, whose in ((best.heldout_std, "sd"), (o.heldout_std, "own sd"))
+            if std > 0
+        ]
+        sds = f" ({', '.join(parts)})" if parts else ""
         return f"{difference:+.4f} vs {best.optimizer}{sds}"
 
     def mean_std(values: list[float]) -> str:
