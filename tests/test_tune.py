@@ -19,6 +19,7 @@ import torch
 
 from harness_helpers import kill_when_paused, write_synthetic_text
 from torch_mars.cli import main
+from torch_mars.train import tune
 from torch_mars.train.descent import Selection
 from torch_mars.train.runtime import describe_device
 from torch_mars.train.study_engine import (
@@ -225,6 +226,21 @@ def test_a_study_takes_a_new_protocol_and_keeps_its_runs(tmp_path, corpus_file):
     (past,) = reopened.user_attrs["protocol_history"]
     assert past["protocol"]["max_rounds"] == 1 and past["protocol"]["optimizers"] == ["adamw"]
     assert finished_results(reopened.get_trials()) == {("adamw", "lr:0", 0): 2.5}
+
+
+def test_a_study_keeps_the_start_points_it_began_with(tmp_path, corpus_file, monkeypatch):
+    """New defaults (a release that retunes them) never move a begun study's descent: it
+    resumes from the starts it recorded; a new study starts from the defaults."""
+    plan = toy_plan(tmp_path, corpus_file)
+    began, identity = plan.start_of("adamw"), plan.spec().identity()
+    open_study(plan.spec())
+    moved = {**began, "lr": began["lr"] + 3}
+    monkeypatch.setattr(tune, "start_point", lambda optimizer, model: dict(moved))
+    assert plan.start_of("adamw") == moved
+    assert tune.with_study_starts(plan).start_of("adamw") == began
+    assert tune.with_study_starts(plan).spec().identity() == identity
+    elsewhere = dataclasses.replace(plan, study_dir=tmp_path / "new")
+    assert tune.with_study_starts(elsewhere).start_of("adamw") == moved
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", ".hidden", ""])

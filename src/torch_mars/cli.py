@@ -646,13 +646,15 @@ def _run_tune(request: TuneRequest) -> int:
     from tqdm import tqdm
 
     from torch_mars.train.study_engine import join_study, open_study, run_workers
-    from torch_mars.train.tune import plan_of_identity, write_tune_report
+    from torch_mars.train.tune import plan_of_identity, with_study_starts, write_tune_report
 
     plan = request.plan
     if plan is None:
         _, identity = join_study(storage_url(request.storage, request.study_dir), request.name)
         plan = plan_of_identity(identity, request.study_dir, request.storage, request.name)
         plan = dataclasses.replace(plan, jobs=request.jobs)
+    elif not plan.overwrite:
+        plan = with_study_starts(plan)
     spec = plan.spec()
     study = open_study(spec, take_protocol=not request.report_only)
     if not request.report_only:

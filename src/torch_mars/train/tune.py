@@ -15,7 +15,7 @@ import dataclasses
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,10 @@ from torch_mars.train.compare import SAME_COST_CONTROLS
 from torch_mars.train.descent import CoordinateDescent, DescentState, RunId, Selection
 from torch_mars.train.search_space import (
     LADDERS,
+    Point,
     dimensions_of,
     hyperparams_of,
+    parse_point_key,
     point_key,
     shares_space,
     space_record,
@@ -36,6 +38,7 @@ from torch_mars.train.search_space import (
     values_of,
 )
 from torch_mars.train.study_engine import StudySpec, budget_of, finished_results
+from torch_mars.train.study_store import open_storage
 from torch_mars.train.task import task_of
 from torch_mars.train.trainer import TrainConfig
 
@@ -44,7 +47,7 @@ from torch_mars.train.trainer import TrainConfig
 FAILURE_MARGIN = 0.03
 # The settings that choose which runs a study asks for, not what any run gives: a study
 # reopened with other values of these resumes under them, every finished run counted.
-PROTOCOL_KEYS = ("optimizers", "selection", "max_rounds", "peer_starts")
+PROTOCOL_KEYS = ("optimizers", "selection", "max_rounds", "peer_starts", "starts")
 # The good-lr band: the lrs of the winner's last lr sweep within this share of its score.
 GOOD_LR_SHARE = 0.01
 
@@ -63,6 +66,9 @@ class TunePlan:
         max_rounds: rounds of coordinate descent at most.
         peer_starts: try each optimizer at its peers' points once they have descended
             (:class:`~torch_mars.train.descent.CoordinateDescent`'s ``peers``).
+        starts: each optimizer's start point (a point key); an optimizer not in it starts
+            from its defaults for the model. A study keeps the starts it began with
+            (:func:`with_study_starts`), so that new defaults never move a study's descent.
         jobs: local worker processes.
         overwrite: start the study afresh if it exists with other settings.
     """
@@ -75,6 +81,7 @@ class TunePlan:
     study_name: str = "tune"
     max_rounds: int = 3
     peer_starts: bool = True
+    starts: Mapping[str, str] = dataclasses.field(default_factory=dict)
     jobs: int = 1
     overwrite: bool = False
 
@@ -96,7 +103,7 @@ class TunePlan:
         model = self.base.model
         alone = [
             CoordinateDescent(
-                name, start_point(name, model), self.selection, self.max_rounds, model=model
+                name, self.start_of(name), self.selection, self.max_rounds, model=model
             )
             for name in self.optimizers
         ]
@@ -114,6 +121,11 @@ class TunePlan:
             for descent in alone
         ]
 
+    def start_of(self, optimizer: str) -> Point:
+        if optimizer in self.starts:
+            return parse_point_key(self.starts[optimizer])
+        return start_point(optimizer, self.base.model)
+
     def spec(self) -> StudySpec:
         """The study the engine runs."""
         settings = {
@@ -122,6 +134,7 @@ class TunePlan:
             "selection": dataclasses.asdict(self.selection),
             "max_rounds": self.max_rounds,
             "peer_starts": self.peer_starts,
+            "starts": {name: point_key(self.start_of(name)) for name in self.optimizers},
             "space": space_record(),
         }
         return StudySpec(
@@ -161,7 +174,20 @@ def plan_of_identity(
         study_name=study_name,
         max_rounds=search["max_rounds"],
         peer_starts=search.get("peer_starts", False),
+        starts=search.get("starts", {}),
     )
+
+
+def with_study_starts(plan: TunePlan) -> TunePlan:
+    """``plan`` with the start points its study began with, where the study exists and
+    recorded them (a study begun before starts were recorded began at today's defaults)."""
+    storage = open_storage(plan.spec().url)
+    try:
+        study = optuna.load_study(study_name=plan.study_name, storage=storage)
+    except KeyError:
+        return plan
+    stored = study.user_attrs.get("identity", {}).get("search", {}).get("starts", {})
+    return dataclasses.replace(plan, starts={**stored, **plan.starts})
 
 
 def frontier(plan: TunePlan, results: dict[RunId, float]) -> list[DescentState]:
