@@ -82,3 +82,9 @@ def test_a_gap_is_read_in_the_larger_of_the_two_stds(regime_map, tmp_path, monke
     assert row["control"] == "muon"
     assert row["gap_sd"] == pytest.approx(row["gap"] / row["rule_heldout"][1])
     assert 0.9 < row["gap_sd"] < 1.1
+
+
+def test_a_prediction_at_a_band_edge_within_the_ladders_rounding_is_inside(regime_map):
+    rows = [_row(64, 0.0384, 0.05, (0.0384, 0.0577)), _row(256, 0.195, 0.05, (0.13, 0.292))]
+    rows.append(_row(regime_map.TEST_BATCH, 0.0865, 0.05, (0.0577, 0.0865)))
+    assert "inside the tuned band 0.0577-0.0865" in regime_map.batch_rules(rows)
