@@ -26,6 +26,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.optim.settings import DEFAULTS
 from torch_mars.train.optimizers import MARS_RULE_OF
@@ -176,7 +177,9 @@ def main() -> int:
             return code
     table = ablation_table(args.point, args.rule)
     first = next(iter(ABLATIONS[args.rule]))
-    (FOLDER / args.point / f"ablate-{args.rule}{first}" / "ablation.md").write_text(table + "\n")
+    write_text_atomically(
+        FOLDER / args.point / f"ablate-{args.rule}{first}" / "ablation.md", table + "\n"
+    )
     print(table)
     return 0
 

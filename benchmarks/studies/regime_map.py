@@ -47,6 +47,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
 
@@ -301,7 +302,7 @@ def write_map() -> None:
             robustness_table(),
         ]
     )
-    (FOLDER / "map.md").write_text(text + "\n")
+    write_text_atomically(FOLDER / "map.md", text + "\n")
     plot_map(rows, FIGURE)
     print(text)
 

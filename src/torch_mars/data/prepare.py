@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from torch_mars.atomic_files import write_text_atomically
 from torch_mars.data.text_corpus import read_maybe_gzip
 from torch_mars.data.token_shards import META_FILE, TOKEN_DTYPE
 
@@ -70,9 +71,7 @@ def _write_meta(out_dir: Path, tokenizer: Any, counts: dict[str, int], source: s
         "tokens": counts,
         "source": source,
     }
-    partial = out_dir / (META_FILE + ".partial")
-    partial.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(partial, out_dir / META_FILE)
+    write_text_atomically(out_dir / META_FILE, json.dumps(meta, indent=2) + "\n")
 
 
 def prepare_text(

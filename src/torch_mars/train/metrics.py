@@ -7,9 +7,10 @@ import csv
 import io
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
+
+from torch_mars.atomic_files import write_text_atomically
 
 METRIC_COLUMNS: tuple[str, ...] = (
     "step",
@@ -35,15 +36,6 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in complete if line.strip()]
 
 
-def _replace_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("w", newline="") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, path)
-
-
 class MetricsLogger:
     """Appends rows to the run's metric files. On resume it first cuts them back to the rows up
     to ``resume_step`` (the checkpoint's step: rows past it were written after the last
@@ -62,12 +54,14 @@ class MetricsLogger:
         self.x_axis = x_axis
         rows = read_metrics(run_dir) if resume_step is not None else []
         rows = [row for row in rows if row["step"] <= (resume_step or 0)]
-        _replace_atomically(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        write_text_atomically(
+            run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows)
+        )
         table = io.StringIO()
         writer = csv.DictWriter(table, fieldnames=columns)
         writer.writeheader()
         writer.writerows({key: row.get(key) for key in columns} for row in rows)
-        _replace_atomically(run_dir / "metrics.csv", table.getvalue())
+        write_text_atomically(run_dir / "metrics.csv", table.getvalue())
         self._jsonl = open(run_dir / "metrics.jsonl", "a")  # noqa: SIM115 (held for the run)
         self._csv_file = open(run_dir / "metrics.csv", "a", newline="")  # noqa: SIM115
         self._csv = csv.DictWriter(self._csv_file, fieldnames=columns)

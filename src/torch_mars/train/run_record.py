@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torch_mars.atomic_files import write_text_atomically
+
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
 # The files that say a folder holds a run (with its checkpoint): a fresh run refuses such a
@@ -129,10 +131,9 @@ def write_config(run_dir: Path, task: str, config: dict[str, Any]) -> None:
 def write_summary(result: RunResult) -> None:
     """Write ``summary.json`` into the result's run folder, atomically (a temporary file, then a
     rename): a run has a summary only once it is whole, which is how a sweep knows it is done."""
-    path = result.run_dir / SUMMARY_FILE
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(result.as_dict(), indent=2) + "\n")
-    os.replace(partial, path)
+    write_text_atomically(
+        result.run_dir / SUMMARY_FILE, json.dumps(result.as_dict(), indent=2) + "\n"
+    )
 
 
 def read_summary(run_dir: Path) -> RunResult:

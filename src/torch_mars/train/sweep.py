@@ -25,6 +25,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution
 
+from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.compare import OptimizerSummary, summarise
 from torch_mars.train.grid import Grid, grid_points
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
@@ -481,8 +482,8 @@ def write_report(plan: SweepPlan, report: SweepReport) -> list[Path]:
 
     folder = plan.sweep_dir
     table = format_sweep_table(report)
-    (folder / "summary.md").write_text(table + "\n")
-    (folder / "sweep.json").write_text(json.dumps(report_json(report), indent=2) + "\n")
+    write_text_atomically(folder / "summary.md", table + "\n")
+    write_text_atomically(folder / "sweep.json", json.dumps(report_json(report), indent=2) + "\n")
     written = [folder / "summary.md", folder / "sweep.json"]
     lr_figure = plot_lr_curves(report, folder / "lr.png")
     if lr_figure is not None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import optuna
 
+from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.compare import SAME_COST_CONTROLS
 from torch_mars.train.descent import CoordinateDescent, DescentState, RunId, Selection
 from torch_mars.train.search_space import (
@@ -415,11 +416,14 @@ def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
     found = outcomes(plan, trials)
     folder = Path(plan.study_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "summary.md").write_text(
+    write_text_atomically(
+        folder / "summary.md",
         format_tune_table(plan, found)
-        + f"\n\nLadders: {ladder_note()}.\n\nTrained on: {devices_note(trials)}.\n"
+        + f"\n\nLadders: {ladder_note()}.\n\nTrained on: {devices_note(trials)}.\n",
     )
-    (folder / "tune.json").write_text(json.dumps(report_json(plan, found), indent=2) + "\n")
+    write_text_atomically(
+        folder / "tune.json", json.dumps(report_json(plan, found), indent=2) + "\n"
+    )
     written = [folder / "summary.md", folder / "tune.json"]
     figure = plot_tune_lr(found, folder / "lr.png")
     if figure is not None:
