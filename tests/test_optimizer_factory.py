@@ -70,21 +70,24 @@ def test_cpu_model_defaults_are_the_tuned_studys_winners():
             )
 
 
-def test_tiny_defaults_are_the_weight_decay_axiss_best_points_where_it_ran():
-    """`tiny` takes each optimizer's best point (lr, betas, gamma, weight decay) on
-    study_weight_decay.py's axis at 4x where that axis ran every weight decay for it, the
-    tokens axis's winner at 4x elsewhere; the optimizers neither tuned take mini's."""
-    axes = STUDY_RESULTS / "study-axes"
-    decays = json.loads((axes / "weight-decay-axis.json").read_text())
-    winners = json.loads((axes / "tokens-4x" / "sweep.json").read_text())["winners"]
-    complete = {name: by_decay for name, by_decay in decays.items() if len(by_decay) == 5}
-    assert {"adamw", "nadamw", "mars-adamw"} <= set(complete)
-    for name, by_decay in complete.items():
-        winners[name] = min(by_decay.values(), key=lambda entry: entry["mean"])["point"]
-    assert set(winners) == {"adamw", "mars-adamw", "muon", "mars-shampoo", "nadamw"}
-    for name, point in winners.items():
+def test_tiny_defaults_are_the_regime_maps_winners_at_the_compare_point():
+    """`tiny` takes each optimizer's `torch-mars tune` winner at the `compare` budget (the
+    regime map's b16-4x, every dimension of its declared space); the optimizers it did not
+    tune take mini's."""
+    report = STUDY_RESULTS / "regime-map" / "b16-4x" / "tune.json"
+    found = json.loads(report.read_text())["optimizers"]
+    assert {o["optimizer"] for o in found} == {
+        "adamw",
+        "nadamw",
+        "mars-adamw",
+        "muon",
+        "mars-shampoo",
+    }
+    for entry in found:
+        assert entry["finished"], entry["optimizer"]
+        name = entry["optimizer"]
         assert_defaults_are_winners(
-            default_hyperparams(name, "tiny"), point, ("study-axes, tiny 4x", name)
+            default_hyperparams(name, "tiny"), entry["hyperparams"], ("b16-4x", name)
         )
     for name in ("lion", "mars-lion", "nadam", "muon-nd", "mars-m"):
         assert default_hyperparams(name, "tiny") == default_hyperparams(name, "mini")

@@ -124,18 +124,55 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Per CPU model, on top of those. `tiny`: each optimizer's best point on the weight-decay axis
-# at 4 x 20 tokens per parameter (history: study_weight_decay.py: weight decay 0 to 0.1, lr
-# re-tuned at each value, the other settings of the tokens axis's winner there, which NAdamW's
-# betas were swept for; issue #24). MARS-AdamW and NAdamW keep 1e-2, AdamW takes 3e-2 (0.002
-# better than 1e-2, within its seeds' spread; 0.06 better than its earlier 0.1). Muon and
-# MARS-Shampoo are the tokens axis's winners, which equal the settings above; the other
+# Per CPU model, on top of those. `tiny`: the winners of `torch-mars tune` at the `compare`
+# budget (the regime map's b16-4x: every dimension of each optimizer's declared space tuned by
+# coordinate descent with peer starts, held out on seeds 3-5; docs/results.md). AdamW and
+# NAdamW route their 1-D tensors as the MARS rules do, as they were tuned. The other
 # optimizers were not tuned on `tiny`.
 _CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     "tiny": {
-        "adamw": {"lr": 1e-2, "weight_decay": 3e-2},
-        "mars-adamw": {"lr": 2.2e-2},
-        "nadamw": {"lr": 1e-2, "betas": (0.95, 0.99), "weight_decay": 1e-2},
+        "adamw": {
+            "lr": 0.0114,
+            "betas": (0.9, 0.99),
+            "weight_decay": 0.01,
+            "lr_1d": 0.0114,
+            "betas_1d": (0.9, 0.95),
+            "weight_decay_1d": 0.03,
+        },
+        "nadamw": {
+            "lr": 0.0114,
+            "betas": (0.9, 0.99),
+            "weight_decay": 0.03,
+            "lr_1d": 0.0114,
+            "betas_1d": (0.9, 0.95),
+            "weight_decay_1d": 0.003,
+        },
+        "mars-adamw": {
+            "lr": 0.0171,
+            "betas": (0.85, 0.95),
+            "weight_decay": 0.003,
+            "gamma": 0.1,
+            "lr_1d": 0.00226,
+            "betas_1d": (0.9, 0.95),
+            "weight_decay_1d": 0.1,
+        },
+        "muon": {
+            "lr": 0.0256,
+            "momentum": 0.9,
+            "weight_decay": 0.0,
+            "adamw_lr": 0.00507,
+            "adamw_betas": (0.9, 0.95),
+            "adamw_weight_decay": 0.01,
+        },
+        "mars-shampoo": {
+            "lr": 0.0171,
+            "betas": (0.9, 0.95),
+            "weight_decay": 0.0,
+            "gamma": 0.05,
+            "lr_1d": 0.00339,
+            "betas_1d": (0.9, 0.95),
+            "weight_decay_1d": 0.01,
+        },
     },
 }
 
