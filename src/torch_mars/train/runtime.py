@@ -4,6 +4,7 @@ of its random generators, the same for every task."""
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import platform
 import random
@@ -97,9 +98,11 @@ def pause_if_asked(variable: str, count: int, what: str) -> None:
         threading.Event().wait()
 
 
+@functools.cache
 def describe_device(device: torch.device) -> str:
     """A human name of ``device``: the GPU's name, or the CPU model (from /proc/cpuinfo) and the
-    vector instructions torch's kernels use there (they change a run's floats)."""
+    vector instructions torch's kernels use there (they change a run's floats). Cached: a
+    worker names its device once, not at every claim."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     model = platform.processor() or platform.machine()
