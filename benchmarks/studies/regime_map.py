@@ -22,8 +22,9 @@ parameter, B sequences of 32 tokens per step):
 - tokens axis at B = 16: 1x and 8x (4x is the batch axis's 16).
 
 They run in the order of ``POINTS``: after the three large batches, the `compare` point and
-1x (about four hours together), which give the batch axis its small end and
-`compare` its tuned settings, before the 16x points (about three hours each on the AVX-512 machine), then 4 and 8x.
+1x (about four hours together), which give the batch axis its small end and `compare` its
+tuned settings, before the 16x points (about three hours each on the AVX-512 machine), then 4
+and 8x.
 
 Each point is one study in ``benchmarks/results/regime-map/POINT/study.log`` (an Optuna
 journal, kept in git: a killed or interrupted map resumes from it, on this machine or another,
