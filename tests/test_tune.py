@@ -256,3 +256,12 @@ def test_a_worker_takes_its_settings_from_the_study_and_refuses_others(tmp_path,
     assert "--worker takes its settings from the study; drop --steps" in capsys.readouterr().err
     assert main(["tune", "--worker", "--out-dir", str(tmp_path), "--name", "w"]) == 2
     assert "no study 'w'" in capsys.readouterr().err
+
+
+def test_the_report_tells_an_unbegun_optimizer_from_an_unfinished_one(tmp_path, corpus_file):
+    plan = toy_plan(tmp_path, corpus_file)
+    (unbegun,) = tune.outcomes(plan, [])
+    assert unbegun.runs == 0 and not unbegun.finished
+    assert "| adamw (not started) |" in tune.format_tune_table(plan, [unbegun])
+    begun = dataclasses.replace(unbegun, runs=1, points=1)
+    assert "| adamw (unfinished) |" in tune.format_tune_table(plan, [begun])

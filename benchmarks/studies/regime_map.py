@@ -247,7 +247,7 @@ def robustness_table() -> str:
         for name in OPTIMIZERS:
             entry = found.get(name)
             if entry is None or not entry["finished"]:
-                cells.append("running")
+                cells.append("unfinished" if entry and entry["runs"] else "not started")
                 continue
             band = entry["good_lr_band"]
             width = f"{band[1] / band[0]:.2g}x" if band else "-"

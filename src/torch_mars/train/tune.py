@@ -343,7 +343,7 @@ def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
     ]
     ranked = sorted(found, key=lambda o: (math.isnan(o.heldout_mean), o.heldout_mean))
     for o in ranked:
-        status = "" if o.finished else " (running)"
+        status = "" if o.finished else " (unfinished)" if o.runs else " (not started)"
         lines.append(
             f"| {o.optimizer}{status} | {mean_std(o.heldout_finals)} | {gap(o)} | "
             f"{mean_std(o.selection_finals)} | {o.runs} | {o.points} | {rounds(o)} | "
