@@ -1,6 +1,7 @@
 """The regime map's batch rules (benchmarks/studies/regime_map.py): fitted on every batch but
 the test batch, they recover a power law of lr and a line of gamma in log2(batch), and say
-whether the prediction falls inside the test batch's tuned good-lr band."""
+whether the prediction falls inside the test batch's tuned good-lr band; the robustness table
+says how far each optimizer has got."""
 
 from __future__ import annotations
 
@@ -88,3 +89,28 @@ def test_a_prediction_at_a_band_edge_within_the_ladders_rounding_is_inside(regim
     rows = [_row(64, 0.0384, 0.05, (0.0384, 0.0577)), _row(256, 0.195, 0.05, (0.13, 0.292))]
     rows.append(_row(regime_map.TEST_BATCH, 0.0865, 0.05, (0.0577, 0.0865)))
     assert "inside the tuned band 0.0577-0.0865" in regime_map.batch_rules(rows)
+
+
+def test_the_robustness_table_tells_an_unbegun_optimizer_from_an_unfinished_one(
+    regime_map, monkeypatch
+):
+    finished = {
+        "optimizer": "adamw",
+        "finished": True,
+        "runs": 40,
+        "heldout_failures": 0,
+        "heldout_finals": [1.6, 1.61, 1.62],
+        "good_lr_band": [0.01, 0.03],
+    }
+    running = {"optimizer": "muon", "finished": False, "runs": 12}
+    first_point = next(iter(regime_map.POINTS))
+    monkeypatch.setattr(
+        regime_map,
+        "point_outcomes",
+        lambda point: {"adamw": finished, "muon": running} if point == first_point else None,
+    )
+    row = next(line for line in regime_map.robustness_table().splitlines() if first_point in line)
+    cells = dict(zip(regime_map.OPTIMIZERS, row.strip("|").split("|")[1:], strict=True))
+    assert cells["adamw"].strip() == "0/3, 3x"
+    assert cells["muon"].strip() == "unfinished"
+    assert cells["mars-shampoo"].strip() == "not started"

@@ -51,6 +51,7 @@ from pathlib import Path
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
+from torch_mars.train.tune import progress_label
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "benchmarks" / "results" / "regime-map"
@@ -247,7 +248,7 @@ def robustness_table() -> str:
         for name in OPTIMIZERS:
             entry = found.get(name)
             if entry is None or not entry["finished"]:
-                cells.append("unfinished" if entry and entry["runs"] else "not started")
+                cells.append(progress_label(False, entry["runs"] if entry else 0))
                 continue
             band = entry["good_lr_band"]
             width = f"{band[1] / band[0]:.2g}x" if band else "-"

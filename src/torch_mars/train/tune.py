@@ -226,6 +226,12 @@ class OptimizerOutcome:
         return statistics.stdev(self.heldout_finals) if len(self.heldout_finals) > 1 else 0.0
 
 
+def progress_label(finished: bool, runs: int) -> str:
+    """How far an optimizer's tuning has got, as the reports print it: "" once finished,
+    "unfinished" while it has runs but is still descending, "not started" with no run."""
+    return "" if finished else "unfinished" if runs else "not started"
+
+
 def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list[OptimizerOutcome]:
     """Each optimizer's outcome from the study's trials (as far as it has got)."""
     results = finished_results(trials)
@@ -343,7 +349,8 @@ def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
     ]
     ranked = sorted(found, key=lambda o: (math.isnan(o.heldout_mean), o.heldout_mean))
     for o in ranked:
-        status = "" if o.finished else " (unfinished)" if o.runs else " (not started)"
+        progress = progress_label(o.finished, o.runs)
+        status = f" ({progress})" if progress else ""
         lines.append(
             f"| {o.optimizer}{status} | {mean_std(o.heldout_finals)} | {gap(o)} | "
             f"{mean_std(o.selection_finals)} | {o.runs} | {o.points} | {rounds(o)} | "
