@@ -1,7 +1,7 @@
 """The regime map's batch rules (benchmarks/studies/regime_map.py): fitted on every batch but
 the test batch, they recover a power law of lr and a line of gamma in log2(batch), and say
 whether the prediction falls inside the test batch's tuned good-lr band; the robustness table
-says how far each optimizer has got."""
+says how far each optimizer has got, and a point whose study holds no run gets no report."""
 
 from __future__ import annotations
 
@@ -114,3 +114,19 @@ def test_the_robustness_table_tells_an_unbegun_optimizer_from_an_unfinished_one(
     assert cells["adamw"].strip() == "0/3, 3x"
     assert cells["muon"].strip() == "unfinished"
     assert cells["mars-shampoo"].strip() == "not started"
+
+
+def test_a_point_whose_journal_holds_no_run_gets_no_report(regime_map, monkeypatch, tmp_path):
+    import optuna
+
+    from torch_mars.train.study_store import open_storage
+
+    monkeypatch.setattr(regime_map, "FOLDER", tmp_path)
+    point = "b16-8x"
+    assert not regime_map.has_runs(point)
+    storage = open_storage(f"journal:{tmp_path / point / 'study.log'}")
+    study = optuna.create_study(study_name=point, storage=storage)
+    study.set_user_attr("identity", {"search": {"kind": "tune"}})
+    assert not regime_map.has_runs(point)
+    study.add_trial(optuna.trial.create_trial(value=1.5))
+    assert regime_map.has_runs(point)

@@ -51,6 +51,7 @@ from pathlib import Path
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
+from torch_mars.train.study_engine import join_study
 from torch_mars.train.tune import progress_label
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +105,16 @@ RULE_MULTIPLE = 4
 TEST_BATCH = 128
 # The relative rounding of the lr ladder's values (three significant figures).
 LR_ROUNDING = 0.005
+
+
+def has_runs(point: str) -> bool:
+    """Whether the point's study holds a run: its journal is written when the study is first
+    opened, before any run, and a report of a study without one says nothing."""
+    journal = FOLDER / point / "study.log"
+    if not journal.is_file():
+        return False
+    study, _ = join_study(f"journal:{journal}", point)
+    return bool(study.trials)
 
 
 def point_outcomes(point: str) -> dict[str, dict] | None:
@@ -314,12 +325,14 @@ def main() -> int:
     parser.add_argument("--points", nargs="+", choices=list(POINTS), default=list(POINTS))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
-        "--report", action="store_true", help="write the reports of the points begun, train nothing"
+        "--report",
+        action="store_true",
+        help="write the reports of the points with runs, train nothing",
     )
     args = parser.parse_args()
     os.chdir(ROOT)
     for point in args.points:
-        if args.report and not (FOLDER / point / "study.log").is_file():
+        if args.report and not has_runs(point):
             continue
         arguments = tune_arguments(point, args.jobs, args.report)
         print("torch-mars tune " + shlex.join(arguments), flush=True)
