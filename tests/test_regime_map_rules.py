@@ -1,7 +1,8 @@
 """The regime map's batch rules (benchmarks/studies/regime_map.py): fitted on every batch but
 the test batch, they recover a power law of lr and a line of gamma in log2(batch), and say
 whether the prediction falls inside the test batch's tuned good-lr band; the robustness table
-says how far each optimizer has got, and a point whose study holds no run gets no report."""
+says how far each optimizer has got, the map gives each gap seed by seed, and a point whose
+study holds no run gets no report."""
 
 from __future__ import annotations
 
@@ -130,3 +131,40 @@ def test_a_point_whose_journal_holds_no_run_gets_no_report(regime_map, monkeypat
     assert not regime_map.has_runs(point)
     study.add_trial(optuna.trial.create_trial(value=1.5))
     assert regime_map.has_runs(point)
+
+
+def test_the_map_gives_the_gap_to_the_strongest_control_seed_by_seed(regime_map, monkeypatch):
+    def outcome(name: str, finals: list[float]) -> dict:
+        winner = {"lr": 0.02, "gamma": 0.05} if name.startswith("mars") else {"lr": 0.02}
+        return {
+            "optimizer": name,
+            "finished": True,
+            "runs": 40,
+            "heldout_finals": finals,
+            "heldout_failures": 0,
+            "good_lr_band": [0.01, 0.03],
+            "winner": winner,
+        }
+
+    finals = {
+        "adamw": [1.70, 1.71, 1.72],
+        "nadamw": [1.60, 1.62, 1.64],
+        "mars-adamw": [1.61, 1.61, 1.60],
+        "muon": [1.50, 1.50, 1.50],
+        "mars-shampoo": [1.51, 1.52, 1.53],
+    }
+    first_point = next(iter(regime_map.POINTS))
+    monkeypatch.setattr(
+        regime_map,
+        "point_outcomes",
+        lambda point: (
+            {n: outcome(n, f) for n, f in finals.items()} if point == first_point else None
+        ),
+    )
+    rows = {r["rule"]: r for r in regime_map.map_rows()}
+    assert rows["mars-adamw"]["control"] == "nadamw"
+    assert rows["mars-adamw"]["by_seed"] == pytest.approx([0.01, -0.01, -0.04])
+    assert rows["mars-shampoo"]["by_seed"] == pytest.approx([0.01, 0.02, 0.03])
+    table = regime_map.format_map(list(rows.values()))
+    assert "| +0.0100 / -0.0100 / -0.0400 |" in table
+    assert len({line.count("|") for line in table.splitlines()}) == 1

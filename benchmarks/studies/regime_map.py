@@ -31,7 +31,7 @@ journal, kept in git: a killed or interrupted map resumes from it, on this machi
 and nothing finished reruns). Runs are resumable per point; points run in the order above.
 
     python benchmarks/studies/regime_map.py [--points b64-4x ...] [--jobs 2]
-    python benchmarks/studies/regime_map.py --report   # each point's summary.md, map.md and
+    python benchmarks/studies/regime_map.py --report   # summary.md of each point with runs, map.md,
                                                        # docs/figures/regime-map.png
 
 The command each point runs is printed before it starts; it is the one that reproduces it.
@@ -133,8 +133,8 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 def map_rows() -> list[dict]:
     """One row per point and pair whose optimizers have all finished: the rule's held-out
-    mean and std, the strongest control's, the gap in the larger of the two stds, and trial
-    counts."""
+    mean and std, the strongest control's, the gap in the larger of the two stds, the gap
+    seed by seed (a seed is the same initialisation for every optimizer), and trial counts."""
     rows = []
     for point, (batch, multiple) in POINTS.items():
         found = point_outcomes(point)
@@ -163,6 +163,14 @@ def map_rows() -> list[dict]:
                     "gap_sd": gap / max(rule_std, control_std)
                     if max(rule_std, control_std) > 0
                     else math.nan,
+                    "by_seed": [
+                        r - c
+                        for r, c in zip(
+                            found[rule]["heldout_finals"],
+                            found[best]["heldout_finals"],
+                            strict=True,
+                        )
+                    ],
                     "gamma": found[rule]["winner"]["gamma"],
                     "lr": found[rule]["winner"]["lr"],
                     "lr_band": found[rule]["good_lr_band"],
@@ -176,18 +184,20 @@ def map_rows() -> list[dict]:
 def format_map(rows: list[dict]) -> str:
     lines = [
         "| point | sequences/step | x 20 tokens/param | rule | held out (seeds 3-5) | strongest "
-        "control | its held out | gap (larger sd) | rule's gamma, lr | runs (rule / controls) "
-        "| held-out failures |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "control | its held out | gap (larger sd) | gap seed by seed | rule's gamma, lr | runs "
+        "(rule / controls) | held-out failures |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         runs = " / ".join(str(v) for v in r["runs"].values())
         failures = " / ".join(str(v) for v in r["failures"].values())
+        by_seed = " / ".join(f"{v:+.4f}" for v in r["by_seed"])
         lines.append(
             f"| {r['point']} | {r['batch']} | {r['multiple']} | {r['rule']} | "
             f"{r['rule_heldout'][0]:.4f} ± {r['rule_heldout'][1]:.4f} | {r['control']} | "
             f"{r['control_heldout'][0]:.4f} ± {r['control_heldout'][1]:.4f} | "
-            f"{r['gap']:+.4f} ({r['gap_sd']:+.1f}) | {r['gamma']:g}, {r['lr']:.3g} | {runs} | "
+            f"{r['gap']:+.4f} ({r['gap_sd']:+.1f}) | {by_seed} | {r['gamma']:g}, {r['lr']:.3g} | "
+            f"{runs} | "
             f"{failures} |"
         )
     return "\n".join(lines)
