@@ -126,8 +126,11 @@ def test_a_point_whose_journal_holds_no_run_gets_no_report(regime_map, monkeypat
     point = "b16-8x"
     assert not regime_map.has_runs(point)
     storage = open_storage(f"journal:{tmp_path / point / 'study.log'}")
+    optuna.create_study(study_name="another point", storage=storage).add_trial(
+        optuna.trial.create_trial(value=1.5)
+    )
+    assert not regime_map.has_runs(point)
     study = optuna.create_study(study_name=point, storage=storage)
-    study.set_user_attr("identity", {"search": {"kind": "tune"}})
     assert not regime_map.has_runs(point)
     study.add_trial(optuna.trial.create_trial(value=1.5))
     assert regime_map.has_runs(point)

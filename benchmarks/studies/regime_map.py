@@ -48,10 +48,12 @@ import statistics
 import sys
 from pathlib import Path
 
+import optuna
+
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
-from torch_mars.train.study_engine import join_study
+from torch_mars.train.study_store import open_storage
 from torch_mars.train.tune import progress_label
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,8 +115,8 @@ def has_runs(point: str) -> bool:
     journal = FOLDER / point / "study.log"
     if not journal.is_file():
         return False
-    study, _ = join_study(f"journal:{journal}", point)
-    return bool(study.trials)
+    summaries = optuna.get_all_study_summaries(open_storage(f"journal:{journal}"))
+    return any(s.study_name == point and s.n_trials for s in summaries)
 
 
 def point_outcomes(point: str) -> dict[str, dict] | None:
@@ -197,8 +199,7 @@ def format_map(rows: list[dict]) -> str:
             f"{r['rule_heldout'][0]:.4f} ± {r['rule_heldout'][1]:.4f} | {r['control']} | "
             f"{r['control_heldout'][0]:.4f} ± {r['control_heldout'][1]:.4f} | "
             f"{r['gap']:+.4f} ({r['gap_sd']:+.1f}) | {by_seed} | {r['gamma']:g}, {r['lr']:.3g} | "
-            f"{runs} | "
-            f"{failures} |"
+            f"{runs} | {failures} |"
         )
     return "\n".join(lines)
 
