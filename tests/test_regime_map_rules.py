@@ -54,6 +54,27 @@ def test_a_prediction_outside_the_tuned_band_is_said_to_be(regime_map):
     assert "predicts lr 0.01, outside the tuned band 0.025-0.035" in regime_map.batch_rules(rows)
 
 
+def test_a_power_law_that_misses_its_own_fitted_batches_says_where(regime_map):
+    """Flat lr from 4 to 16, then linear in batch: a power law fitted through all of it passes
+    outside the small and the large batches' own bands."""
+    rows = [
+        _row(4, 0.0256, 0.05, (0.0171, 0.0384)),
+        _row(16, 0.0171, 0.05, (0.0171, 0.0384)),
+        _row(64, 0.0384, 0.05, (0.0384, 0.0577)),
+        _row(256, 0.195, 0.05, (0.13, 0.292)),
+        _row(regime_map.TEST_BATCH, 0.0865, 0.05, (0.0577, 0.0865)),
+    ]
+    line = regime_map.batch_rules(rows).splitlines()[1]
+    assert "its lr misses its own fitted batches' bands at 4 (0.0151, band 0.0171-0.0384)" in line
+    assert "64 (0.0601, band 0.0384-0.0577), 256 (0.12, band 0.13-0.292))" in line
+    assert "16 (" not in line
+
+
+def test_a_power_law_through_its_own_bands_claims_no_miss(regime_map):
+    rows = [_row(b, 0.002 * b**0.5, 0.05, (0.0015 * b**0.5, 0.0025 * b**0.5)) for b in (4, 16, 64)]
+    assert "misses" not in regime_map.batch_rules(rows)
+
+
 def test_fewer_than_two_fit_batches_give_no_rule(regime_map):
     rows = [_row(64, 0.01, 0.05, (0.009, 0.011)), _row(regime_map.TEST_BATCH, 0.01, 0.05, None)]
     assert "fewer than two batches to fit" in regime_map.batch_rules(rows)

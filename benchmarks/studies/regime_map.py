@@ -213,11 +213,25 @@ def _fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return slope, y_mean - slope * x_mean
 
 
+def _power_law_at(slope: float, intercept: float, batch: int) -> float:
+    """The power law fitted in log2-log2 space (:func:`_fit_line`), read at ``batch``."""
+    return 2 ** (intercept + slope * math.log2(batch))
+
+
+def _inside_band(lr: float, band: tuple[float, float] | None) -> bool:
+    """Whether ``lr`` is inside a good-lr band; the ladder's values are rounded to three
+    figures (0.0865 for 0.08650), so within that rounding of an edge is inside."""
+    low, high = band or (math.nan, math.nan)
+    slack = 1 + LR_ROUNDING
+    return low / slack <= lr <= high * slack
+
+
 def batch_rules(rows: list[dict]) -> str:
     """How each MARS rule's tuned lr and gamma move with batch at 4x, fitted on every batch but
     :data:`TEST_BATCH` (lr as a power of the batch, gamma linear in log2 of it) and tested
     there: is the predicted lr inside the tuned winner's good-lr band, and how far is the
-    predicted gamma from the one its descent chose?"""
+    predicted gamma from the one its descent chose? A power law that misses the bands of the
+    batches it was fitted on says so: there it does not describe the lr."""
     lines = [
         f"Rules of lr and gamma against batch at 4x, fitted without {TEST_BATCH} and tested there:"
     ]
@@ -237,17 +251,22 @@ def batch_rules(rows: list[dict]) -> str:
             f"lr = {2**lr_intercept:.3g} * B^{lr_slope:+.2f}, "
             f"gamma = {gamma_intercept:.3g} {gamma_slope:+.3g} * log2(B)"
         )
+        fitted = {b: _power_law_at(lr_slope, lr_intercept, b) for b in fit}
+        misses = [
+            f"{b} ({fitted[b]:.3g}, band {band[0]:.3g}-{band[1]:.3g})"
+            for b in fit
+            if (band := mine[b]["lr_band"]) and not _inside_band(fitted[b], band)
+        ]
+        if misses:
+            rule_text += f" (its lr misses its own fitted batches' bands at {', '.join(misses)})"
         test = mine.get(TEST_BATCH)
         if test is None:
             lines.append(f"- {rule} ({tuned}): {rule_text}; {TEST_BATCH} not finished yet")
             continue
-        lr_at = 2 ** (lr_intercept + lr_slope * math.log2(TEST_BATCH))
+        lr_at = _power_law_at(lr_slope, lr_intercept, TEST_BATCH)
         gamma_at = gamma_intercept + gamma_slope * math.log2(TEST_BATCH)
         low, high = test["lr_band"] or (math.nan, math.nan)
-        # the ladder's values are rounded to three figures (0.0865 for 0.08650): within that
-        # rounding of an edge is inside
-        slack = 1 + LR_ROUNDING
-        verdict = "inside" if low / slack <= lr_at <= high * slack else "outside"
+        verdict = "inside" if _inside_band(lr_at, test["lr_band"]) else "outside"
         lines.append(
             f"- {rule} ({tuned}): {rule_text}; at {TEST_BATCH} it predicts lr {lr_at:.3g}, "
             f"{verdict} the tuned band {low:.3g}-{high:.3g}, and gamma {gamma_at:.3g} "
