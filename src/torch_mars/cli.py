@@ -246,9 +246,24 @@ def _add_text_flags(
         default=defaults.grad_clip,
         help="global gradient-norm clip (0: none)",
     )
-    group.add_argument("--eval-interval", type=_positive_int, default=defaults.eval_interval)
-    group.add_argument("--eval-batches", type=_positive_int, default=defaults.eval_batches)
-    group.add_argument("--data-seed", type=_nonnegative_int, default=defaults.data_seed)
+    group.add_argument(
+        "--eval-interval",
+        type=_positive_int,
+        default=defaults.eval_interval,
+        help="validation every this many steps, and at the last",
+    )
+    group.add_argument(
+        "--eval-batches",
+        type=_positive_int,
+        default=defaults.eval_batches,
+        help="fixed validation batches per evaluation",
+    )
+    group.add_argument(
+        "--data-seed",
+        type=_nonnegative_int,
+        default=defaults.data_seed,
+        help="order of the training batches (a run's seed sets its initialisation)",
+    )
     group.add_argument("--device", default=defaults.device, help="auto, cpu, cuda, cuda:1, ...")
     group.add_argument("--compile", action="store_true", help="torch.compile the model")
     group.add_argument("--exact", action="store_true", help="MARS exact mode (2 gradients/step)")
