@@ -1,6 +1,6 @@
 """``torch-mars tune`` on a toy budget: a killed study resumes without rerunning a finished
-trial, workers share one study (a journal file, or a PostgreSQL server the test starts) without
-a duplicated trial, and a study is never reused with other settings."""
+trial and workers share one study without a duplicated trial (in a SQLite or journal file, and
+on a PostgreSQL server the test starts), and a study is never reused with other settings."""
 
 from __future__ import annotations
 
@@ -70,13 +70,19 @@ def assert_each_run_once(trials: list[optuna.trial.FrozenTrial]) -> None:
     assert {t.state for t in trials} == {optuna.trial.TrialState.COMPLETE}
 
 
-def test_a_killed_tune_resumes_without_rerunning_a_finished_trial(tmp_path, corpus_file):
+@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
+def test_a_killed_tune_resumes_without_rerunning_a_finished_trial(
+    tmp_path, corpus_file, storage, request
+):
     """Killed where the test stops it (paused after its third finished trial), not at a moment
-    guessed by polling."""
+    guessed by polling; in the default SQLite file under the run folder, and on a PostgreSQL
+    server the test starts."""
+    url = request.getfixturevalue("postgres_url") if storage == "postgresql" else None
     args = [sys.executable, "-m", "torch_mars.cli", "tune", *TOY, "--data", str(corpus_file)]
     args += ["--out-dir", str(tmp_path), "--name", "k"]
+    args += ["--storage", url] if url else []
     env = kill_when_paused(args, 3)
-    plan = toy_plan(tmp_path, corpus_file, study_dir=tmp_path / "k", study_name="k")
+    plan = toy_plan(tmp_path, corpus_file, study_dir=tmp_path / "k", study_name="k", storage=url)
     before = {t.number: (t.user_attrs["point"], t.value) for t in trials_of(plan)}
     assert len(before) == 3
     completed = subprocess.run(args, env=env, capture_output=True, text=True)
