@@ -64,7 +64,7 @@ def kill_when_paused(args: list[str], finished: int, what: str = "trials") -> di
     there with SIGKILL: a point the test controls, not a moment guessed by polling. Returns
     the environment to resume it in (without the pause)."""
     from torch_mars.train.run_shell import PAUSE_AT_STEP_VARIABLE
-    from torch_mars.train.study_engine import PAUSE_AFTER_VARIABLE
+    from torch_mars.train.study.engine import PAUSE_AFTER_VARIABLE
 
     variable, said_when = {
         "trials": (PAUSE_AFTER_VARIABLE, f"paused after {finished} finished trials"),

@@ -10,7 +10,7 @@ import torch
 from torch_mars import MARS
 from torch_mars.cli import main
 from torch_mars.models import GPT, gpt_config
-from torch_mars.train.grid import parse_value
+from torch_mars.train.study.grid import parse_value
 from torch_mars.train.optimizers import build_optimizer, default_hyperparams
 
 

@@ -141,7 +141,7 @@ def test_the_robustness_table_tells_an_unbegun_optimizer_from_an_unfinished_one(
 def test_a_point_whose_journal_holds_no_run_gets_no_report(regime_map, monkeypatch, tmp_path):
     import optuna
 
-    from torch_mars.train.study_store import open_storage
+    from torch_mars.train.study.store import open_storage
 
     monkeypatch.setattr(regime_map, "FOLDER", tmp_path)
     point = "b16-8x"

@@ -9,7 +9,7 @@ import torch
 from torch_mars.models import GPT, gpt_config
 from torch_mars.train.compare import SAME_COST_CONTROLS
 from torch_mars.train.optimizers import build_optimizer
-from torch_mars.train.search_space import (
+from torch_mars.train.study.space import (
     LADDERS,
     MARS_ONLY,
     SPELLING,

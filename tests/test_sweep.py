@@ -19,10 +19,10 @@ import torch
 
 from harness_helpers import kill_when_paused, tiny_config, write_synthetic_text
 from torch_mars.cli import main
-from torch_mars.train.grid import grid_points, parse_grid
+from torch_mars.train.study.grid import grid_points, parse_grid
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
-from torch_mars.train.study_store import open_storage
-from torch_mars.train.sweep import (
+from torch_mars.train.study.store import open_storage
+from torch_mars.train.study.sweep import (
     PointResult,
     SweepPlan,
     format_sweep_table,

@@ -20,17 +20,17 @@ import torch
 from harness_helpers import kill_when_paused, write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train import tune
-from torch_mars.train.descent import Selection
+from torch_mars.train.study.descent import Selection
 from torch_mars.train.runtime import describe_device
-from torch_mars.train.study_engine import (
+from torch_mars.train.study.engine import (
     claim,
     finished_results,
     open_study,
     work,
 )
-from torch_mars.train.study_store import open_storage
+from torch_mars.train.study.store import open_storage
 from torch_mars.train.trainer import TrainConfig
-from torch_mars.train.tune import TunePlan
+from torch_mars.train.study.tune import TunePlan
 
 TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
 TOY += ["--eval-interval", "2", "--eval-batches", "2", "--optimizers", "adamw"]

@@ -1,5 +1,5 @@
 """One syntax for a hyperparameter value wherever one is typed (``--opt-arg``, ``--lr``,
-``--grid``), read by one parser (:mod:`torch_mars.train.grid`), and counts no run could ever
+``--grid``), read by one parser (:mod:`torch_mars.train.study.grid`), and counts no run could ever
 finish refused in one line."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from torch_mars.cli import build_parser, main
-from torch_mars.train.grid import parse_grid, parse_value, parse_values
+from torch_mars.train.study.grid import parse_grid, parse_value, parse_values
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
 
 

@@ -21,7 +21,7 @@ PARENT = textwrap.dedent(
     import signal
     import sys
 
-    from torch_mars.train.study_engine import _die_with_parent
+    from torch_mars.train.study.engine import _die_with_parent
 
 
     def worker(ready):

@@ -53,8 +53,8 @@ import optuna
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
-from torch_mars.train.study_store import open_storage
-from torch_mars.train.tune import progress_label
+from torch_mars.train.study.store import open_storage
+from torch_mars.train.study.tune import progress_label
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "benchmarks" / "results" / "regime-map"

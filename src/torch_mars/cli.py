@@ -62,17 +62,17 @@ from torch_mars.train.compare import (
     DEFAULT_OPTIMIZERS,
     is_default_compare,
     run_comparison,
-    train_run,
     write_comparison,
 )
-from torch_mars.train.grid import parse_grid, parse_value
 from torch_mars.train.optimizers import NAME_VALUED_KEYS, OPTIMIZER_NAMES
 from torch_mars.train.plots import plot_runs
 from torch_mars.train.run_record import RunFolderBusy, RunResult, check_folder_path, is_run_dir
+from torch_mars.train.run_shell import train_run
 from torch_mars.train.schedules import TEXT_SCHEDULES
-from torch_mars.train.search_space import tunable_optimizers
-from torch_mars.train.study_store import describe, storage_url
-from torch_mars.train.sweep import (
+from torch_mars.train.study.grid import parse_grid, parse_value
+from torch_mars.train.study.space import tunable_optimizers
+from torch_mars.train.study.store import describe, storage_url
+from torch_mars.train.study.sweep import (
     SweepPlan,
     format_sweep_table,
     run_sweep,
@@ -89,7 +89,7 @@ from torch_mars.train.vision import (
 
 
 def _key_value(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` with one value in the syntax of :mod:`torch_mars.train.grid` (a finite
+    """``KEY=VALUE`` with one value in the syntax of :mod:`torch_mars.train.study.grid` (a finite
     number, true/false, a name, or a tuple in parentheses)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -256,7 +256,14 @@ def _add_text_flags(
         "--eval-batches",
         type=_positive_int,
         default=defaults.eval_batches,
-        help="fixed validation batches per evaluation",
+        help="fixed validation batches of the run's batch size per evaluation",
+    )
+    group.add_argument(
+        "--eval-tokens",
+        type=_positive_int,
+        default=defaults.eval_tokens,
+        help="evaluate on fixed windows holding this many tokens of the val split, the same "
+        "for every batch size and run (a multiple of the block size; replaces --eval-batches)",
     )
     group.add_argument(
         "--data-seed",
@@ -300,6 +307,7 @@ def _text_config(args: argparse.Namespace, base: TrainConfig) -> TrainConfig:
         eval_interval=args.eval_interval,
         eval_batches=args.eval_batches,
         data_seed=args.data_seed,
+        eval_tokens=args.eval_tokens,
         device=args.device,
         compile=args.compile,
         exact=args.exact,
@@ -473,7 +481,10 @@ def _add_sweep_flags(parser: argparse.ArgumentParser, optimizers: Sequence[str])
         help="seeds of each winner",
     )
     group.add_argument(
-        "--jobs", type=_positive_int, default=1, help="worker processes (cores are divided)"
+        "--jobs",
+        type=lambda text: _whole_number(text, 1, 256),
+        default=1,
+        help="worker processes, 1-256 (cores are divided)",
     )
     group.add_argument("--name", type=_study_name, help="sweep folder name (default: sweep-<time>)")
     group.add_argument("--out-dir", type=_folder, default=Path("runs"))
@@ -551,27 +562,36 @@ def _tune_flags(parser: argparse.ArgumentParser) -> None:
         help="seeds each winner is read on (the table's figures)",
     )
     group.add_argument(
-        "--screen-top",
+        "--heldout-data-seeds",
+        nargs="+",
+        type=_nonnegative_int,
+        default=[1, 2],
+        help="data orders each winner is read on, with every held-out seed (--data-seed is the "
+        "selection's data order)",
+    )
+    group.add_argument(
+        "--trials",
         type=_positive_int,
-        help="screen every point on the first selection seed, then rerun the best K (with the "
-        "current point) on the others (default: every point on every selection seed)",
+        default=30,
+        help="trials every optimizer gets (a trial: one point on every selection seed)",
     )
     group.add_argument(
-        "--max-rounds", type=_positive_int, default=3, help="coordinate-descent rounds at most"
+        "--order-seed",
+        type=_nonnegative_int,
+        default=0,
+        help="shuffles the order in which the search visits the dimensions (a second search)",
     )
     group.add_argument(
-        "--peer-starts",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="once every optimizer has descended, try each at its peers' points (the other "
-        "optimizers with its dimensions but for gamma: a MARS rule and its controls) and take "
-        "a better one",
+        "--max-rounds",
+        type=_positive_int,
+        help="stop each search after this many rounds, spending fewer trials (a quick look, "
+        "never a comparison; default: each spends its --trials)",
     )
     group.add_argument(
         "--jobs",
-        type=_positive_int,
+        type=lambda text: _whole_number(text, 1, 256),
         default=1,
-        help="local worker processes (cores divided; one GPU each where there are GPUs)",
+        help="local worker processes, 1-256 (cores divided; one GPU each where there are GPUs)",
     )
     group.add_argument(
         "--storage",
@@ -623,7 +643,8 @@ class TuneRequest:
 
 
 def _tune_request(args: argparse.Namespace) -> TuneRequest:
-    from torch_mars.train.tune import Selection, TunePlan
+    from torch_mars.train.study.selection import Selection
+    from torch_mars.train.study.tune import TunePlan
 
     folder = args.out_dir / args.name
     if folder.exists() and not folder.is_dir():
@@ -641,14 +662,20 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             raise ValueError(f"--worker takes its settings from the study; drop {', '.join(given)}")
     else:
         plan = TunePlan(
-            base=dataclasses.replace(_text_config(args, DEFAULT_COMPARE), quiet=True),
+            base=dataclasses.replace(_text_config(args, DEFAULT_COMPARE), quiet=True, data_seed=0),
             optimizers=tuple(args.optimizers),
-            selection=Selection(tuple(args.seeds), tuple(args.heldout_seeds), args.screen_top),
+            selection=Selection(
+                seeds=tuple(args.seeds),
+                heldout=tuple(args.heldout_seeds),
+                data_seed=args.data_seed,
+                heldout_data_seeds=tuple(args.heldout_data_seeds),
+            ),
             study_dir=folder,
+            trials=args.trials,
+            order_seed=args.order_seed,
+            max_rounds=args.max_rounds,
             storage=args.storage,
             study_name=args.name,
-            max_rounds=args.max_rounds,
-            peer_starts=args.peer_starts,
             jobs=args.jobs,
             overwrite=args.overwrite,
         )
@@ -660,18 +687,17 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
 def _run_tune(request: TuneRequest) -> int:
     from tqdm import tqdm
 
-    from torch_mars.train.study_engine import join_study, open_study, run_workers
-    from torch_mars.train.tune import plan_of_identity, with_study_starts, write_tune_report
+    from torch_mars.train.study.engine import join_study, open_study, run_workers
+    from torch_mars.train.study.tune import plan_of_identity, write_tune_report
 
     plan = request.plan
-    if plan is None:
+    if plan is None or request.report_only:  # a report reads the study's own settings
         _, identity = join_study(storage_url(request.storage, request.study_dir), request.name)
         plan = plan_of_identity(identity, request.study_dir, request.storage, request.name)
         plan = dataclasses.replace(plan, jobs=request.jobs)
-    elif not plan.overwrite:
-        plan = with_study_starts(plan)
     spec = plan.spec()
-    study = open_study(spec, take_protocol=not request.report_only)
+    # a report changes nothing, whatever else the command line says (--overwrite included)
+    study = open_study(spec, read_only=request.report_only)
     if not request.report_only:
         budget = plan.base
         print(

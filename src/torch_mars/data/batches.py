@@ -11,6 +11,8 @@ from torch import Tensor
 from torch_mars.data.corpus import TokenCorpus
 
 _SPLIT_IDS = {"train": 0, "val": 1}
+# The stream of the fixed validation windows: no run's seed, data seed or batch size enters it.
+_VALIDATION_STREAM = 0x5EED
 
 
 class BatchSampler:
@@ -58,5 +60,22 @@ class BatchSampler:
         tokens = self.corpus.split(split)
         starts = self.offsets(split, step)[rows]
         windows = np.stack([tokens[s : s + self.block_size + 1] for s in starts]).astype(np.int64)
+        windows_t = torch.from_numpy(windows)
+        return windows_t[:, :-1], windows_t[:, 1:]
+
+    def validation_windows(self, tokens: int) -> tuple[Tensor, Tensor]:
+        """The fixed validation set of ``tokens`` predicted tokens: ``tokens / block_size``
+        windows of the val split at positions drawn once for the corpus and block size, the
+        same for every batch size, seed and data seed. Inputs and targets, each
+        (tokens / block_size, block_size) int64."""
+        if tokens < self.block_size or tokens % self.block_size:
+            raise ValueError(
+                f"eval_tokens must be a positive multiple of block_size={self.block_size}, "
+                f"got {tokens}"
+            )
+        split = self.corpus.split("val")
+        rng = np.random.default_rng([_VALIDATION_STREAM, self.block_size])
+        starts = rng.integers(0, len(split) - self.block_size, size=tokens // self.block_size)
+        windows = np.stack([split[s : s + self.block_size + 1] for s in starts]).astype(np.int64)
         windows_t = torch.from_numpy(windows)
         return windows_t[:, :-1], windows_t[:, 1:]

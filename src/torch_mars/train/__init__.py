@@ -17,12 +17,11 @@ from torch_mars.train.compare import (
     format_table,
     run_comparison,
     summarise,
-    train_run,
 )
 from torch_mars.train.optimizers import OPTIMIZER_NAMES, build_optimizer, default_hyperparams
 from torch_mars.train.plots import plot_runs
 from torch_mars.train.run_record import RunResult
-from torch_mars.train.run_shell import run_loop
+from torch_mars.train.run_shell import run_loop, train_run
 from torch_mars.train.schedules import Schedule
 from torch_mars.train.task import Task, task_named, task_of
 from torch_mars.train.trainer import TrainConfig, Trainer

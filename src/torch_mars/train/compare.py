@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from torch_mars.train.run_record import TASK_METRICS, RunResult
-from torch_mars.train.run_shell import run_loop
+from torch_mars.train.run_shell import train_run
 from torch_mars.train.task import TaskConfig, task_of
 from torch_mars.train.trainer import TrainConfig
 
@@ -219,12 +219,6 @@ def write_comparison(
         json.dumps([dataclasses.asdict(s) for s in summaries], indent=2) + "\n"
     )
     return text, figure
-
-
-def train_run(config: TaskConfig, data: Any = None) -> RunResult:
-    """Run one configuration of any task in the run shell (``data``: its task's loaded data,
-    to share between runs; by default the task loads it, once per process)."""
-    return run_loop(task_of(config).loop(config, data))
 
 
 def run_comparison(

@@ -346,3 +346,9 @@ def _resume(loop: RunLoop) -> tuple[int, dict[str, Any]]:
     loop.restore_loop_state(payload.get("data"))
     set_rng_state(payload["rng"])
     return payload["step"], payload["progress"]
+
+
+def train_run(config: TaskConfig, data: Any = None) -> RunResult:
+    """Run one configuration of any task in the run shell (``data``: its task's loaded data,
+    to share between runs; by default the task loads it, once per process)."""
+    return run_loop(task_of(config).loop(config, data))

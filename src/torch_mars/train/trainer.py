@@ -72,6 +72,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     eval_interval: int = 50
     eval_batches: int = 8
+    eval_tokens: int | None = None
     seed: int = 0
     data_seed: int = 0
     device: str = "auto"
@@ -92,6 +93,10 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.data:
+            raise ValueError("data must name a corpus or a file, got ''")
+        if self.eval_tokens is not None and self.eval_tokens < 1:
+            raise ValueError(f"eval_tokens must be >= 1, got {self.eval_tokens}")
         if self.schedule not in TEXT_SCHEDULES:
             raise ValueError(f"schedule must be one of {TEXT_SCHEDULES}, got {self.schedule!r}")
         if self.grad_clip < 0:
@@ -220,6 +225,7 @@ class Trainer:
         self.local_accum = config.grad_accum // self.processes.world
         self._grad_norms: dict[int, Tensor] = {}
         self.tokens_per_step = config.batch_size * config.grad_accum * self.block_size
+        self._validation: tuple[Tensor, Tensor] | None = None
         self.diagnostics = (
             MarsDiagnostics(self.optimizer)
             if config.diagnostics and isinstance(self.optimizer, MARS)
@@ -276,7 +282,11 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> float:
-        """Mean validation loss (nats per token) over ``eval_batches`` fixed batches."""
+        """Mean validation loss (nats per token): over the fixed windows of ``eval_tokens``
+        tokens where set (the same for every batch size and run), else over ``eval_batches``
+        batches of the run's own batch size."""
+        if self.config.eval_tokens is not None:
+            return self._evaluate_windows()
         self.model.eval()
         total = torch.zeros((), device=self.device)
         for k in range(self.config.eval_batches):
@@ -288,6 +298,22 @@ class Trainer:
         self.model.train()
         total /= self.config.eval_batches * self.local_accum
         return float(self._mean_over_processes(total))
+
+    def _evaluate_windows(self) -> float:
+        if self._validation is None:
+            self._validation = self.sampler.validation_windows(self.config.eval_tokens)
+        inputs, targets = self._validation
+        self.model.eval()
+        total = torch.zeros((), device=self.device)
+        size, world = self.config.batch_size, self.processes.world
+        for start in range(self.processes.rank * size, len(inputs), size * world):
+            x, y = (t[start : start + size].to(self.device) for t in (inputs, targets))
+            with self._autocast():
+                _, loss = self.model(x, y)
+            total += loss.float() * len(x)
+        self.model.train()
+        # a mean over processes times their number: the sum of every process's windows
+        return float(self._mean_over_processes(total)) * world / len(inputs)
 
     def train(self) -> RunResult:
         """Run (or resume) to ``steps`` or ``stop_after`` in the run shell and return the

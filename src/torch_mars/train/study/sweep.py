@@ -17,33 +17,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, FloatDistribution
 
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.compare import OptimizerSummary, summarise
-from torch_mars.train.grid import Grid, grid_points
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
 from torch_mars.train.run_archive import ARCHIVE_FILE, read_archive
 from torch_mars.train.run_record import TASK_METRICS, RunResult
-from torch_mars.train.study_engine import (
-    RunId,
+from torch_mars.train.study.engine import (
     StudySpec,
     finished_results,
     open_study,
     run_workers,
 )
+from torch_mars.train.study.grid import Grid, grid_points
+from torch_mars.train.study.grid_search import GridSearch
 from torch_mars.train.task import TaskConfig, task_of
 
 # Optimizers a MARS rule is measured against in the table's gap column.
 BASELINES: tuple[str, ...] = ("adamw", "muon", "lion", "nadamw")
-# Optuna's record of a grid value: one wide range for every number.
-_GRID_VALUE = FloatDistribution(-1e12, 1e12)
 
 
 @dataclass(frozen=True)
@@ -91,6 +88,7 @@ class SweepPlan:
                 self.search_seeds,
                 self.seeds,
                 lower,
+                getattr(self.base, "data_seed", 0),
             )
             for name, axes in self.grid.items()
         )
@@ -103,6 +101,7 @@ class SweepPlan:
             },
             "search_seeds": self.search_seeds,
             "seeds": self.seeds,
+            "data_seed": getattr(self.base, "data_seed", 0),
         }
         return StudySpec(
             base=self.base,
@@ -112,67 +111,10 @@ class SweepPlan:
             settings=json.loads(json.dumps(settings)),
             optimizer_choices=OPTIMIZER_NAMES,
             storage=self.storage,
-            study_name="sweep",
+            study_name=self.sweep_dir.name,
             jobs=self.jobs,
             overwrite=self.overwrite,
         )
-
-
-@dataclass
-class GridState:
-    """Where a grid search stands: the runs it needs next and, once stage 1 is done, its
-    winner's point key."""
-
-    needed: list[RunId]
-    winner: str | None = None
-
-
-@dataclass(frozen=True)
-class GridSearch:
-    """One optimizer's grid: every point on the search seeds, then the best on the final seeds.
-    ``points`` holds ``(key, hyperparams as items)``."""
-
-    optimizer: str
-    points: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
-    search_seeds: tuple[int, ...]
-    seeds: tuple[int, ...]
-    lower_is_better: bool = True
-
-    def hyperparams(self, key: str) -> dict[str, Any]:
-        return dict(dict(self.points)[key])
-
-    def trial_params(self, key: str) -> dict[str, tuple[Any, BaseDistribution]]:
-        params: dict[str, tuple[Any, BaseDistribution]] = {}
-        for name, value in self.hyperparams(key).items():
-            entries = value if isinstance(value, tuple | list) else (value,)
-            for index, entry in enumerate(entries):
-                if isinstance(entry, int | float) and not isinstance(entry, bool):
-                    label = name if len(entries) == 1 else f"{name}[{index}]"
-                    params[label] = (float(entry), _GRID_VALUE)
-        return params
-
-    def label(self, key: str) -> str:
-        return key
-
-    def replay(self, results: Mapping[RunId, float]) -> GridState:
-        wanted = [(self.optimizer, key, s) for key, _ in self.points for s in self.search_seeds]
-        missing = [run for run in wanted if run not in results]
-        if missing:
-            return GridState(missing)
-        means = {
-            key: math.fsum(results[(self.optimizer, key, s)] for s in self.search_seeds)
-            / len(self.search_seeds)
-            for key, _ in self.points
-        }
-
-        def badness(key: str) -> float:
-            if math.isnan(means[key]):
-                return math.inf
-            return means[key] if self.lower_is_better else -means[key]
-
-        winner = min((key for key, _ in self.points), key=badness)
-        finals = [(self.optimizer, winner, s) for s in self.seeds]
-        return GridState([run for run in finals if run not in results], winner)
 
 
 @dataclass
@@ -263,7 +205,7 @@ def import_archive(plan: SweepPlan, study: optuna.Study, archive: dict[str, Any]
     for record in archive.values():
         optimizer, _, name = record["run"].partition("/")
         key, _, seed_text = name.rpartition("-seed")
-        run = (optimizer, key, int(seed_text))
+        run = (optimizer, key, int(seed_text), getattr(plan.base, "data_seed", 0))
         config = json.loads(json.dumps(record["config"], default=str))
         same_budget = all(config.get(k, v) == v for k, v in budget.items() if k != "data")
         if run in have or (optimizer, key) not in keys or not same_budget:
@@ -314,7 +256,7 @@ def sweep_report(plan: SweepPlan, trials: Sequence[optuna.trial.FrozenTrial]) ->
         mine = []
         for key, items in search.points:
             finals = {
-                s: v for (o, k, s), v in results.items() if o == search.optimizer and k == key
+                s: v for (o, k, s, _), v in results.items() if o == search.optimizer and k == key
             }
             mine.append(PointResult(search.optimizer, dict(items), finals))
         points += mine

@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from optuna.distributions import BaseDistribution, FloatDistribution
+
 from torch_mars.train.optimizers import default_hyperparams
 
 Point = dict[str, int]
@@ -218,3 +220,15 @@ def space_record() -> dict[str, Any]:
         "spelling": {o: {d: list(s) for d, s in spell.items()} for o, spell in SPELLING.items()},
         "betas_1d": list(FIXED_1D_BETAS),
     }
+
+
+# Optuna's record of a point's dimensions: ranges wide enough that no ladder leaves them.
+DISTRIBUTIONS: dict[str, BaseDistribution] = {
+    "lr": FloatDistribution(1e-8, 100.0, log=True),
+    "beta1": FloatDistribution(0.0, 1.0),
+    "beta2": FloatDistribution(0.0, 1.0),
+    "weight_decay": FloatDistribution(0.0, 100.0),
+    "lr_1d_ratio": FloatDistribution(1e-6, 1e6, log=True),
+    "weight_decay_1d": FloatDistribution(0.0, 100.0),
+    "gamma": FloatDistribution(0.0, 10.0),
+}

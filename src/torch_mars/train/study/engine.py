@@ -1,0 +1,631 @@
+"""The one engine of ``torch-mars tune`` and ``torch-mars sweep``: searches replayed over the
+finished runs of an Optuna study, and workers that claim and train the runs they need.
+
+A *search* (:mod:`.profiled`, :mod:`.descent`, :mod:`.grid_search`) is a pure function of the
+finished runs: ``replay(results)`` returns the runs it needs next (none once it has finished).
+A *trial* is one harness run, :data:`RunId` ``(optimizer, point key, seed, data seed)``, and its
+value the run's final metric. A killed study resumes by replaying its searches on what finished.
+
+Claims a kill cannot split. Under the study's claim lock (:func:`~.store.claim_lock`) a worker
+fails the RUNNING trials whose owner is gone, replays the searches, and claims the first needed
+run that no live worker trains by creating its trial *in one storage write*: the trial's
+parameters, its run label and its owner (host, process id and start time) go in together
+(:func:`~.store.create_claimed_trial`). A kill before that write leaves no trial; a kill after
+it leaves one RUNNING trial whose owner process is gone, which the next claim fails and whose
+run it trains again. No trial ever waits for a worker, so no run is stored under another's
+label, and none runs forever unowned.
+
+A worker is gone when, on its own host, no process with its id and start time exists (a
+zombie counts as gone), and, on another host, when it has sent no heartbeat for
+``stale_after_s``. Where the trial was made is never read from a path in the study: a trial's
+work folder is ``study_dir/runs/trial-<number>``, derived here, so a study handed over from
+elsewhere cannot make a worker read, write or delete anything outside its own study folder.
+Work folders are made and removed only under the claim lock, a folder only while no process
+holds its lock.
+
+A study's identity (:meth:`StudySpec.identity`) is everything that changes its results: the
+task's budget (defaults written out), its data by content (not the path it was read from), the
+searches' own settings. Opening a study with another identity is refused in one line
+(:class:`StudyMismatch`); ``overwrite`` starts it afresh, and is refused while any of its
+trials trains. The settings named in ``protocol_keys`` choose which runs a study asks for,
+never what a run gives: a study opened with other values of those takes them on.
+
+``TORCH_MARS_PAUSE_AFTER=N`` makes a worker stop still once it has finished N trials, saying
+so on stderr: a test kills it there, at a point it controls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import optuna
+import torch
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from torch_mars.train.run_archive import CURVE_COLUMNS
+from torch_mars.train.run_record import TASK_METRICS, RunFolderBusy, run_folder_lock
+from torch_mars.train.run_shell import RUN_CONTROL_FIELDS, diverged_result, train_run
+from torch_mars.train.runtime import describe_device, pause_if_asked, resolve_device
+from torch_mars.train.study.store import (
+    StorageError,
+    claim_lock,
+    create_claimed_trial,
+    delete_study,
+    describe,
+    fail_trial,
+    load_study,
+    open_storage,
+    set_heartbeat,
+    storage_url,
+    study_names,
+)
+from torch_mars.train.task import TaskConfig, task_named, task_of
+
+PAUSE_AFTER_VARIABLE = "TORCH_MARS_PAUSE_AFTER"
+# A run's identity in a study: (optimizer, point key, seed, data seed).
+RunId = tuple[str, str, int, int]
+# The fields of a run's config that are the run's own, not the study's budget.
+RUN_FIELDS = (
+    "optimizer",
+    "seed",
+    "data_seed",
+    "hyperparams",
+    *RUN_CONTROL_FIELDS,
+    "diagnostics",
+    "dist_timeout_s",
+)
+# The budget fields that say where the data was read from, not what it is (its fingerprint is
+# in the identity): the same data under another path is the same study.
+_WHERE_FIELDS = ("data",)
+OWNER_ATTR = "torch_mars_owner"
+HEARTBEAT_ATTR = "torch_mars_heartbeat"
+_SEED_PARAM = IntDistribution(0, 2**31 - 1)
+
+
+class SearchState(Protocol):
+    needed: list[RunId]
+
+
+class Search(Protocol):
+    """What the engine asks of a search."""
+
+    optimizer: str
+
+    def replay(self, results: Mapping[RunId, float]) -> SearchState: ...
+
+    def hyperparams(self, key: str) -> dict[str, Any]:
+        """The harness hyperparameters of the point ``key``."""
+        ...
+
+    def trial_params(self, key: str) -> dict[str, tuple[Any, BaseDistribution]]:
+        """The point as Optuna parameters (what a dashboard plots)."""
+        ...
+
+    def label(self, key: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A study: the base run (its optimizer, seeds and hyperparams are set per run), the
+    searches, the seeds whose runs keep their evaluation curve, where the study lives (its
+    folder is made absolute), how many local workers run it, ``settings``: the searches' own
+    identity (JSON), the optimizer names its trials' ``optimizer`` parameter takes, and
+    ``protocol_keys``: the settings that choose runs without changing any."""
+
+    base: TaskConfig
+    searches: tuple[Search, ...]
+    curve_seeds: tuple[int, ...]
+    study_dir: Path
+    settings: dict[str, Any]
+    optimizer_choices: tuple[str, ...]
+    storage: str | None = None
+    study_name: str = "study"
+    jobs: int = 1
+    overwrite: bool = False
+    protocol_keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.jobs < 1:
+            raise ValueError(f"--jobs must be >= 1, got {self.jobs}")
+        object.__setattr__(self, "study_dir", Path(os.path.abspath(self.study_dir)))
+
+    @property
+    def url(self) -> str:
+        return storage_url(self.storage, self.study_dir)
+
+    @property
+    def task(self) -> str:
+        return task_of(self.base).name
+
+    def search_of(self, optimizer: str) -> Search:
+        return next(s for s in self.searches if s.optimizer == optimizer)
+
+    def work_dir(self, number: int) -> Path:
+        """The work folder of trial ``number``: derived, never read from the study."""
+        return self.study_dir / "runs" / f"trial-{number}"
+
+    def identity(self) -> dict[str, Any]:
+        """Everything that changes the study's results, as the storage keeps it (JSON)."""
+        budget = {
+            f.name: getattr(self.base, f.name)
+            for f in dataclasses.fields(self.base)
+            if f.name not in RUN_FIELDS
+        }
+        if budget.get("block_size", 0) is None:
+            from torch_mars.models.gpt import GPT_CONFIGS
+
+            budget["block_size"] = GPT_CONFIGS[budget["model"]].block_size
+        identity = {
+            "task": self.task,
+            "budget": budget,
+            "data": _data_fingerprint(self.base),
+            "search": self.settings,
+        }
+        return json.loads(json.dumps(identity, default=str))
+
+
+def budget_of(identity: dict[str, Any]) -> TaskConfig:
+    """The base config a stored identity describes (what a joining worker trains)."""
+    return task_named(identity["task"]).config_of_budget({**identity["budget"], "quiet": True})
+
+
+_LOADED: dict[tuple[str, str], Any] = {}
+
+
+def _study_data(base: TaskConfig) -> Any:
+    """The study's data, read once per process: every trial of a study trains on the data
+    whose fingerprint is in its identity, checked when the study opens."""
+    task = task_of(base)
+    key = (task.name, base.data)
+    if key not in _LOADED:
+        _LOADED[key] = task.load_data(base)
+    return _LOADED[key]
+
+
+def _data_fingerprint(base: TaskConfig) -> str:
+    """The base's data by content."""
+    return task_of(base).data_fingerprint(_study_data(base))
+
+
+class StudyMismatch(ValueError):
+    """A study exists in the storage with other settings."""
+
+
+def _differences(stored: Any, wanted: Any, prefix: str = "") -> list[str]:
+    if isinstance(stored, dict) and isinstance(wanted, dict):
+        out = []
+        for key in sorted(set(stored) | set(wanted)):
+            out += _differences(stored.get(key), wanted.get(key), f"{prefix}{key}.")
+        return out
+    return [] if stored == wanted else [f"{prefix.rstrip('.')}: {stored!r} there, {wanted!r} here"]
+
+
+def _protocol_of(identity: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    search = identity.get("search", {})
+    return {key: search.get(key) for key in keys}
+
+
+def _comparable(identity: dict[str, Any], keys: Sequence[str] = ()) -> dict[str, Any]:
+    """``identity`` without what never changes a result: where the data was read from (its
+    content is in ``data``) and, with ``keys``, the protocol."""
+    budget = {k: v for k, v in identity.get("budget", {}).items() if k not in _WHERE_FIELDS}
+    search = {k: v for k, v in identity.get("search", {}).items() if k not in keys}
+    return {**identity, "budget": budget, "search": search}
+
+
+def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
+    """Create the study, or open it and check that its identity is the spec's
+    (:class:`StudyMismatch` otherwise; ``spec.overwrite`` deletes and recreates it, unless a
+    trial of it is training). Where only the protocol differs, the study takes the spec's.
+    ``read_only`` (a report) opens an existing study and changes nothing."""
+    url = spec.url
+    storage = open_storage(url, create=not read_only)
+    identity = spec.identity()
+    keys = spec.protocol_keys
+    if read_only:
+        if spec.study_name not in study_names(storage):
+            raise ValueError(f"no study {spec.study_name!r} in {describe(url)} to report")
+        return load_study(storage, spec.study_name)
+    with claim_lock(url, storage, spec.study_name):
+        if spec.study_name in study_names(storage):
+            study = load_study(storage, spec.study_name)
+            stored = study.user_attrs.get("identity")
+            if stored is not None and _comparable(stored) == _comparable(identity):
+                return study
+            if stored is not None and _comparable(stored, keys) == _comparable(identity, keys):
+                changed = _differences(_protocol_of(stored, keys), _protocol_of(identity, keys))
+                history = study.user_attrs.get("protocol_history", [])
+                past = {"protocol": _protocol_of(stored, keys), "until": time.time()}
+                study.set_user_attr("protocol_history", [*history, past])
+                study.set_user_attr("identity", identity)
+                print(
+                    f"study {spec.study_name!r} takes a new protocol "
+                    f"({'; '.join(changed)}); its finished runs all count",
+                    file=sys.stderr,
+                )
+                return study
+            if not spec.overwrite:
+                changed = _differences(_comparable(stored or {}), _comparable(identity))
+                raise StudyMismatch(
+                    f"study {spec.study_name!r} in {describe(url)} was run with other settings "
+                    f"({'; '.join(changed[:3])}); give this one another --name (or --out-dir), "
+                    "or pass --overwrite to delete that study and start afresh"
+                )
+            live = [t for t in _running(study) if not _owner_is_gone(t, _STALE_AFTER_S)]
+            if live:
+                raise StudyMismatch(
+                    f"--overwrite: study {spec.study_name!r} in {describe(url)} has "
+                    f"{len(live)} trial(s) training now (first: {_owner_text(live[0])}); "
+                    "it is not deleted while they train"
+                )
+            delete_study(storage, spec.study_name)
+        study = optuna.create_study(
+            study_name=spec.study_name,
+            storage=storage,
+            direction="minimize" if TASK_METRICS[spec.task].lower_is_better else "maximize",
+        )
+        study.set_user_attr("identity", identity)
+    return study
+
+
+def join_study(url: str, study_name: str) -> tuple[optuna.Study, dict[str, Any]]:
+    """An existing study and its identity (for a worker that joins it)."""
+    storage = open_storage(url, create=False)
+    if study_name not in study_names(storage):
+        raise ValueError(f"no study {study_name!r} in {describe(url)}")
+    study = load_study(storage, study_name)
+    identity = study.user_attrs.get("identity")
+    if identity is None:
+        raise ValueError(f"study {study_name!r} in {describe(url)} is not a torch-mars study")
+    return study, identity
+
+
+def _run_of(trial: optuna.trial.FrozenTrial) -> RunId | None:
+    attrs = trial.user_attrs
+    if "point" not in attrs:
+        return None
+    return (attrs["optimizer"], attrs["point"], attrs["seed"], attrs.get("data_seed", 0))
+
+
+def finished_results(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, float]:
+    """Each finished run's final metric (NaN for a diverged run)."""
+    results: dict[RunId, float] = {}
+    for trial in trials:
+        run = _run_of(trial)
+        if run is not None and trial.state == TrialState.COMPLETE:
+            final = trial.user_attrs.get("final")
+            results[run] = math.nan if final is None else final
+    return results
+
+
+# ---------------------------------------------------------------- owners
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` in clock ticks since boot (Linux), "" where the
+    system cannot say, None if no live process has that id (a zombie is not live)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        fields = []
+    if fields:
+        return None if fields[0] in ("Z", "X") else fields[19]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return ""
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def owner_record(device: str) -> dict[str, Any]:
+    """Who claims a trial: this process, on this host and boot, and its device."""
+    return {
+        "host": socket.gethostname(),
+        "boot": _boot_id(),
+        "pid": os.getpid(),
+        "pid_start": _process_start(os.getpid()),
+        "started": time.time(),
+        "device": device,
+    }
+
+
+def _owner_is_gone(trial: optuna.trial.FrozenTrial, stale_after_s: float) -> bool:
+    """Whether a RUNNING trial's worker has died (see the module's docstring). A RUNNING trial
+    with no owner was not claimed by this engine (nor by any kill of it): it is gone."""
+    owner = trial.system_attrs.get(OWNER_ATTR)
+    if not isinstance(owner, dict):
+        return True
+    if owner.get("host") == socket.gethostname() and owner.get("boot") == _boot_id():
+        start = _process_start(int(owner.get("pid", -1)))
+        return start is None or (bool(start) and start != owner.get("pid_start"))
+    beat = trial.system_attrs.get(HEARTBEAT_ATTR, owner.get("started", 0.0))
+    return time.time() - float(beat) > stale_after_s
+
+
+def _owner_text(trial: optuna.trial.FrozenTrial) -> str:
+    owner = trial.system_attrs.get(OWNER_ATTR) or {}
+    return f"trial {trial.number} on {owner.get('host')}, process {owner.get('pid')}"
+
+
+def _running(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+
+
+# ---------------------------------------------------------------- claims
+
+
+@dataclass
+class Claim:
+    """A run this worker holds: its trial, its work folder and the folder's held lock."""
+
+    trial: optuna.Trial
+    run: RunId
+    work_dir: Path
+    lock: contextlib.ExitStack
+
+
+def _remove_work_dir(work_dir: Path) -> None:
+    """Remove a work folder of this study that no process holds (under the claim lock)."""
+    if not work_dir.is_dir():
+        return
+    with contextlib.suppress(RunFolderBusy), run_folder_lock(work_dir):
+        shutil.rmtree(work_dir)
+
+
+_STALE_AFTER_S = 600.0
+
+
+def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim | bool | None:
+    """Under the claim lock: fail the trials of gone workers, then claim the first needed run
+    that no worker is training (one storage write). None when other workers hold every needed
+    run; False when the study is finished."""
+    with claim_lock(spec.url, study, spec.study_name):
+        trials = study.get_trials(deepcopy=False)
+        running: set[RunId] = set()
+        for trial in trials:
+            if trial.state != TrialState.RUNNING:
+                continue
+            if _owner_is_gone(trial, stale_after_s):
+                fail_trial(study, trial)
+                _remove_work_dir(spec.work_dir(trial.number))
+            elif (run := _run_of(trial)) is not None:
+                running.add(run)
+        results = finished_results(trials)
+        needed = [run for search in spec.searches for run in search.replay(results).needed]
+        if not needed:
+            return False
+        free = [run for run in needed if run not in running]
+        if not free:
+            return None
+        run = free[0]
+        optimizer, key, seed, data_seed = run
+        search = spec.search_of(optimizer)
+        choices = CategoricalDistribution(spec.optimizer_choices)
+        params = {
+            "optimizer": (optimizer, choices),
+            "seed": (seed, _SEED_PARAM),
+            "data_seed": (data_seed, _SEED_PARAM),
+        }
+        params |= {f"{optimizer}.{name}": p for name, p in search.trial_params(key).items()}
+        user_attrs = {
+            "optimizer": optimizer,
+            "point": key,
+            "seed": seed,
+            "data_seed": data_seed,
+            "label": search.label(key),
+        }
+        device = describe_device(resolve_device(spec.base.device))
+        trial = create_claimed_trial(study, params, user_attrs, {OWNER_ATTR: owner_record(device)})
+        work_dir = spec.work_dir(trial.number)
+        _remove_work_dir(work_dir)  # a folder of a study deleted by --overwrite
+        work_dir.mkdir(parents=True)
+        lock = contextlib.ExitStack()
+        lock.enter_context(run_folder_lock(work_dir))
+        return Claim(trial, run, work_dir, lock)
+
+
+def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
+    """Train a claimed run in ``work_dir/run`` (its log lines to ``work_dir/log.txt``); its
+    final metric (None if it diverged), its summary and, for :attr:`StudySpec.curve_seeds`, its
+    evaluation curve."""
+    from torch_mars.train.metrics import read_metrics
+
+    optimizer, key, seed, data_seed = claimed.run
+    run_dir = claimed.work_dir / "run"
+    config = dataclasses.replace(
+        spec.base,
+        optimizer=optimizer,
+        seed=seed,
+        hyperparams=spec.search_of(optimizer).hyperparams(key),
+        run_dir=run_dir,
+        quiet=True,
+    )
+    if hasattr(config, "data_seed"):
+        config = dataclasses.replace(config, data_seed=data_seed)
+    with (claimed.work_dir / "log.txt").open("w") as log, contextlib.redirect_stdout(log):
+        try:
+            result = train_run(config, _study_data(config))
+        except FloatingPointError as error:
+            print(f"diverged: {error}")
+            result = diverged_result(config)
+    summary = {
+        k: v if not isinstance(v, float) or math.isfinite(v) else None
+        for k, v in result.as_dict().items()
+        if k != "run_dir"
+    }
+    record: dict[str, Any] = {"final": summary["final"], "summary": summary}
+    if seed not in spec.curve_seeds:
+        return record  # a study keeps the evaluation curves of its final runs only
+    metric = TASK_METRICS[spec.task].key
+    columns = CURVE_COLUMNS[spec.task]
+    rows = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+    record["curve"] = {
+        "columns": list(columns),
+        "rows": [
+            [row.get(c) if _finite(row.get(c)) else None for c in columns]
+            for row in rows
+            if row.get(metric) is not None
+        ],
+    }
+    return record
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _heartbeat(study: optuna.Study, trial: optuna.Trial, stop: threading.Event, every_s: float):
+    while not stop.wait(every_s):
+        with contextlib.suppress(Exception):  # a missed beat is retried at the next
+            set_heartbeat(study, trial, HEARTBEAT_ATTR, time.time())
+
+
+def work(
+    spec: StudySpec,
+    progress: Callable[[str], None] | None = None,
+    poll_s: float = 1.0,
+    heartbeat_s: float = 60.0,
+    stale_after_s: float = _STALE_AFTER_S,
+    max_trials: int | None = None,
+) -> int:
+    """One worker: claim needed runs and train them until the study is finished, or until it
+    has trained ``max_trials``; returns the number of runs it trained. While other workers hold
+    every needed run, it waits for them, looking again every ``poll_s`` seconds."""
+    storage = open_storage(spec.url, create=False)
+    study = load_study(storage, spec.study_name)
+    worse = math.inf if TASK_METRICS[spec.task].lower_is_better else -math.inf
+    trained = 0
+    while max_trials is None or trained < max_trials:
+        claimed = claim(spec, study, stale_after_s)
+        if claimed is False:
+            break
+        if claimed is None:
+            time.sleep(poll_s)
+            continue
+        stop = threading.Event()
+        beat = threading.Thread(
+            target=_heartbeat, args=(study, claimed.trial, stop, heartbeat_s), daemon=True
+        )
+        beat.start()
+        with claimed.lock:
+            try:
+                record = train_claimed(spec, claimed)
+            finally:
+                stop.set()
+                beat.join()
+            for name, value in record.items():
+                claimed.trial.set_user_attr(name, value)
+            value = record["final"] if record["final"] is not None else worse
+            with claim_lock(spec.url, study, spec.study_name):
+                study.tell(claimed.trial, value)
+                shutil.rmtree(claimed.work_dir)
+        trained += 1
+        if progress is not None:
+            final = "diverged" if record["final"] is None else f"{record['final']:.4f}"
+            optimizer, key, seed, data_seed = claimed.run
+            label = spec.search_of(optimizer).label(key)
+            progress(f"{optimizer} {label} seed {seed} data {data_seed}: {final}")
+        pause_if_asked(PAUSE_AFTER_VARIABLE, trained, "finished trials")
+    return trained
+
+
+def _die_with_parent() -> None:
+    """Have the kernel end this worker when its parent dies, however it dies (Linux): a
+    worker orphaned by a killed ``tune`` would go on claiming runs."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def _worker_process(
+    spec: StudySpec, index: int, threads: int, gpus: int, max_trials: int | None
+) -> None:
+    _die_with_parent()
+    torch.set_num_threads(threads)
+    if gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
+    work(
+        spec,
+        progress=lambda line: print(f"[worker {index}] {line}", flush=True),
+        max_trials=max_trials,
+    )
+
+
+def run_workers(
+    spec: StudySpec,
+    progress: Callable[[str], None] | None = None,
+    max_trials: int | None = None,
+) -> int:
+    """Run ``spec.jobs`` workers (in this process for one) until the study is finished, or
+    each has trained ``max_trials``; each takes its share of the cores, and one GPU each where
+    there are GPUs. Returns when every worker has ended, however it ended (a killed worker's
+    trial is trained again by the others); the count is the runs this process's study gained."""
+    if spec.jobs == 1:
+        return work(spec, progress, max_trials=max_trials)
+    study = load_study(open_storage(spec.url, create=False), spec.study_name)
+    before = len(finished_results(study.get_trials(deepcopy=False)))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    threads = max(1, (os.cpu_count() or 1) // spec.jobs)
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(target=_worker_process, args=(spec, i, threads, gpus, max_trials))
+        for i in range(spec.jobs)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    lost = [i for i, w in enumerate(workers) if w.exitcode != 0]
+    if lost:
+        print(f"worker(s) {lost} ended abnormally; their trials are retrained", file=sys.stderr)
+    if lost and max_trials is None:
+        work(spec, progress)  # what the lost workers left, so that the study is done here
+    return len(finished_results(study.get_trials(deepcopy=False))) - before
+
+
+__all__ = [
+    "PAUSE_AFTER_VARIABLE",
+    "Claim",
+    "RunId",
+    "Search",
+    "StorageError",
+    "StudyMismatch",
+    "StudySpec",
+    "budget_of",
+    "claim",
+    "finished_results",
+    "join_study",
+    "open_study",
+    "run_workers",
+    "work",
+]

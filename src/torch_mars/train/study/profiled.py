@@ -1,0 +1,257 @@
+"""The search of ``torch-mars tune``: lr-profiled coordinate descent on a fixed trial budget, as
+a pure function of the runs so far.
+
+A *trial* is one point of an optimizer's declared space (:mod:`.space`) scored on the
+selection seeds (the mean of their final metrics; a diverged run scores worst). Every optimizer
+of a study gets the same ``trials``; the search spends exactly that many unless no move is
+left to try.
+
+Every value of every other dimension is judged at its own best lr (its *lr profile*): the lr is
+swept on its 1.5x ladder around the current best lr (that lr and its two neighbours, then one
+more step past an edge while the best is there, up to ``max_extensions``). So a ridge such as
+(gamma, lr), where a larger gamma clips c more often and wants a larger step, is followed: a
+gamma is never judged at another gamma's lr.
+
+The protocol:
+
+1. Starts, one rule for every optimizer: its own defaults, then each peer's defaults moved onto
+   its space (a peer: another optimizer of the study with the same dimensions but for gamma),
+   each lr-profiled. The best is the current point.
+2. Rounds: each dimension but the lr in turn (the order is shuffled by ``order_seed``), its two
+   neighbours of the current point lr-profiled; a better one is taken, and the search steps on
+   in that direction while it keeps gaining. A round that gains less than the selection seeds'
+   standard error at its start ends the rounds.
+3. Pairs: every pair of dimensions moved together by one step each way (four moves a pair),
+   lr-profiled; the first move that gains is taken and the rounds begin again.
+4. The search ends when its trials are spent, no move is left, or after ``max_rounds`` rounds
+   where that is set (then it may spend fewer trials: a cap for quick looks, never for a
+   comparison, whose searches all spend their trials); the best point it scored
+   wins, and is read on the held-out runs (:class:`~.selection.Selection`): new
+   initialisations on new data orders.
+
+Every decision reads only runs the search asked for, so replaying it on more results takes the
+same path: a killed study resumes by replaying, and nothing finished reruns.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+from optuna.distributions import BaseDistribution
+
+from torch_mars.train.study.engine import RunId
+from torch_mars.train.study.selection import Needs, Selection, badness, need
+from torch_mars.train.study.space import (
+    DISTRIBUTIONS,
+    LADDERS,
+    Point,
+    dimensions_of,
+    hyperparams_of,
+    parse_point_key,
+    point_key,
+    point_label,
+)
+
+
+class _Spent(Exception):
+    """The trial budget is spent."""
+
+
+@dataclass
+class ProfiledState:
+    """Where a replay stopped: the runs it needs next (empty once finished), each trial
+    ``(point, selection score)`` in the order the search asked for them, the best point so
+    far, the rounds begun and the moves taken (``"start"``, a dimension, or ``"a+b"``)."""
+
+    optimizer: str
+    needed: list[RunId]
+    trials: list[tuple[Point, float]] = field(default_factory=list)
+    point: Point = field(default_factory=dict)
+    rounds: int = 0
+    moves: list[str] = field(default_factory=list)
+    spent: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return not self.needed
+
+    @property
+    def lr_profiles(self) -> list[list[tuple[float, float]]]:
+        """Each lr profile of the search: ``(lr, score)`` at one setting of the other
+        dimensions, in the order they were made."""
+        profiles: dict[str, list[tuple[float, float]]] = {}
+        for point, score in self.trials:
+            rest = point_key({d: i for d, i in point.items() if d != "lr"})
+            profiles.setdefault(rest, []).append((LADDERS["lr"].value(point["lr"]), score))
+        return [sorted(p) for p in profiles.values()]
+
+
+@dataclass(frozen=True)
+class ProfiledSearch:
+    """The search of one optimizer (lower metric is better) on the GPT config ``model``
+    (whose defaults fill what the space does not set), from ``starts`` (its own defaults
+    first), spending ``trials``."""
+
+    optimizer: str
+    starts: tuple[Point, ...]
+    selection: Selection
+    trials: int
+    model: str = "tiny"
+    order_seed: int = 0
+    max_extensions: int = 4
+    max_rounds: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise ValueError(f"--trials must be >= 1, got {self.trials}")
+        if not self.starts:
+            raise ValueError(f"the search of {self.optimizer} needs a start point")
+        for start in self.starts:
+            if set(start) != set(dimensions_of(self.optimizer)):
+                raise ValueError(f"start point of {self.optimizer} lacks a dimension: {start}")
+
+    def hyperparams(self, key: str) -> dict[str, Any]:
+        return hyperparams_of(self.optimizer, parse_point_key(key), self.model)
+
+    def trial_params(self, key: str) -> dict[str, tuple[Any, BaseDistribution]]:
+        point = parse_point_key(key)
+        return {d: (LADDERS[d].value(i), DISTRIBUTIONS[d]) for d, i in point.items()}
+
+    def label(self, key: str) -> str:
+        return point_label(parse_point_key(key))
+
+    def run(self, point: Point, seed: int, data_seed: int | None = None) -> RunId:
+        data = self.selection.data_seed if data_seed is None else data_seed
+        return (self.optimizer, point_key(point), seed, data)
+
+    def replay(self, results: Mapping[RunId, float]) -> ProfiledState:
+        """The search as far as ``results`` take it (see the module's docstring)."""
+        state = ProfiledState(self.optimizer, [])
+        try:
+            try:
+                self._search(results, state)
+            except _Spent:
+                state.spent = True
+            if state.trials:
+                self.selection.need_heldout(results, self.run, state.point)
+        except Needs as needs:
+            state.needed = needs.runs
+        return state
+
+    # -- the walk (raises Needs where it must wait, _Spent once the budget is gone)
+
+    def _score(self, results: Mapping[RunId, float], point: Point) -> float:
+        values = [results[self.run(point, s)] for s in self.selection.seeds]
+        return math.fsum(values) / len(values)
+
+    def _try(
+        self, results: Mapping[RunId, float], state: ProfiledState, points: list[Point]
+    ) -> list[tuple[Point, float]]:
+        """Score ``points`` (new ones spend trials, in order, until the budget is gone);
+        returns those scored, the budget's last ones included."""
+        known = {point_key(p): s for p, s in state.trials}
+        fresh = [p for p in dict((point_key(p), p) for p in points).values()]
+        fresh = [p for p in fresh if point_key(p) not in known]
+        room = self.trials - len(state.trials)
+        taken = fresh[:room]
+        need(results, [self.run(p, s) for p in taken for s in self.selection.seeds])
+        for p in taken:
+            score = self._score(results, p)
+            state.trials.append((p, score))
+            known[point_key(p)] = score
+            if badness(score) < self._best_score(state):
+                state.point = p
+        scored = [(p, known[point_key(p)]) for p in points if point_key(p) in known]
+        if len(taken) < len(fresh):
+            raise _Spent
+        return scored
+
+    def _best_score(self, state: ProfiledState) -> float:
+        if not state.point:
+            return math.inf
+        return badness(dict((point_key(p), s) for p, s in state.trials)[point_key(state.point)])
+
+    def _profile(
+        self, results: Mapping[RunId, float], state: ProfiledState, point: Point
+    ) -> tuple[Point, float]:
+        """The best lr at ``point``'s other dimensions, searched from ``point``'s lr."""
+        here = point["lr"]
+        positions = [here - 1, here, here + 1]
+        for _ in range(self.max_extensions + 1):
+            scored = self._try(results, state, [{**point, "lr": j} for j in positions])
+            best, score = min(scored, key=lambda ps: badness(ps[1]))
+            j = best["lr"]
+            if j == positions[0]:
+                positions.insert(0, j - 1)
+            elif j == positions[-1]:
+                positions.append(j + 1)
+            else:
+                break
+        return best, score
+
+    def _neighbour(self, point: Point, moves: dict[str, int]) -> Point | None:
+        moved = {**point}
+        for dimension, step in moves.items():
+            moved[dimension] = point[dimension] + step
+            if not LADDERS[dimension].has(moved[dimension]):
+                return None
+        return moved
+
+    def _search(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
+        for start in self.starts:
+            self._profile(results, state, start)
+        state.moves.append("start")
+        others = [d for d in dimensions_of(self.optimizer) if d != "lr"]
+        random.Random(self.order_seed).shuffle(others)
+        pairs = list(combinations(others, 2))
+        random.Random(self.order_seed + 1).shuffle(pairs)
+        while True:
+            self._rounds(results, state, others)
+            if self._capped(state) or not self._pair_move(results, state, pairs):
+                return
+
+    def _capped(self, state: ProfiledState) -> bool:
+        return self.max_rounds is not None and state.rounds >= self.max_rounds
+
+    def _rounds(self, results: Mapping[RunId, float], state: ProfiledState, others: list[str]):
+        while True:
+            state.rounds += 1
+            start_score = self._best_score(state)
+            values = [results[self.run(state.point, s)] for s in self.selection.seeds]
+            finite = [v for v in values if not math.isnan(v)]
+            noise = statistics.stdev(finite) / math.sqrt(len(finite)) if len(finite) > 1 else 0.0
+            for dimension in others:
+                for step in (-1, 1):
+                    moved = self._neighbour(state.point, {dimension: step})
+                    while moved is not None:
+                        before = self._best_score(state)
+                        self._profile(results, state, moved)
+                        if not self._best_score(state) < before:
+                            break
+                        state.moves.append(dimension)
+                        moved = self._neighbour(state.point, {dimension: step})
+            gain = start_score - self._best_score(state)
+            if not gain > noise or self._capped(state):
+                return
+
+    def _pair_move(
+        self, results: Mapping[RunId, float], state: ProfiledState, pairs: list[tuple[str, str]]
+    ) -> bool:
+        for a, b in pairs:
+            for step_a in (-1, 1):
+                for step_b in (-1, 1):
+                    moved = self._neighbour(state.point, {a: step_a, b: step_b})
+                    if moved is None:
+                        continue
+                    before = self._best_score(state)
+                    self._profile(results, state, moved)
+                    if self._best_score(state) < before:
+                        state.moves.append(f"{a}+{b}")
+                        return True
+        return False

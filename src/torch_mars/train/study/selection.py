@@ -1,0 +1,80 @@
+"""How a search compares points and reads its winner: the seeds (initialisations) and the data
+order that choose, and the held-out runs that read the winner on initialisations *and* data
+orders that no selection saw."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch_mars.train.study.engine import RunId
+
+
+class Needs(Exception):
+    """Raised inside a replay where a decision needs runs that have not finished."""
+
+    def __init__(self, runs: list[RunId]) -> None:
+        super().__init__(f"{len(runs)} runs needed")
+        self.runs = runs
+
+
+def need(results: Mapping[RunId, float], wanted: Sequence[RunId]) -> None:
+    """Raise :class:`Needs` with the runs of ``wanted`` that have not finished."""
+    missing = [run for run in dict.fromkeys(wanted) if run not in results]
+    if missing:
+        raise Needs(missing)
+
+
+def badness(value: float) -> float:
+    """A final metric as a search ranks it (lower is better): a diverged run (NaN) is worst."""
+    return math.inf if math.isnan(value) else value
+
+
+def _distinct(name: str, values: Sequence[int]) -> None:
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name} {list(values)}: a seed is named twice")
+    if any(v < 0 for v in values):
+        raise ValueError(f"{name} {list(values)}: seeds are >= 0")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """``seeds`` choose, on the data order ``data_seed``; the winner is then read on every
+    pair of ``heldout`` seeds and ``heldout_data_seeds`` (new initialisations and new data
+    orders); ``screen_top`` (None: every candidate on every selection seed) screens on the
+    first seed (the coordinate descent only)."""
+
+    seeds: tuple[int, ...] = (0, 1, 2)
+    heldout: tuple[int, ...] = (3, 4, 5)
+    screen_top: int | None = None
+    data_seed: int = 0
+    heldout_data_seeds: tuple[int, ...] = (1, 2)
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ValueError("selection needs at least one seed")
+        _distinct("--seeds", self.seeds)
+        _distinct("--heldout-seeds", self.heldout)
+        _distinct("--heldout-data-seeds", self.heldout_data_seeds)
+        if set(self.seeds) & set(self.heldout):
+            raise ValueError(
+                f"held-out seeds {self.heldout} must differ from selection seeds {self.seeds}"
+            )
+        if self.data_seed in self.heldout_data_seeds:
+            raise ValueError(
+                f"held-out data seeds {self.heldout_data_seeds} must differ from the selection's "
+                f"data seed {self.data_seed}"
+            )
+        if self.screen_top is not None and self.screen_top < 1:
+            raise ValueError(f"screen_top must be >= 1, got {self.screen_top}")
+
+    def heldout_pairs(self) -> list[tuple[int, int]]:
+        """The held-out ``(seed, data seed)`` pairs, data orders outer."""
+        return [(s, d) for d in self.heldout_data_seeds for s in self.heldout]
+
+    def need_heldout(
+        self, results: Mapping[RunId, float], run_of: Callable[..., RunId], point: Any
+    ) -> None:
+        need(results, [run_of(point, s, d) for s, d in self.heldout_pairs()])

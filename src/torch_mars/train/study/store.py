@@ -1,0 +1,253 @@
+"""Where a study lives: an Optuna storage, the lock under which workers claim runs, and the one
+adapter to what Optuna keeps private (no other module touches an Optuna attribute that starts
+with ``_``).
+
+A storage is named by ``--storage``:
+
+- nothing: an SQLite file ``study.db`` in the study folder;
+- an SQLAlchemy URL (``sqlite:///PATH``, ``postgresql://...``, ``mysql://...``): Optuna's
+  ``RDBStorage``, which workers on many machines can share. ``postgresql://`` takes whichever
+  psycopg driver is installed (psycopg 3 or psycopg2);
+- ``journal:PATH`` or a plain path: Optuna's ``JournalStorage`` over an append-only file, for a
+  file system that workers share (and a text file that git keeps well).
+
+Every failure to open one (an unknown scheme, a server that does not answer, a damaged or
+foreign file, a folder that cannot be written) is a :class:`StorageError`: one line naming the
+storage. A journal is read line by line before it is opened: a damaged line is named by file
+and number, and nothing is appended to a journal that has one.
+
+Workers plan and claim runs under one lock per study (:func:`claim_lock`), so two workers never
+claim the same run: an ``flock`` beside a file storage, an advisory lock in PostgreSQL or MySQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+DEFAULT_STORAGE_FILE = "study.db"
+JOURNAL_PREFIX = "journal:"
+_URL_SCHEMES = ("sqlite", "postgresql", "mysql")
+# Optuna's journal operation codes (optuna.storages.journal's JournalOperation, 0-10).
+_JOURNAL_OPS = range(11)
+
+
+class StorageError(ValueError):
+    """A storage that cannot be opened or used, in one line naming it."""
+
+
+def storage_url(spec: str | None, study_dir: Path) -> str:
+    """The storage ``spec`` names, as a URL or ``journal:PATH`` (absolute paths)."""
+    if not spec:
+        return f"sqlite:///{Path(os.path.abspath(study_dir)) / DEFAULT_STORAGE_FILE}"
+    if "://" in spec:
+        scheme = spec.split("://", 1)[0].split("+", 1)[0]
+        if scheme not in _URL_SCHEMES:
+            raise StorageError(
+                f"--storage {describe(spec)}: unknown scheme {scheme!r}; use "
+                f"{', '.join(s + '://' for s in _URL_SCHEMES)} or journal:PATH"
+            )
+        return _with_installed_driver(spec)
+    head, colon, _ = spec.partition(":")
+    if colon and not spec.startswith(JOURNAL_PREFIX) and head.isalpha() and len(head) > 1:
+        raise StorageError(
+            f"--storage {spec!r}: unknown prefix {head + ':'!r}; a journal is journal:PATH"
+        )
+    path = Path(spec.removeprefix(JOURNAL_PREFIX)).expanduser()
+    if not path.name or path.is_dir():
+        raise StorageError(f"--storage {spec!r}: a journal storage names a file, not a folder")
+    return JOURNAL_PREFIX + os.path.abspath(path)
+
+
+def _with_installed_driver(url: str) -> str:
+    """``postgresql://`` with the psycopg driver that is installed spelled out (SQLAlchemy's
+    default driver for the bare scheme changed between releases)."""
+    if not url.startswith("postgresql://"):
+        return url
+    for module, driver in (("psycopg", "psycopg"), ("psycopg2", "psycopg2")):
+        if importlib.util.find_spec(module) is not None:
+            return f"postgresql+{driver}://" + url.removeprefix("postgresql://")
+    raise StorageError(
+        f"--storage {describe(url)}: no PostgreSQL driver; pip install psycopg2-binary"
+    )
+
+
+def _file_of(url: str) -> Path | None:
+    if url.startswith(JOURNAL_PREFIX):
+        return Path(url.removeprefix(JOURNAL_PREFIX))
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///"))
+    return None
+
+
+def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
+    """The Optuna storage of ``url`` (from :func:`storage_url`); its folder is made where
+    ``create``, and a file storage that does not exist is an error where not."""
+    path = _file_of(url)
+    if path is not None:
+        if path.parent.exists() and not path.parent.is_dir():
+            raise StorageError(f"--storage {describe(url)}: {path.parent} is a file, not a folder")
+        if not create and not path.is_file():
+            raise StorageError(f"--storage {describe(url)}: no such file {path}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StorageError(f"--storage {describe(url)}: {error.strerror}") from None
+        if not os.access(path.parent, os.W_OK):
+            raise StorageError(f"--storage {describe(url)}: the folder {path.parent} is read-only")
+    try:
+        if url.startswith(JOURNAL_PREFIX):
+            from optuna.storages.journal import JournalFileBackend
+
+            _check_journal(path)
+            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        return optuna.storages.RDBStorage(url)
+    except StorageError:
+        raise
+    except Exception as error:  # SQLAlchemy's and the drivers' errors have no common base
+        raise StorageError(f"--storage {describe(url)}: {_first_line(error)}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _check_journal(path: Path) -> None:
+    """Cut a last line a kill left without its newline (Optuna skips it, but a line appended
+    after it would make the journal unreadable), then refuse a journal with a line that is not
+    an Optuna operation, naming the file and line. Under the journal's own lock."""
+    if not path.is_file():
+        return
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
+        with path.open("rb+") as handle:
+            text = handle.read()
+            if text and not text.endswith(b"\n"):
+                handle.truncate(text.rfind(b"\n") + 1)
+                text = text[: text.rfind(b"\n") + 1]
+    finally:
+        lock.release()
+    for number, line in enumerate(text.splitlines(), start=1):
+        try:
+            op = json.loads(line).get("op_code")
+        except (ValueError, AttributeError):
+            op = None
+        if op not in _JOURNAL_OPS:
+            raise StorageError(
+                f"--storage journal:{path}: line {number} is not a journal operation; "
+                "the journal is left as it is (remove or repair that line)"
+            )
+
+
+def describe(url: str) -> str:
+    """``url`` without a password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+    return url
+
+
+def study_names(storage: optuna.storages.BaseStorage) -> set[str]:
+    return {s.study_name for s in optuna.get_all_study_summaries(storage)}
+
+
+def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def delete_study(storage: optuna.storages.BaseStorage, name: str) -> None:
+    optuna.delete_study(study_name=name, storage=storage)
+
+
+def _storage_of(source: optuna.Study | optuna.storages.BaseStorage) -> Any:
+    storage = source._storage if isinstance(source, optuna.Study) else source
+    return getattr(storage, "_backend", storage)  # a study's storage wraps its database's
+
+
+def create_claimed_trial(
+    study: optuna.Study,
+    params: dict[str, tuple[Any, BaseDistribution]],
+    user_attrs: dict[str, Any],
+    system_attrs: dict[str, Any],
+) -> optuna.Trial:
+    """A RUNNING trial with its parameters, labels and owner, created in one storage write (one
+    transaction of an RDB storage, one line of a journal): a kill leaves it whole or absent."""
+    template = FrozenTrial(
+        number=-1,
+        state=TrialState.RUNNING,
+        value=None,
+        datetime_start=None,
+        datetime_complete=None,
+        params={name: value for name, (value, _) in params.items()},
+        distributions={name: distribution for name, (_, distribution) in params.items()},
+        user_attrs=user_attrs,
+        system_attrs=system_attrs,
+        intermediate_values={},
+        trial_id=-1,
+    )
+    template.datetime_start = datetime.datetime.now()
+    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    return optuna.Trial(study, trial_id)
+
+
+def fail_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+    study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+
+
+def set_heartbeat(study: optuna.Study, trial: optuna.Trial, key: str, value: float) -> None:
+    study._storage.set_trial_system_attr(trial._trial_id, key, value)
+
+
+@contextlib.contextmanager
+def claim_lock(
+    url: str, source: optuna.Study | optuna.storages.BaseStorage, study: str
+) -> Iterator[None]:
+    """Hold the study's claim lock while the block runs (blocking until it is free);
+    ``source`` is the study or its storage."""
+    path = _file_of(url)
+    if path is not None:
+        lock_path = path.with_name(path.name + ".claim-lock")
+        with lock_path.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return
+    storage = _storage_of(source)
+    if not isinstance(storage, optuna.storages.RDBStorage):
+        raise StorageError(f"no claim lock for storage {describe(url)}")
+    from sqlalchemy import text
+
+    key = int.from_bytes(hashlib.sha256(study.encode()).digest()[:8], "big", signed=True)
+    dialect = storage.engine.dialect.name
+    if dialect == "postgresql":
+        acquire, release = "SELECT pg_advisory_lock(:key)", "SELECT pg_advisory_unlock(:key)"
+    elif dialect == "mysql":
+        acquire, release = "SELECT GET_LOCK(:key, -1)", "SELECT RELEASE_LOCK(:key)"
+    else:
+        raise StorageError(
+            f"--storage: no claim lock for {dialect}; use postgresql, mysql or a file"
+        )
+    with storage.engine.connect() as connection:
+        connection.execute(text(acquire), {"key": key if dialect == "postgresql" else str(key)})
+        try:
+            yield
+        finally:
+            connection.execute(text(release), {"key": key if dialect == "postgresql" else str(key)})

@@ -1,0 +1,477 @@
+"""``torch-mars tune``: every optimizer tuned by one protocol, on the study engine.
+
+Each optimizer gets the same number of trials over the dimensions it has in the declared space
+(:mod:`.space`), spent by the lr-profiled search (:mod:`.profiled`) from starts that follow one
+rule for every optimizer; each winner is then read on held-out runs: new initialisations on new
+data orders, which no selection saw. The report gives each optimizer's trials, its tuning curve
+(:mod:`.curves`), and each MARS rule's gap to its strongest same-cost control as a paired
+interval with a Holm decision (:mod:`.verdict`). The study runs on :mod:`.engine`: a trial is
+one harness run, the study lives in an Optuna storage (an SQLite file in the study folder by
+default, or a shared database or journal file), any number of workers (``--jobs`` here,
+``--worker`` on other machines) work on it, and a killed study resumes without rerunning a
+finished trial.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.train.compare import SAME_COST_CONTROLS
+from torch_mars.train.study.curves import best_so_far, expected_best_curve
+from torch_mars.train.study.engine import StudySpec, budget_of, finished_results
+from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
+from torch_mars.train.study.selection import Selection
+from torch_mars.train.study.space import (
+    LADDERS,
+    Point,
+    dimensions_of,
+    hyperparams_of,
+    point_at,
+    point_key,
+    shares_space,
+    space_record,
+    start_point,
+    tunable_optimizers,
+    values_of,
+)
+from torch_mars.train.study.verdict import PairedGap, holm_decisions, paired_gap
+from torch_mars.train.task import task_of
+from torch_mars.train.trainer import TrainConfig
+
+# The settings that choose which runs a study asks for, not what any run gives: a study
+# reopened with other values of these resumes under them, every finished run counted (more
+# trials extend the same search: its path is a prefix of the longer one).
+PROTOCOL_KEYS = ("optimizers", "selection", "trials", "order_seed", "max_rounds")
+# The tuning curve's rows in the report: the expected best after this many trials.
+CURVE_ROWS = (1, 2, 5, 10, 20, 40, 80)
+
+
+@dataclass(frozen=True)
+class TunePlan:
+    """What a study tunes.
+
+    Attributes:
+        base: the budget and task (its optimizer, seeds and hyperparams are replaced per run).
+        optimizers: the optimizers, each with a search space (:func:`tunable_optimizers`).
+        selection: the seeds and data order that choose, and the held-out runs.
+        study_dir: the study folder (report, run work folders, the default storage).
+        trials: the trials every optimizer gets (a trial: one point on the selection seeds).
+        order_seed: shuffles the order in which the search visits dimensions (a second
+            search from the same starts).
+        max_rounds: stop each search after this many rounds (None: when its trials are spent
+            or no move is left).
+        storage: ``--storage`` as given (None: SQLite in ``study_dir``).
+        study_name: the study's name in the storage.
+        jobs: local worker processes.
+        overwrite: start the study afresh if it exists with other settings.
+    """
+
+    base: TrainConfig
+    optimizers: tuple[str, ...]
+    selection: Selection
+    study_dir: Path
+    trials: int = 30
+    order_seed: int = 0
+    max_rounds: int | None = None
+    storage: str | None = None
+    study_name: str = "tune"
+    jobs: int = 1
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.optimizers:
+            raise ValueError("tune needs at least one optimizer")
+        for name in self.optimizers:
+            dimensions_of(name)  # a ValueError naming the tunable ones
+        if len(set(self.optimizers)) != len(self.optimizers):
+            raise ValueError(f"an optimizer is named twice: {self.optimizers}")
+        if self.jobs < 1:
+            raise ValueError(f"--jobs must be >= 1, got {self.jobs}")
+        if self.trials < 1:
+            raise ValueError(f"--trials must be >= 1, got {self.trials}")
+
+    def starts_of(self, optimizer: str) -> tuple[Point, ...]:
+        """One rule for every optimizer: its own defaults, then each peer's (the study's
+        optimizers with its dimensions but for gamma) moved onto its space."""
+        model = self.base.model
+        own = start_point(optimizer, model)
+        points = [own] + [
+            point_at(start_point(peer, model), own)
+            for peer in self.optimizers
+            if peer != optimizer and shares_space(peer, optimizer)
+        ]
+        return tuple({point_key(p): p for p in points}.values())
+
+    def searches(self) -> list[ProfiledSearch]:
+        return [
+            ProfiledSearch(
+                name,
+                self.starts_of(name),
+                self.selection,
+                self.trials,
+                model=self.base.model,
+                order_seed=self.order_seed,
+                max_rounds=self.max_rounds,
+            )
+            for name in self.optimizers
+        ]
+
+    def spec(self) -> StudySpec:
+        """The study the engine runs."""
+        settings = {
+            "kind": "tune",
+            "search": "lr-profiled",
+            "optimizers": self.optimizers,
+            "selection": dataclasses.asdict(self.selection),
+            "trials": self.trials,
+            "order_seed": self.order_seed,
+            "max_rounds": self.max_rounds,
+            "starts": {n: [point_key(p) for p in self.starts_of(n)] for n in self.optimizers},
+            "space": space_record(),
+        }
+        return StudySpec(
+            base=self.base,
+            searches=tuple(self.searches()),
+            curve_seeds=self.selection.heldout,
+            study_dir=self.study_dir,
+            settings=json.loads(json.dumps(settings)),
+            optimizer_choices=tunable_optimizers(),
+            storage=self.storage,
+            study_name=self.study_name,
+            jobs=self.jobs,
+            overwrite=self.overwrite,
+            protocol_keys=PROTOCOL_KEYS,
+        )
+
+
+def plan_of_identity(
+    identity: dict[str, Any], study_dir: Path, storage: str | None, study_name: str
+) -> TunePlan:
+    """The plan a tune study's stored identity describes (what ``--worker`` joins)."""
+    search = identity["search"]
+    if search.get("kind") != "tune" or search.get("search") != "lr-profiled":
+        raise ValueError(
+            f"study {study_name!r} is not a tune study of this version ({search.get('kind')})"
+        )
+    base = budget_of(identity)
+    if task_of(base).name != "text":
+        raise ValueError(f"study {study_name!r} is not a text study")
+    selection = search["selection"]
+    return TunePlan(
+        base=base,
+        optimizers=tuple(search["optimizers"]),
+        selection=Selection(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in selection.items()}
+        ),
+        study_dir=study_dir,
+        trials=search["trials"],
+        order_seed=search["order_seed"],
+        max_rounds=search["max_rounds"],
+        storage=storage,
+        study_name=study_name,
+    )
+
+
+# ---------------------------------------------------------------- the report
+
+
+@dataclass
+class OptimizerOutcome:
+    """One optimizer's tuning: its winner, its trials' selection scores in the order the search
+    ran them, the winner's selection and held-out finals (one per held-out pair, NaN where a
+    run has not finished), its rounds, and its lr profiles."""
+
+    optimizer: str
+    finished: bool
+    winner: Point
+    trial_scores: list[float]
+    selection_finals: list[float]
+    heldout_finals: list[float]
+    rounds: int
+    lr_profiles: list[list[tuple[float, float]]]
+
+    @property
+    def heldout_complete(self) -> bool:
+        return bool(self.heldout_finals) and not any(math.isnan(v) for v in self.heldout_finals)
+
+    @property
+    def heldout_mean(self) -> float:
+        return statistics.fmean(self.heldout_finals) if self.heldout_complete else math.nan
+
+    @property
+    def heldout_std(self) -> float:
+        return statistics.stdev(self.heldout_finals) if self.heldout_complete else math.nan
+
+    @property
+    def curve(self) -> list[float]:
+        return expected_best_curve(self.trial_scores)
+
+
+def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list[OptimizerOutcome]:
+    """Each optimizer's outcome from the study's trials (as far as it has got)."""
+    results = finished_results(trials)
+    found = []
+    for search in plan.searches():
+        state: ProfiledState = search.replay(results)
+        point = state.point
+
+        def final(seed: int, data_seed: int, point: Point = point, s=search) -> float:
+            return results.get(s.run(point, seed, data_seed), math.nan)
+
+        found.append(
+            OptimizerOutcome(
+                optimizer=search.optimizer,
+                finished=state.finished,
+                winner=point,
+                trial_scores=[score for _, score in state.trials],
+                selection_finals=[final(s, plan.selection.data_seed) for s in plan.selection.seeds]
+                if point
+                else [],
+                heldout_finals=[final(s, d) for s, d in plan.selection.heldout_pairs()]
+                if point
+                else [],
+                rounds=state.rounds,
+                lr_profiles=state.lr_profiles,
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A MARS rule against its strongest same-cost control on the held-out pairs."""
+
+    rule: str
+    control: str
+    gap: PairedGap
+    decision: str
+
+
+def verdicts(found: Sequence[OptimizerOutcome], alpha: float = 0.05) -> list[Verdict]:
+    """Each MARS rule of the study against the same-cost control with the lowest held-out mean,
+    paired over the held-out runs, decided by Holm's correction over the study's rules."""
+    by_name = {o.optimizer: o for o in found if o.heldout_complete}
+    pairs = []
+    for rule, controls in SAME_COST_CONTROLS.items():
+        ran = [by_name[c] for c in controls if c in by_name]
+        if rule in by_name and ran:
+            control = min(ran, key=lambda o: o.heldout_mean)
+            gap = paired_gap(by_name[rule].heldout_finals, control.heldout_finals)
+            pairs.append((rule, control.optimizer, gap))
+    decisions = holm_decisions([gap for _, _, gap in pairs], alpha)
+    return [Verdict(r, c, g, d) for (r, c, g), d in zip(pairs, decisions, strict=True)]
+
+
+def progress_label(finished: bool, runs: int) -> str:
+    """How far an optimizer's tuning has got, as the reports print it: "" once finished,
+    "unfinished" while it has runs but is still searching, "not started" with no run."""
+    return "" if finished else "unfinished" if runs else "not started"
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f}"
+
+
+def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
+    """The report: per optimizer its trials, held-out mean ± std, selection mean and winner;
+    each MARS rule's paired gap to its strongest control; the tuning curves."""
+    sel = plan.selection
+    heldout = (
+        f"held out: seeds {','.join(map(str, sel.heldout))} x data orders "
+        f"{','.join(map(str, sel.heldout_data_seeds))}"
+    )
+    lines = [
+        f"| optimizer | trials | {heldout} | selection (seeds "
+        f"{','.join(map(str, sel.seeds))}, data order {sel.data_seed}) | rounds |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    ranked = sorted(found, key=lambda o: (math.isnan(o.heldout_mean), o.heldout_mean))
+    for o in ranked:
+        progress = progress_label(o.finished, len(o.trial_scores))
+        status = f" ({progress})" if progress else ""
+        lines.append(
+            f"| {o.optimizer}{status} | {len(o.trial_scores)} | {_mean_std(o.heldout_finals)} | "
+            f"{_mean_std(o.selection_finals)} | {o.rounds} |"
+        )
+    found_verdicts = verdicts(found)
+    if found_verdicts:
+        lines += [
+            "",
+            "| rule | strongest control | paired gap, 95% interval | p | Holm (study) |",
+            "|---|---|---:|---:|---|",
+        ]
+        lines += [
+            f"| {v.rule} | {v.control} | {v.gap.text()} | {v.gap.p:.3g} | {v.decision} |"
+            for v in found_verdicts
+        ]
+    rows = [k for k in CURVE_ROWS if k <= plan.trials]
+    lines += [
+        "",
+        "Tuning curves: the expected best selection score after k trials, in random order.",
+        "",
+        "| optimizer | " + " | ".join(f"k={k}" for k in rows) + " |",
+        "|---|" + "---:|" * len(rows),
+    ]
+    for o in ranked:
+        curve = o.curve
+        cells = [f"{curve[k - 1]:.4f}" if k <= len(curve) else "—" for k in rows]
+        lines.append(f"| {o.optimizer} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += [f"- {o.optimizer}: {_winner_text(o.winner)}" for o in ranked if o.winner]
+    return "\n".join(lines)
+
+
+def _winner_text(point: Point) -> str:
+    return ", ".join(f"{d} {v:g}" for d, v in values_of(point).items())
+
+
+def plot_tune(found: Sequence[OptimizerOutcome], out_path: Path) -> Path | None:
+    """Two panels: each optimizer's lr profiles (faint) with its winner's drawn solid, and its
+    tuning curve (expected best after k trials; dashed: best so far in the search's order)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn = [o for o in found if o.trial_scores]
+    if not drawn:
+        return None
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    for index, o in enumerate(drawn):
+        colour = f"C{index}"
+        winner_lr = values_of(o.winner)["lr"]
+        for profile in o.lr_profiles:
+            finite = [(lr, v) for lr, v in profile if math.isfinite(v)]
+            if len(finite) < 2:
+                continue
+            mine = any(lr == winner_lr for lr, _ in finite) and min(finite, key=lambda p: p[1])[
+                1
+            ] == min(s for s in o.trial_scores if not math.isnan(s))
+            left.plot(
+                *zip(*finite, strict=True),
+                color=colour,
+                alpha=1.0 if mine else 0.15,
+                marker="o" if mine else None,
+                label=o.optimizer if mine else None,
+            )
+        ks = range(1, len(o.trial_scores) + 1)
+        right.plot(ks, o.curve, color=colour, label=o.optimizer)
+        right.plot(ks, best_so_far(o.trial_scores), color=colour, linestyle="--", alpha=0.6)
+    left.set_xscale("log")
+    left.set_xlabel("peak learning rate")
+    left.set_ylabel("selection score (mean final validation loss)")
+    left.set_title("lr profiles (solid: the winner's)")
+    right.set_xlabel("trials")
+    right.set_ylabel("best selection score")
+    right.set_title("tuning curves (dashed: best so far in search order)")
+    for axis in (left, right):
+        axis.grid(alpha=0.3, which="both")
+        axis.legend(fontsize=8)
+    from torch_mars.train.plots import save_figure
+
+    return save_figure(figure, out_path)
+
+
+def report_json(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> dict[str, Any]:
+    def number(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+
+    return {
+        "selection": dataclasses.asdict(plan.selection),
+        "trials": plan.trials,
+        "budget": plan.spec().identity()["budget"],
+        "optimizers": [
+            {
+                "optimizer": o.optimizer,
+                "finished": o.finished,
+                "trials": len(o.trial_scores),
+                "winner": values_of(o.winner),
+                "hyperparams": {
+                    k: list(v) if isinstance(v, tuple) else v
+                    for k, v in hyperparams_of(o.optimizer, o.winner, plan.base.model).items()
+                }
+                if o.winner
+                else {},
+                "selection_finals": [number(v) for v in o.selection_finals],
+                "heldout_pairs": [list(p) for p in plan.selection.heldout_pairs()],
+                "heldout_finals": [number(v) for v in o.heldout_finals],
+                "trial_scores": [number(v) for v in o.trial_scores],
+                "tuning_curve": [number(v) for v in o.curve],
+                "rounds": o.rounds,
+            }
+            for o in found
+        ],
+        "verdicts": [
+            {
+                "rule": v.rule,
+                "control": v.control,
+                "gap": v.gap.mean,
+                "interval": [v.gap.low, v.gap.high],
+                "p": v.gap.p,
+                "pairs": v.gap.pairs,
+                "decision": v.decision,
+            }
+            for v in verdicts(found)
+        ],
+    }
+
+
+def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
+    """``summary.md``, ``tune.json`` and ``tune.png`` in the study folder."""
+    trials = study.get_trials(deepcopy=False)
+    found = outcomes(plan, trials)
+    folder = Path(plan.study_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(
+        folder / "summary.md",
+        format_tune_table(plan, found)
+        + f"\n\nLadders: {ladder_note()}.\n\nTrained on: {devices_note(trials)}.\n",
+    )
+    write_text_atomically(
+        folder / "tune.json", json.dumps(report_json(plan, found), indent=2) + "\n"
+    )
+    written = [folder / "summary.md", folder / "tune.json"]
+    figure = plot_tune(found, folder / "tune.png")
+    if figure is not None:
+        written.append(figure)
+    return written
+
+
+def ladder_note() -> str:
+    """One line per dimension: its ladder, for the report's readers."""
+    lines = []
+    for dimension, ladder in LADDERS.items():
+        if ladder.levels:
+            lines.append(f"{dimension}: {', '.join(f'{v:g}' for v in ladder.levels)}")
+        else:
+            lines.append(f"{dimension}: {ladder.anchor:g} x {ladder.factor:g}^k")
+    return "; ".join(lines)
+
+
+def devices_note(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
+    """The devices the study's finished runs trained on, with counts: a run's floats depend on
+    the kernels its device runs, so a study run on several is said to be."""
+    from torch_mars.train.study.engine import OWNER_ATTR
+
+    counts = collections.Counter(
+        (trial.system_attrs.get(OWNER_ATTR) or {}).get("device", "not recorded")
+        for trial in trials
+        if trial.state == optuna.trial.TrialState.COMPLETE
+    )
+    return "; ".join(f"{device} ({n} runs)" for device, n in counts.most_common()) or "no runs"
