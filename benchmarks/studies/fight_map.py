@@ -1,0 +1,168 @@
+"""The map redone as a fight that decides (issue "A fight that decides"): every point through
+``torch-mars tune`` with one trial budget per optimizer, the lr-profiled search, a validation
+set of 131,072 fixed tokens, and each winner read on seeds 3-5 x data orders 1-2, which no
+selection saw. Two pairs: MARS-AdamW against the better of AdamW and NAdamW, MARS-Shampoo
+against Muon; each gap is a paired 95% interval, decided by Holm's correction over every
+comparison of the map.
+
+The points (the `tiny` GPT on the stdlib corpus, T x 20 tokens per non-embedding parameter, B
+sequences of 32 tokens per step) run in the order that decides most first: b64-4x, b16-4x (the
+`compare` point), b256-16x, b128-16x, b4-4x, then b128-4x, b256-4x, b16-1x, b16-8x.
+
+Each point is one study, an Optuna journal at ``benchmarks/results/fight-map/POINT/study.log``.
+The live journal is not committed: ``--snapshot`` gzips it beside itself (``study.log.gz``,
+about 20x smaller), which is what lands; a point whose journal is missing starts from its
+snapshot. So a map interrupted anywhere resumes, on this machine or another, and nothing
+finished reruns.
+
+    python benchmarks/studies/fight_map.py [--points b64-4x ...] [--jobs 2] [--trials 24]
+    python benchmarks/studies/fight_map.py --snapshot   # study.log.gz of every point with runs
+    python benchmarks/studies/fight_map.py --report     # each point's report, map.md
+
+The command each point runs is printed before it starts; it is the one that reproduces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.cli import main as torch_mars
+from torch_mars.models import GPT, gpt_config
+from torch_mars.train.study.verdict import PairedGap, holm_decisions
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "benchmarks" / "results" / "fight-map"
+BLOCK = 32
+EVAL_TOKENS = 131_072
+# name: (sequences per step, multiple of 20 tokens per parameter), in the order they run
+POINTS: dict[str, tuple[int, int]] = {
+    "b64-4x": (64, 4),
+    "b16-4x": (16, 4),
+    "b256-16x": (256, 16),
+    "b128-16x": (128, 16),
+    "b4-4x": (4, 4),
+    "b128-4x": (128, 4),
+    "b256-4x": (256, 4),
+    "b16-1x": (16, 1),
+    "b16-8x": (16, 8),
+}
+OPTIMIZERS = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
+TRIALS = 24
+
+
+def non_embedding_parameters(model: str = "tiny") -> int:
+    gpt = GPT(gpt_config(model, 256))
+    return sum(p.numel() for n, p in gpt.named_parameters() if not n.startswith(("wte", "wpe")))
+
+
+def tune_arguments(point: str, jobs: int, trials: int, report: bool = False) -> list[str]:
+    """The ``torch-mars tune`` arguments of one point of the map."""
+    batch, multiple = POINTS[point]
+    folder = FOLDER.relative_to(ROOT)  # the commands run from the repository's root
+    steps = 20 * multiple * non_embedding_parameters() // (batch * BLOCK)
+    arguments = (
+        f"--model tiny --data stdlib --steps {steps} --batch-size {batch} "
+        f"--eval-interval {steps} --eval-tokens {EVAL_TOKENS} "
+        f"--optimizers {' '.join(OPTIMIZERS)} --trials {trials} "
+        f"--seeds 0 1 2 --heldout-seeds 3 4 5 --data-seed 0 --heldout-data-seeds 1 2 "
+        f"--jobs {jobs} --name {point} "
+        f"--out-dir {folder} --storage journal:{folder / point / 'study.log'}"
+    )
+    return shlex.split(arguments) + (["--report"] if report else [])
+
+
+def journal(point: str) -> Path:
+    return FOLDER / point / "study.log"
+
+
+def restore(point: str) -> None:
+    """Start a point from its snapshot where its live journal is missing."""
+    live, snapshot = journal(point), journal(point).with_suffix(".log.gz")
+    if not live.exists() and snapshot.exists():
+        with gzip.open(snapshot, "rb") as source, live.open("wb") as target:
+            shutil.copyfileobj(source, target)
+
+
+def snapshot(point: str) -> Path | None:
+    """``study.log.gz`` of the point's live journal (written whole, then moved into place)."""
+    live = journal(point)
+    if not live.is_file():
+        return None
+    target = live.with_suffix(".log.gz")
+    partial = target.with_suffix(".gz.partial")
+    with live.open("rb") as source, gzip.open(partial, "wb", mtime=0) as packed:
+        shutil.copyfileobj(source, packed)
+    partial.replace(target)
+    return target
+
+
+def map_rows() -> list[dict]:
+    """Each finished point's verdicts (from its ``tune.json``)."""
+    rows = []
+    for point in POINTS:
+        report = FOLDER / point / "tune.json"
+        if not report.is_file():
+            continue
+        data = json.loads(report.read_text())
+        trials = {o["optimizer"]: o["trials"] for o in data["optimizers"]}
+        for verdict in data["verdicts"]:
+            rows.append({"point": point, "trials": trials, **verdict})
+    return rows
+
+
+def format_map(rows: list[dict]) -> str:
+    """The map's table: each comparison's paired gap and interval, decided by Holm's
+    correction over every comparison of the map."""
+    gaps = [PairedGap(r["gap"], *r["interval"], r["p"], r["pairs"]) for r in rows]
+    decisions = holm_decisions(gaps)
+    lines = [
+        "| point | rule | strongest control | paired gap [95% interval] | p | Holm (map) | "
+        "trials each |",
+        "|---|---|---|---:|---:|---|---:|",
+    ]
+    for row, gap, decision in zip(rows, gaps, decisions, strict=True):
+        counts = sorted(set(row["trials"].values()))
+        lines.append(
+            f"| {row['point']} | {row['rule']} | {row['control']} | {gap.text()} | "
+            f"{gap.p:.3g} | {decision} | {'/'.join(map(str, counts))} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--points", nargs="+", choices=list(POINTS), default=list(POINTS))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--trials", type=int, default=TRIALS)
+    parser.add_argument("--report", action="store_true")
+    parser.add_argument("--snapshot", action="store_true")
+    args = parser.parse_args()
+    if args.snapshot:
+        for point in args.points:
+            if (written := snapshot(point)) is not None:
+                print(f"wrote {written.relative_to(ROOT)}")
+        return 0
+    for point in args.points:
+        restore(point)
+        if args.report and not journal(point).is_file():
+            continue
+        arguments = tune_arguments(point, args.jobs, args.trials, args.report)
+        print("torch-mars tune " + shlex.join(arguments), flush=True)
+        code = torch_mars(["tune", *arguments])
+        if code:
+            return code
+    if args.report:
+        write_text_atomically(FOLDER / "map.md", format_map(map_rows()) + "\n")
+        print(f"wrote {(FOLDER / 'map.md').relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
