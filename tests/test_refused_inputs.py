@@ -10,8 +10,8 @@ import torch
 from torch_mars import MARS
 from torch_mars.cli import main
 from torch_mars.models import GPT, gpt_config
-from torch_mars.train.study.grid import parse_value
 from torch_mars.train.optimizers import build_optimizer, default_hyperparams
+from torch_mars.train.study.grid import parse_value
 
 
 def test_a_set_of_parameters_is_refused():

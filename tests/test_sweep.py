@@ -19,8 +19,8 @@ import torch
 
 from harness_helpers import kill_when_paused, tiny_config, write_synthetic_text
 from torch_mars.cli import main
-from torch_mars.train.study.grid import grid_points, parse_grid
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
+from torch_mars.train.study.grid import grid_points, parse_grid
 from torch_mars.train.study.store import open_storage
 from torch_mars.train.study.sweep import (
     PointResult,
@@ -55,7 +55,7 @@ def plan(tmp_path: Path, corpus_file: Path, grid, jobs: int = 1, **changes) -> S
 
 def trials(sweep_dir: Path) -> list[optuna.trial.FrozenTrial]:
     storage = open_storage(f"sqlite:///{sweep_dir / 'study.db'}")
-    return optuna.load_study(study_name="sweep", storage=storage).get_trials()
+    return optuna.load_study(study_name=sweep_dir.name, storage=storage).get_trials()
 
 
 def runs_of(sweep_dir: Path) -> dict[str, int]:
@@ -136,7 +136,7 @@ def test_the_cli_sweeps_two_stages_and_writes_table_json_and_figures(tmp_path, c
     expected.append(f"mars-adamw/lr=0.01_gamma={winner['gamma']:g}-seed1")
     ran = sorted(name for name in runs_of(tmp_path / "s") if name.startswith("mars-adamw"))
     assert ran == sorted(expected)
-    assert list((tmp_path / "s" / "runs" / "mars-adamw").iterdir()) == []  # work folders go
+    assert list((tmp_path / "s" / "runs").iterdir()) == []  # work folders go
     for name in ("summary.md", "lr.png", "winners.png"):
         assert (tmp_path / "s" / name).stat().st_size > 0
     summaries = {s["optimizer"]: s for s in report["summaries"]}

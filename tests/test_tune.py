@@ -19,22 +19,22 @@ import torch
 
 from harness_helpers import kill_when_paused, write_synthetic_text
 from torch_mars.cli import main
-from torch_mars.train import tune
-from torch_mars.train.study.descent import Selection
 from torch_mars.train.runtime import describe_device
+from torch_mars.train.study import tune
 from torch_mars.train.study.engine import (
     claim,
     finished_results,
     open_study,
     work,
 )
+from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.store import open_storage
-from torch_mars.train.trainer import TrainConfig
 from torch_mars.train.study.tune import TunePlan
+from torch_mars.train.trainer import TrainConfig
 
 TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
 TOY += ["--eval-interval", "2", "--eval-batches", "2", "--optimizers", "adamw"]
-TOY += ["--seeds", "0", "--heldout-seeds", "1", "--max-rounds", "1"]
+TOY += ["--seeds", "0", "--heldout-seeds", "1", "--heldout-data-seeds", "1", "--trials", "3"]
 
 
 @pytest.fixture
@@ -53,7 +53,8 @@ def toy_plan(tmp_path: Path, corpus_file: Path, **changes) -> TunePlan:
         eval_batches=2,
         quiet=True,
     )
-    plan = TunePlan(base, ("adamw",), Selection((0,), (1,)), tmp_path / "toy", max_rounds=1)
+    selection = Selection((0,), (1,), heldout_data_seeds=(1,))
+    plan = TunePlan(base, ("adamw",), selection, tmp_path / "toy", trials=3)
     return dataclasses.replace(plan, **changes)
 
 
@@ -64,7 +65,7 @@ def trials_of(plan: TunePlan) -> list[optuna.trial.FrozenTrial]:
 
 def assert_each_run_once(trials: list[optuna.trial.FrozenTrial]) -> None:
     runs = collections.Counter(
-        (t.user_attrs["optimizer"], t.user_attrs["point"], t.user_attrs["seed"]) for t in trials
+        tuple(t.user_attrs[k] for k in ("optimizer", "point", "seed", "data_seed")) for t in trials
     )
     assert runs and max(runs.values()) == 1, runs.most_common(3)
     assert {t.state for t in trials} == {optuna.trial.TrialState.COMPLETE}
@@ -99,12 +100,17 @@ def test_a_killed_tune_resumes_without_rerunning_a_finished_trial(
 
 
 def test_a_dead_local_workers_trial_is_failed_and_its_run_trained_again(tmp_path, corpus_file):
-    """A RUNNING trial whose work folder's lock is free has lost its worker (the operating
-    system drops a dead holder's lock): the next worker fails it and trains the run anew."""
+    """A RUNNING trial whose owner process is gone has lost its worker: the next worker fails
+    it and trains the run anew. The owner is made a child of this test that has exited."""
     plan = toy_plan(tmp_path, corpus_file)
     study = open_study(plan.spec())
     claimed = claim(plan.spec(), study, stale_after_s=1e9)
-    claimed.lock.close()  # the worker "dies": its lock goes, its trial stays RUNNING
+    claimed.lock.close()
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    (frozen,) = study.get_trials()
+    owner = {**frozen.system_attrs["torch_mars_owner"], "pid": child.pid}
+    study._storage.set_trial_system_attr(frozen._trial_id, "torch_mars_owner", owner)
     assert work(plan.spec(), max_trials=1) == 1
     trials = trials_of(plan)
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
@@ -124,6 +130,7 @@ def _start_workers(plan: TunePlan, count: int) -> list[subprocess.Popen]:
 
 
 def _two_workers_share_one_study(plan: TunePlan) -> None:
+    """11 trials on one seed and one held-out run: 12 runs, 6 for each worker."""
     open_study(plan.spec())
     workers = _start_workers(plan, 2)
     for process in workers:
@@ -137,7 +144,7 @@ def _two_workers_share_one_study(plan: TunePlan) -> None:
 
 def test_two_workers_share_one_journal_study_without_a_duplicated_trial(tmp_path, corpus_file):
     storage = f"journal:{tmp_path / 'shared' / 'study.log'}"
-    _two_workers_share_one_study(toy_plan(tmp_path, corpus_file, storage=storage))
+    _two_workers_share_one_study(toy_plan(tmp_path, corpus_file, storage=storage, trials=11))
 
 
 @pytest.fixture
@@ -195,7 +202,7 @@ def postgres_url():
 def test_two_workers_share_one_postgresql_study_without_a_duplicated_trial(
     tmp_path, corpus_file, postgres_url
 ):
-    _two_workers_share_one_study(toy_plan(tmp_path, corpus_file, storage=postgres_url))
+    _two_workers_share_one_study(toy_plan(tmp_path, corpus_file, storage=postgres_url, trials=11))
 
 
 def test_a_study_is_not_reused_with_other_settings(tmp_path, corpus_file, capsys):
@@ -209,20 +216,21 @@ def test_a_study_is_not_reused_with_other_settings(tmp_path, corpus_file, capsys
     assert (
         error.count("\n") == 0 and "other settings" in error and "steps: 4 there, 5 here" in error
     )
-    assert main([*longer, "--report", "--overwrite"]) == 0
+    assert main([*longer, "--report", "--overwrite"]) == 2  # a report never deletes
+    assert main([*longer, "--trials", "1", "--overwrite"]) == 0
 
 
 def test_a_study_takes_a_new_protocol_and_keeps_its_runs(tmp_path, corpus_file):
-    """Rounds, seeds, optimizers and peer starts choose runs without changing any: a study
-    reopened with others takes them on, keeps the old ones in its history, and a report alone
-    changes nothing."""
-    plan = toy_plan(tmp_path, corpus_file, peer_starts=False)
+    """Trials, seeds and optimizers choose runs without changing any: a study reopened with
+    others takes them on, keeps the old ones in its history, and a report alone changes
+    nothing."""
+    plan = toy_plan(tmp_path, corpus_file)
     study = open_study(plan.spec())
-    run = {"optimizer": "adamw", "point": "lr:0", "seed": 0, "final": 2.5}
+    run = {"optimizer": "adamw", "point": "lr:0", "seed": 0, "data_seed": 0, "final": 2.5}
     study.enqueue_trial({}, user_attrs=run)
     study.tell(study.ask(), 2.5)
-    more = dataclasses.replace(plan, max_rounds=2, optimizers=("adamw", "nadamw"))
-    open_study(dataclasses.replace(more, peer_starts=True).spec(), take_protocol=False)
+    more = dataclasses.replace(plan, trials=5, optimizers=("adamw", "nadamw"))
+    open_study(more.spec(), read_only=True)
     assert (
         optuna.load_study(study_name="tune", storage=plan.spec().url).user_attrs["identity"]
         == plan.spec().identity()
@@ -230,23 +238,8 @@ def test_a_study_takes_a_new_protocol_and_keeps_its_runs(tmp_path, corpus_file):
     reopened = open_study(more.spec())
     assert reopened.user_attrs["identity"] == more.spec().identity()
     (past,) = reopened.user_attrs["protocol_history"]
-    assert past["protocol"]["max_rounds"] == 1 and past["protocol"]["optimizers"] == ["adamw"]
-    assert finished_results(reopened.get_trials()) == {("adamw", "lr:0", 0): 2.5}
-
-
-def test_a_study_keeps_the_start_points_it_began_with(tmp_path, corpus_file, monkeypatch):
-    """New defaults (a release that retunes them) never move a begun study's descent: it
-    resumes from the starts it recorded; a new study starts from the defaults."""
-    plan = toy_plan(tmp_path, corpus_file)
-    began, identity = plan.start_of("adamw"), plan.spec().identity()
-    open_study(plan.spec())
-    moved = {**began, "lr": began["lr"] + 3}
-    monkeypatch.setattr(tune, "start_point", lambda optimizer, model: dict(moved))
-    assert plan.start_of("adamw") == moved
-    assert tune.with_study_starts(plan).start_of("adamw") == began
-    assert tune.with_study_starts(plan).spec().identity() == identity
-    elsewhere = dataclasses.replace(plan, study_dir=tmp_path / "new")
-    assert tune.with_study_starts(elsewhere).start_of("adamw") == moved
+    assert past["protocol"]["trials"] == 3 and past["protocol"]["optimizers"] == ["adamw"]
+    assert finished_results(reopened.get_trials()) == {("adamw", "lr:0", 0, 0): 2.5}
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", ".hidden", ""])
@@ -261,13 +254,13 @@ def test_a_worker_takes_its_settings_from_the_study_and_refuses_others(tmp_path,
     assert main(args) == 2
     assert "--worker takes its settings from the study; drop --steps" in capsys.readouterr().err
     assert main(["tune", "--worker", "--out-dir", str(tmp_path), "--name", "w"]) == 2
-    assert "no study 'w'" in capsys.readouterr().err
+    assert "w/study.db: no such file" in capsys.readouterr().err
 
 
 def test_the_report_tells_an_unbegun_optimizer_from_an_unfinished_one(tmp_path, corpus_file):
     plan = toy_plan(tmp_path, corpus_file)
     (unbegun,) = tune.outcomes(plan, [])
-    assert unbegun.runs == 0 and not unbegun.finished
+    assert unbegun.trial_scores == [] and not unbegun.finished
     assert "| adamw (not started) |" in tune.format_tune_table(plan, [unbegun])
-    begun = dataclasses.replace(unbegun, runs=1, points=1)
+    begun = dataclasses.replace(unbegun, trial_scores=[2.0])
     assert "| adamw (unfinished) |" in tune.format_tune_table(plan, [begun])

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from torch_mars.cli import build_parser, main
-from torch_mars.train.study.grid import parse_grid, parse_value, parse_values
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
+from torch_mars.train.study.grid import parse_grid, parse_value, parse_values
 
 
 def test_a_tuple_reads_the_same_in_opt_arg_and_in_grid():

@@ -71,7 +71,7 @@ from torch_mars.train.run_shell import train_run
 from torch_mars.train.schedules import TEXT_SCHEDULES
 from torch_mars.train.study.grid import parse_grid, parse_value
 from torch_mars.train.study.space import tunable_optimizers
-from torch_mars.train.study.store import describe, storage_url
+from torch_mars.train.study.store import describe, storage_errors, storage_url
 from torch_mars.train.study.sweep import (
     SweepPlan,
     format_sweep_table,
@@ -685,19 +685,28 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
 
 
 def _run_tune(request: TuneRequest) -> int:
+    with storage_errors(storage_url(request.storage, request.study_dir)):
+        return _tune(request)
+
+
+def _tune(request: TuneRequest) -> int:
     from tqdm import tqdm
 
     from torch_mars.train.study.engine import join_study, open_study, run_workers
     from torch_mars.train.study.tune import plan_of_identity, write_tune_report
 
     plan = request.plan
-    if plan is None or request.report_only:  # a report reads the study's own settings
+    if plan is None:
         _, identity = join_study(storage_url(request.storage, request.study_dir), request.name)
         plan = plan_of_identity(identity, request.study_dir, request.storage, request.name)
         plan = dataclasses.replace(plan, jobs=request.jobs)
     spec = plan.spec()
-    # a report changes nothing, whatever else the command line says (--overwrite included)
+    # a report changes no study, whatever else the command line says (--overwrite included),
+    # and reads the study's own protocol
     study = open_study(spec, read_only=request.report_only)
+    if request.report_only:
+        identity = study.user_attrs["identity"]
+        plan = plan_of_identity(identity, plan.study_dir, plan.storage, plan.study_name)
     if not request.report_only:
         budget = plan.base
         print(
@@ -770,6 +779,11 @@ def _sweep_vision_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_sweep_command(plan: SweepPlan) -> int:
+    with storage_errors(storage_url(plan.storage, plan.sweep_dir)):
+        return _sweep(plan)
+
+
+def _sweep(plan: SweepPlan) -> int:
     from tqdm import tqdm
 
     count = validate_plan(plan)

@@ -232,15 +232,12 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
     """Create the study, or open it and check that its identity is the spec's
     (:class:`StudyMismatch` otherwise; ``spec.overwrite`` deletes and recreates it, unless a
     trial of it is training). Where only the protocol differs, the study takes the spec's.
-    ``read_only`` (a report) opens an existing study and changes nothing."""
+    ``read_only`` (a report) never changes a study that exists: it neither takes a protocol nor
+    deletes."""
     url = spec.url
-    storage = open_storage(url, create=not read_only)
+    storage = open_storage(url)
     identity = spec.identity()
     keys = spec.protocol_keys
-    if read_only:
-        if spec.study_name not in study_names(storage):
-            raise ValueError(f"no study {spec.study_name!r} in {describe(url)} to report")
-        return load_study(storage, spec.study_name)
     with claim_lock(url, storage, spec.study_name):
         if spec.study_name in study_names(storage):
             study = load_study(storage, spec.study_name)
@@ -248,6 +245,8 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
             if stored is not None and _comparable(stored) == _comparable(identity):
                 return study
             if stored is not None and _comparable(stored, keys) == _comparable(identity, keys):
+                if read_only:
+                    return study
                 changed = _differences(_protocol_of(stored, keys), _protocol_of(identity, keys))
                 history = study.user_attrs.get("protocol_history", [])
                 past = {"protocol": _protocol_of(stored, keys), "until": time.time()}
@@ -259,12 +258,12 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
                     file=sys.stderr,
                 )
                 return study
-            if not spec.overwrite:
+            if read_only or not spec.overwrite:
                 changed = _differences(_comparable(stored or {}), _comparable(identity))
                 raise StudyMismatch(
                     f"study {spec.study_name!r} in {describe(url)} was run with other settings "
                     f"({'; '.join(changed[:3])}); give this one another --name (or --out-dir), "
-                    "or pass --overwrite to delete that study and start afresh"
+                    "or pass --overwrite (without --report) to delete that study and start afresh"
                 )
             live = [t for t in _running(study) if not _owner_is_gone(t, _STALE_AFTER_S)]
             if live:
@@ -445,6 +444,9 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
         trial = create_claimed_trial(study, params, user_attrs, {OWNER_ATTR: owner_record(device)})
         work_dir = spec.work_dir(trial.number)
         _remove_work_dir(work_dir)  # a folder of a study deleted by --overwrite
+        if work_dir.exists():
+            fail_trial(study, study.get_trials(deepcopy=False)[trial.number])
+            raise RunFolderBusy(f"{work_dir} is held by another process; the study waits for it")
         work_dir.mkdir(parents=True)
         lock = contextlib.ExitStack()
         lock.enter_context(run_folder_lock(work_dir))

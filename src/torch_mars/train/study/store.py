@@ -155,6 +155,24 @@ def _check_journal(path: Path) -> None:
             )
 
 
+@contextlib.contextmanager
+def storage_errors(url: str) -> Iterator[None]:
+    """Turn a storage's failure while in use (a database gone, a disk full or read-only) into
+    a :class:`StorageError` naming the storage."""
+    import errno
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except (SQLAlchemyError, optuna.exceptions.StorageInternalError) as error:
+        raise StorageError(f"--storage {describe(url)}: {_first_line(error)}") from None
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT):
+            raise
+        raise StorageError(f"--storage {describe(url)}: {error.strerror}") from None
+
+
 def describe(url: str) -> str:
     """``url`` without a password, for messages."""
     if "@" in url and "://" in url:

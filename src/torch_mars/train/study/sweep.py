@@ -72,6 +72,9 @@ class SweepPlan:
             raise ValueError("a sweep needs at least one optimizer")
         if not self.search_seeds or not self.seeds:
             raise ValueError("--search-seeds and --seeds must each name at least one seed")
+        for flag, seeds in (("--search-seeds", self.search_seeds), ("--seeds", self.seeds)):
+            if len(set(seeds)) != len(seeds):
+                raise ValueError(f"{flag} {list(seeds)}: a seed is named twice")
         if self.jobs < 1:
             raise ValueError(f"--jobs must be >= 1, got {self.jobs}")
 

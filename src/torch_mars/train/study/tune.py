@@ -52,7 +52,7 @@ from torch_mars.train.trainer import TrainConfig
 # The settings that choose which runs a study asks for, not what any run gives: a study
 # reopened with other values of these resumes under them, every finished run counted (more
 # trials extend the same search: its path is a prefix of the longer one).
-PROTOCOL_KEYS = ("optimizers", "selection", "trials", "order_seed", "max_rounds")
+PROTOCOL_KEYS = ("optimizers", "selection", "trials", "order_seed", "max_rounds", "starts")
 # The tuning curve's rows in the report: the expected best after this many trials.
 CURVE_ROWS = (1, 2, 5, 10, 20, 40, 80)
 
@@ -382,7 +382,8 @@ def plot_tune(found: Sequence[OptimizerOutcome], out_path: Path) -> Path | None:
     right.set_title("tuning curves (dashed: best so far in search order)")
     for axis in (left, right):
         axis.grid(alpha=0.3, which="both")
-        axis.legend(fontsize=8)
+        if axis.get_legend_handles_labels()[1]:
+            axis.legend(fontsize=8)
     from torch_mars.train.plots import save_figure
 
     return save_figure(figure, out_path)
