@@ -54,7 +54,7 @@ POINTS: dict[str, tuple[int, int]] = {
     "b16-8x": (16, 8),
 }
 OPTIMIZERS = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
-TRIALS = 24
+TRIALS = 40
 
 
 def non_embedding_parameters(model: str = "tiny") -> int:
