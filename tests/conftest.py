@@ -2,6 +2,10 @@
 the variable must be set before any kernel is defined."""
 
 import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,3 +25,55 @@ from problems import MIXED_SHAPES, RandomProblem
 def problem() -> RandomProblem:
     """24 steps of the random problem over every tensor shape MARS must handle."""
     return RandomProblem(MIXED_SHAPES, steps=24)
+
+
+@pytest.fixture
+def postgres_url():
+    """A PostgreSQL server of the test's own (PostgreSQL's initdb and pg_ctl, a Unix socket in
+    a private folder, no TCP), stopped and removed afterwards."""
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("PostgreSQL's initdb/pg_ctl are not installed")
+    pytest.importorskip("psycopg2", reason="the PostgreSQL driver psycopg2 is not installed")
+    folder = Path(tempfile.mkdtemp(prefix="torch-mars-pg-"))
+    run_as: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses root: run the server as the postgres user
+        if (
+            shutil.which("runuser") is None
+            or subprocess.run(["id", "postgres"], capture_output=True).returncode
+        ):
+            pytest.skip("running as root, without a postgres user to run the server")
+        shutil.chown(folder, "postgres")
+        run_as = ["runuser", "-u", "postgres", "--"]
+    data = folder / "data"
+    try:
+        subprocess.run(
+            [*run_as, initdb, "-D", str(data), "-A", "trust", "-U", "tune"],
+            check=True,
+            capture_output=True,
+        )
+        options = f"-c listen_addresses='' -c unix_socket_directories={folder} -p 5432"
+        subprocess.run(
+            [
+                *run_as,
+                pg_ctl,
+                "-D",
+                str(data),
+                "-o",
+                options,
+                "-w",
+                "start",
+                "-l",
+                str(folder / "log"),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            yield f"postgresql+psycopg2://tune@/postgres?host={folder}&port=5432"
+        finally:
+            subprocess.run(
+                [*run_as, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True
+            )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -87,3 +87,52 @@ def kill_when_paused(args: list[str], finished: int, what: str = "trials") -> di
     process.wait()
     assert said and said_when in said[-1], "".join(said)[-2000:]
     return env
+
+
+_DYING_SITE = """
+import importlib, os, signal
+_spec = os.environ.get("TORCH_MARS_TEST_DIE_AT")
+if _spec:
+    _target, _n, _when, _token = _spec.split("|")
+    _owner_path, _name = _target.rsplit(".", 1)
+    _module, _, _cls = _owner_path.partition(":")
+    _owner = importlib.import_module(_module)
+    for _part in filter(None, _cls.split(".")):
+        _owner = getattr(_owner, _part)
+    _real, _calls = getattr(_owner, _name), [0]
+
+    def _chosen():
+        try:
+            os.close(os.open(_token, os.O_CREAT | os.O_EXCL))
+            return True
+        except FileExistsError:
+            return False
+
+    def _dying(*args, **kwargs):
+        _calls[0] += 1
+        if _calls[0] == int(_n) and _chosen():
+            if _when == "before":
+                os.kill(os.getpid(), signal.SIGKILL)
+            _real(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _real(*args, **kwargs)
+
+    setattr(_owner, _name, _dying)
+"""
+
+
+def dying_env(folder: Path, target: str, n: int, when: str = "before") -> dict[str, str]:
+    """The environment in which the first Python process (of any started with it, a spawned
+    worker too) to call ``target`` (``module:Class.method``) for the ``n``-th time dies there
+    as under SIGKILL, ``before`` or ``after`` the real call: a kill at a named line, not at a
+    guessed moment."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_DYING_SITE)
+    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH", "")]))
+    spec = f"{target}|{n}|{when}|{folder / 'died'}"
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": path,
+        "TORCH_MARS_TEST_DIE_AT": spec,
+    }

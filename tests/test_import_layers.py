@@ -19,6 +19,8 @@ DATA = "torch_mars.optim.step_types"
 MATHS = "torch_mars.optim.step_math"
 LEAVES = (SETTINGS, DATA, MATHS)
 HARNESS_LAYERS = ("train", "models", "data", "bench", "cli")
+STUDY = "torch_mars.train.study"
+STORE = "torch_mars.train.study.store"
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
@@ -68,9 +70,12 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def layer(module: str) -> str:
-    """The node of a module in the layer graph: its subpackage, with the optim leaves apart."""
+    """The node of a module in the layer graph: its subpackage, with the optim leaves apart
+    and the study engine (``train/study/``) a layer of its own above the harness."""
     if module in LEAVES:
         return "optim leaves"
+    if module.startswith(STUDY):
+        return "train.study"
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "torch_mars"
 
@@ -125,6 +130,48 @@ def test_optim_never_reaches_the_harness_models_data_bench_or_cli():
     assert not forbidden
     assert any(m.startswith("torch_mars.kernels") for m in reached)
     assert any(m.startswith("torch_mars.distributed") for m in reached)
+
+
+def test_the_study_engine_is_a_layer_above_the_harness_it_runs():
+    layers = layer_graph(GRAPH)
+    assert "train" in layers["train.study"]
+    assert "train.study" not in layers["train"]
+
+
+def private_optuna_attributes(path: Path) -> list[str]:
+    """``obj._name`` in a module that imports optuna, on anything but ``self`` or ``cls``:
+    where such a module reaches into Optuna's private API."""
+    tree = ast.parse(path.read_text())
+    imports_optuna = any(
+        (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "optuna" for a in n.names))
+        or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "optuna")
+        for n in ast.walk(tree)
+    )
+    if not imports_optuna:
+        return []
+    return [
+        f"{path.name}:{node.lineno} .{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+
+
+def test_no_module_but_the_store_touches_optunas_private_attributes(tmp_path):
+    store = PACKAGE / "train" / "study" / "store.py"
+    assert private_optuna_attributes(store)  # the adapter does, so the check can see it
+    found = [
+        hit
+        for path in PACKAGE.rglob("*.py")
+        if path != store
+        for hit in private_optuna_attributes(path)
+    ]
+    assert not found
+    sample = tmp_path / "reach.py"
+    sample.write_text("import optuna\nstudy = optuna.load_study()\nstudy._storage\n")
+    assert private_optuna_attributes(sample) == ["reach.py:3 ._storage"]
 
 
 def test_the_checker_finds_a_cycle_and_a_reverse_edge(tmp_path):

@@ -81,9 +81,7 @@ def test_one_round_of_coordinate_descent_misses_the_ridge_the_profiled_search_fo
 
 def test_another_order_seed_finds_the_same_ridge_optimum():
     for order_seed in (1, 2):
-        search = ProfiledSearch(
-            "mars-adamw", (START,), SELECTION, trials=60, order_seed=order_seed
-        )
+        search = ProfiledSearch("mars-adamw", (START,), SELECTION, trials=60, order_seed=order_seed)
         state, _ = run_search(search)
         assert state.point["gamma"] == BEST_GAMMA
 

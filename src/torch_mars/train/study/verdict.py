@@ -103,7 +103,7 @@ def holm_decisions(gaps: Sequence[PairedGap], alpha: float = 0.05) -> list[str]:
     """``"win"`` (the rule ahead), ``"loss"`` or ``"tie"`` for each gap, by Holm's step-down
     correction of the family's p values at ``alpha``.
 
-    >>> gaps = [PairedGap(-0.02, 0, 0, 0.01, 6), PairedGap(0.01, 0, 0, 0.04, 6),
+    >>> gaps = [PairedGap(-0.02, 0, 0, 0.01, 6), PairedGap(0.01, 0, 0, 0.06, 6),
     ...         PairedGap(0.03, 0, 0, 0.012, 6)]
     >>> holm_decisions(gaps)
     ['win', 'tie', 'loss']
