@@ -31,7 +31,7 @@ SAME_COST_CONTROLS: dict[str, tuple[str, ...]] = {
 }
 # The `tiny` GPT at 4 x 20 tokens per parameter (3,865 steps of 16 x 32 tokens): the point of
 # the study's regime map where tiny's defaults were tuned and the seeds agree most closely
-# (docs/results.md). The five optimizers take about four minutes on two CPU cores.
+# (docs/results-history.md). The five optimizers take about four minutes on two CPU cores.
 DEFAULT_COMPARE = TrainConfig(
     model="tiny", data="stdlib", steps=3865, batch_size=16, eval_interval=386, eval_batches=8
 )
@@ -156,8 +156,8 @@ def format_control_gaps(summaries: Sequence[OptimizerSummary], one_seed: bool | 
 
 # The seed-to-seed std of each optimizer's final validation loss at the default `compare`
 # point, at its default (tuned) settings: the std over the six seeds (0-5) that the regime
-# map's b16-4x ran its winner on (docs/results.md). A one-seed comparison at that point reads
-# its gaps against them.
+# map's b16-4x ran its winner on (docs/results-history.md). A one-seed comparison at that
+# point reads its gaps against them.
 MEASURED_SEED_STD: dict[str, float] = {
     "mars-adamw": 0.0021,
     "adamw": 0.0101,

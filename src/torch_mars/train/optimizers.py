@@ -97,7 +97,7 @@ _PAPER_LRS: dict[str, _PaperLRs] = {
     "gpt2-xl": _PaperLRs(2e-4, 2e-3, 1e-3, 6.67e-3, 1e-3, 1e-5),  # no Muon config: large's
 }
 
-# CPU-sized models: the winners of the tuned study at the `compare` budget (docs/results.md,
+# CPU-sized models: the winners of the tuned study at the `compare` budget (docs/results-history.md,
 # history: study_compare.py: lr on 1.5x grids, then betas, gamma and Muon's momentum), the
 # same on a 2-core CPU and on an H100 for the Adam and Lion pairs (the Newton-Schulz pair ran
 # on the H100). NAdam's (Dozat's schedule) and NAdamW's are their control sweeps' winners
@@ -112,7 +112,7 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     "nadamw": {"lr": 4.5e-3},
     "nadam": {"lr": 3e-3},
     "mars-lion": {"lr": 5e-4, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
-    # MARS-M's study (docs/results.md) ran on `tiny` at 4 x 20 tokens/parameter, not at the
+    # MARS-M's study (docs/results-history.md) ran on `tiny` at 4 x 20 tokens/parameter, not at the
     # compare budget: its winner there, with weight decay 0 on the matrices, which beat the
     # authors' 0.1 by 0.034 over three seeds.
     "mars-m": {
@@ -126,7 +126,7 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
 
 # Per CPU model, on top of those. `tiny`: the winners of `torch-mars tune` at the `compare`
 # budget (the regime map's b16-4x: every dimension of each optimizer's declared space tuned by
-# coordinate descent with peer starts, held out on seeds 3-5; docs/results.md). AdamW and
+# coordinate descent with peer starts, held out on seeds 3-5; docs/results-history.md). AdamW and
 # NAdamW route their 1-D tensors as the MARS rules do, as they were tuned. The other
 # optimizers were not tuned on `tiny`.
 _CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {

@@ -58,7 +58,7 @@ VISION_METRIC_COLUMNS: tuple[str, ...] = (
 
 # The paper's code sets batch 128, weight decay 5e-4 and a multistep decay. Learning rates,
 # betas and gamma of AdamW, NAdamW, MARS-AdamW, MARS-Shampoo and muon-nd are the winners of the
-# tuned vision study at VISION_COMPARE_BUDGET (docs/results.md, history: study_vision.py);
+# tuned vision study at VISION_COMPARE_BUDGET (docs/results-history.md, history: study_vision.py);
 # the others' rates are starting points. The MARS rules' 1-D AdamW path (batch-norm gains, biases)
 # takes the group's lr and weight decay unless lr_1d / weight_decay_1d are given (muon-nd:
 # lr_1d 1e-3).
