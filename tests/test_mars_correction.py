@@ -163,3 +163,21 @@ def test_a_wrapped_optimizer_of_named_parameters_steps_as_an_unnamed_one():
     saved, loaded = named_run.state_dict(), restored.state_dict()
     assert loaded["correction"].keys() == saved["correction"].keys()
     assert loaded["optimizer"]["state"].keys() == saved["optimizer"]["state"].keys()
+
+
+def test_a_tensor_gamma_is_taken_as_mars_takes_it():
+    """The one check of gamma (optim/settings.py) for MARS and the wrapper alike."""
+    initial, targets = problem()
+    as_float = [p.clone().requires_grad_() for p in initial]
+    as_tensor = [p.clone().requires_grad_() for p in initial]
+    first = MarsCorrection(torch.optim.AdamW(as_float, lr=1e-2, foreach=False), gamma=0.3)
+    second = MarsCorrection(
+        torch.optim.AdamW(as_tensor, lr=1e-2, foreach=False),
+        gamma=torch.tensor(0.3, dtype=torch.float64),
+    )
+    for a, b in zip(
+        run(first, as_float, targets, False), run(second, as_tensor, targets, False), strict=True
+    ):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="gamma must be"):
+        MarsCorrection(torch.optim.AdamW(as_float), gamma=torch.tensor(-1.0))

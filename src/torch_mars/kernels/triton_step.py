@@ -633,6 +633,7 @@ def _launch_groups(
     hp: AdamWHyperparams,
     scale: object,
     rules: list[int],
+    *,
     is_mars: bool,
     store_last_grad: bool,
     inv_grad_scale: Tensor | None,
@@ -702,11 +703,11 @@ def mars_elementwise_triton(
             hp,
             scale,
             rules,
-            True,
-            store_last_grad,
-            inv_grad_scale,
-            hp.skip_nonfinite,
-            hp.clip,
+            is_mars=True,
+            store_last_grad=store_last_grad,
+            inv_grad_scale=inv_grad_scale,
+            skip_nonfinite=hp.skip_nonfinite,
+            clip=hp.clip,
         )
         for i, gate in zip(flat, flat_gates or [None] * len(flat), strict=True):
             gates[i] = gate
@@ -726,6 +727,14 @@ def adamw_step_triton(
     flat, strided = _flat_and_strided(tensors)
     if flat:
         rules = [ELEMENTWISE_RULES.index("adam")] * len(flat)
-        _launch_groups(tensors.select(flat), hp, 0.0, rules, False, False, inv_grad_scale)
+        _launch_groups(
+            tensors.select(flat),
+            hp,
+            0.0,
+            rules,
+            is_mars=False,
+            store_last_grad=False,
+            inv_grad_scale=inv_grad_scale,
+        )
     if strided:
         adamw_step_compiled(tensors.select(strided), hp, inv_grad_scale)

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from torch_mars.optim.settings import DEFAULTS, SETTING_OF
 from torch_mars.optim.step_math import correction_scale, reduction_dtype
 
 
@@ -66,15 +67,14 @@ class MarsCorrection:
     def __init__(
         self,
         optimizer: Optimizer,
-        gamma: float = 0.025,
+        gamma: float | Tensor = DEFAULTS["gamma"],
         beta1: float | None = None,
         is_approx: bool = True,
         clip: bool = True,
     ) -> None:
         if not isinstance(optimizer, Optimizer):
             raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer)}")
-        if not (isinstance(gamma, int | float) and gamma >= 0):
-            raise ValueError(f"gamma must be a number >= 0, got {gamma!r}")
+        SETTING_OF["gamma"].check("gamma", gamma)  # MARS's own check: a tensor gamma too
         if beta1 is not None and not 0.0 <= beta1 < 1.0:
             raise ValueError(f"beta1 must be in [0, 1), got {beta1!r}")
         betas = [beta1 if beta1 is not None else _momentum_of(g) for g in optimizer.param_groups]

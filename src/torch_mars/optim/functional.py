@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -187,11 +187,13 @@ def mars_step(
     return gates
 
 
-# What an element-wise pass of the multi-tensor or fused paths returns: the tensors it stepped
-# (working copies where state is stored narrower), the (stored, working) pairs to write back,
-# the gates, and each tensor's first moment m_t, which the Newton-Schulz step of the matrices
-# orthogonalises.
-_PassResult = tuple[StepTensors, list[tuple[Tensor, Tensor]], list[Tensor] | None, list[Tensor]]
+class _PassResult(NamedTuple):
+    """What an element-wise pass of the multi-tensor or fused paths returns."""
+
+    stepped: StepTensors  # working copies where state is stored narrower
+    write_back: list[tuple[Tensor, Tensor]]  # (stored, working) pairs
+    gates: list[Tensor] | None
+    momenta: list[Tensor]  # each tensor's m_t, which Newton-Schulz orthogonalises
 
 
 def _two_buffer_pass(
@@ -206,9 +208,9 @@ def _two_buffer_pass(
     if backend == "foreach":
         working, pairs = _upcast_state(tensors)
         gates = mars_elementwise_foreach(working, hp, store_last_grad, whole)
-        return working, pairs, gates, working.exp_avgs
+        return _PassResult(working, pairs, gates, working.exp_avgs)
     gates = _fused_elementwise(backend)(tensors, hp, store_last_grad, inv_grad_scale)
-    return tensors, [], gates, tensors.exp_avgs
+    return _PassResult(tensors, [], gates, tensors.exp_avgs)
 
 
 def _one_buffer_pass(
@@ -226,14 +228,14 @@ def _one_buffer_pass(
     if backend == "foreach":
         working, pairs = _upcast_state(tensors)
         momenta, gates = one_buffer_momenta_foreach(working, hp, whole)
-        return working, pairs, gates, momenta
+        return _PassResult(working, pairs, gates, momenta)
     momenta = [
         torch.empty_like(m) if is_shampoo_matrix(hp.mars_type, p.ndim) else None
         for p, m in zip(tensors.params, tensors.exp_avgs, strict=True)
     ]
     with_momenta = dataclasses.replace(tensors, last_grads=momenta)
     gates = _fused_elementwise(backend)(with_momenta, hp, store_last_grad, inv_grad_scale)
-    return with_momenta, [], gates, momenta  # type: ignore[return-value]
+    return _PassResult(with_momenta, [], gates, momenta)  # type: ignore[arg-type]
 
 
 def _fused_elementwise(backend: str) -> Callable[..., list[Tensor] | None]:

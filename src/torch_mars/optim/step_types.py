@@ -211,18 +211,6 @@ class StepTensors:
             last_grads=pick(self.last_grads),
         )
 
-    def with_grads(self, grads: list[Tensor]) -> StepTensors:
-        """The same tensors with ``grads`` replaced (a negated copy when maximising)."""
-        return StepTensors(
-            self.params,
-            grads,
-            self.exp_avgs,
-            self.exp_avg_sqs,
-            self.max_exp_avg_sqs,
-            self.steps,
-            self.last_grads,
-        )
-
 
 @dataclass(frozen=True)
 class UpdateCoefficients:
