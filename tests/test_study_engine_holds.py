@@ -50,7 +50,6 @@ def cli(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = N
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=600,  # a safety net for a hang, far beyond any run here; nothing waits on it
     )
 
 
