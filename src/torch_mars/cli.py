@@ -538,6 +538,18 @@ def _study_name(text: str) -> str:
 
 
 def _tune_flags(parser: argparse.ArgumentParser) -> None:
+    _tune_study_flags(parser)
+    _add_text_flags(parser, DEFAULT_COMPARE, quiet_flag=False, diagnostics_flag=False)
+
+
+def _tune_study_dests() -> set[str]:
+    """The destinations of ``tune``'s own flags (not the harness's training flags)."""
+    parser = argparse.ArgumentParser()
+    _tune_study_flags(parser)
+    return set(vars(parser.parse_args([])))
+
+
+def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("study")
     group.add_argument(
         "--optimizers",
@@ -608,6 +620,13 @@ def _tune_flags(parser: argparse.ArgumentParser) -> None:
         help="start the study afresh if it was tuned with other settings",
     )
     group.add_argument(
+        "--objective",
+        metavar="MODULE:FUNCTION",
+        help="tune on your own training function, train(make_optimizer, seed, data_seed, "
+        "report) -> float, imported from the current folder or an installed package "
+        "(docs/tuning-your-model.md); --model names the recipe the searches start from",
+    )
+    group.add_argument(
         "--worker",
         action="store_true",
         help="join the existing study --name in --storage, with its settings (model, budget, "
@@ -621,11 +640,24 @@ def _tune_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--report", action="store_true", help="write the report of the study as it stands, and stop"
     )
-    _add_text_flags(parser, DEFAULT_COMPARE, quiet_flag=False, diagnostics_flag=False)
 
 
 # What --worker takes from its study, never from the command line.
 _TUNE_WORKER_OWN = {"worker", "storage", "name", "out_dir", "jobs", "max_trials", "report"}
+# The harness flags an --objective study reads: the recipe its searches start from, the
+# selection's data order and the device; the function trains the rest its own way.
+_OBJECTIVE_READS = {"model", "data_seed", "device"}
+
+
+def _given_flags(args: argparse.Namespace, keep: set[str]) -> list[str]:
+    """The tune flags given other values than their defaults, but for ``keep``."""
+    defaults = argparse.ArgumentParser()
+    _tune_flags(defaults)
+    return [
+        "--" + dest.replace("_", "-")
+        for dest, value in vars(defaults.parse_args([])).items()
+        if dest not in keep and getattr(args, dest) != value
+    ]
 
 
 @dataclass(frozen=True)
@@ -651,18 +683,24 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
         raise ValueError(f"--out-dir/--name: {folder} is a file, not a folder")
     plan = None
     if args.worker:
-        defaults = argparse.ArgumentParser()
-        _tune_flags(defaults)
-        given = [
-            "--" + dest.replace("_", "-")
-            for dest, value in vars(defaults.parse_args([])).items()
-            if dest not in _TUNE_WORKER_OWN and getattr(args, dest) != value
-        ]
+        given = _given_flags(args, _TUNE_WORKER_OWN)
         if given:
             raise ValueError(f"--worker takes its settings from the study; drop {', '.join(given)}")
     else:
+        if args.objective is not None:
+            from torch_mars.train.study.objective import ObjectiveConfig, import_objective
+
+            given = _given_flags(args, _tune_study_dests() | _OBJECTIVE_READS)
+            if given:
+                raise ValueError(
+                    f"--objective trains your function its own way; drop {', '.join(given)}"
+                )
+            import_objective(args.objective)  # a bad path or signature: one line, no study
+            base: Any = ObjectiveConfig(args.objective, model=args.model, device=args.device)
+        else:
+            base = dataclasses.replace(_text_config(args, DEFAULT_COMPARE), quiet=True, data_seed=0)
         plan = TunePlan(
-            base=dataclasses.replace(_text_config(args, DEFAULT_COMPARE), quiet=True, data_seed=0),
+            base=base,
             optimizers=tuple(args.optimizers),
             selection=Selection(
                 seeds=tuple(args.seeds),
@@ -709,10 +747,16 @@ def _tune(request: TuneRequest) -> int:
         plan = plan_of_identity(identity, plan.study_dir, plan.storage, plan.study_name)
     if not request.report_only:
         budget = plan.base
+        what = (
+            budget.objective
+            if task_of(budget).name == "objective"
+            else f"{budget.model}, {budget.steps} steps of "
+            f"{budget.batch_size * budget.grad_accum} sequences"
+        )
         print(
-            f"tune {', '.join(plan.optimizers)} on {budget.model}, {budget.steps} steps of "
-            f"{budget.batch_size * budget.grad_accum} sequences; selection seeds "
-            f"{list(plan.selection.seeds)}, held out {list(plan.selection.heldout)}; study "
+            f"tune {', '.join(plan.optimizers)} on {what}; {plan.trials} trials each; selection "
+            f"seeds {list(plan.selection.seeds)}, held out {list(plan.selection.heldout)} x "
+            f"data orders {list(plan.selection.heldout_data_seeds)}; study "
             f"{plan.study_name!r} in {describe(spec.url)}; {plan.jobs} worker(s)",
             flush=True,
         )

@@ -98,7 +98,8 @@ def load_sharded_checkpoint(
     """Load ``model`` and ``optimizer`` (as saved) in place from a DCP checkpoint written with
     any number of ranks; every rank must call it. A ``.metadata`` that names anything but DCP's
     metadata classes is a ``pickle.UnpicklingError``, and nothing in it runs."""
-    optimizers = [optimizer] if isinstance(optimizer, torch.optim.Optimizer) else list(optimizer)
+    # a combined optimizer (Muon + AdamW) is an Optimizer that iterates over the ones it holds
+    optimizers = list(optimizer) if hasattr(type(optimizer), "__iter__") else [optimizer]
     for each in optimizers:
         init_state = getattr(each, "init_state", None)
         if init_state is not None:

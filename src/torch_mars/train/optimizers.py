@@ -266,30 +266,44 @@ def default_hyperparams(name: str, model: str) -> dict[str, Any]:
     return {**paper[name], "min_lr": lrs.min_lr}
 
 
-class CombinedOptimizer:
+class CombinedOptimizer(Optimizer):
     """Several optimizers over disjoint parameters, stepped together (Muon + AdamW). Exposes the
-    union of their ``param_groups`` so a schedule can set every lr, and iterates over the
-    optimizers (as ``torch.distributed.checkpoint.state_dict`` takes several)."""
+    union of their ``param_groups`` and ``state`` so a schedule can set every lr, and iterates
+    over the optimizers (as ``torch.distributed.checkpoint.state_dict`` takes several). It is a
+    ``torch.optim.Optimizer``, so that Hugging Face's Trainer and Lightning take it, but holds
+    no parameters or state of its own: ``Optimizer.__init__`` is not called."""
 
     def __init__(self, *optimizers: Optimizer) -> None:
         self.optimizers = optimizers
+        self.defaults: dict[str, Any] = {}
 
     def __iter__(self) -> Iterator[Optimizer]:
         return iter(self.optimizers)
 
+    def __repr__(self) -> str:
+        return f"CombinedOptimizer({', '.join(type(o).__name__ for o in self.optimizers)})"
+
     @property
-    def param_groups(self) -> list[dict[str, Any]]:
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
         return [group for optimizer in self.optimizers for group in optimizer.param_groups]
+
+    @property
+    def state(self) -> dict[Any, Any]:  # type: ignore[override]
+        return {p: s for optimizer in self.optimizers for p, s in optimizer.state.items()}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=set_to_none)
 
-    def step(self, closure: Callable[[], Tensor] | None = None) -> None:
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:  # type: ignore[override]
+        """Evaluate ``closure`` once (with gradients), then step every optimizer."""
+        loss = None
         if closure is not None:
-            raise ValueError("CombinedOptimizer.step takes no closure")
+            with torch.enable_grad():
+                loss = closure()
         for optimizer in self.optimizers:
             optimizer.step()
+        return loss
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizers": [optimizer.state_dict() for optimizer in self.optimizers]}

@@ -30,6 +30,7 @@ CURVE_COLUMNS: dict[str, tuple[str, ...]] = {
         "test_loss",
         "test_accuracy",
     ),
+    "objective": ("step", "value"),
 }
 
 

@@ -55,7 +55,13 @@ class MetricSpec:
 TASK_METRICS: dict[str, MetricSpec] = {
     "text": MetricSpec("val_loss", "val loss", lower_is_better=True),
     "vision": MetricSpec("test_accuracy", "test accuracy", lower_is_better=False, percent=True),
+    "objective": MetricSpec("value", "value", lower_is_better=True),
 }
+
+
+class RunFailed(Exception):
+    """A run that ended in an error its study records as the run's outcome (a user's training
+    function that raised): its trial is failed with the message, and not trained again."""
 
 
 @dataclass

@@ -350,5 +350,9 @@ def _resume(loop: RunLoop) -> tuple[int, dict[str, Any]]:
 
 def train_run(config: TaskConfig, data: Any = None) -> RunResult:
     """Run one configuration of any task in the run shell (``data``: its task's loaded data,
-    to share between runs; by default the task loads it, once per process)."""
-    return run_loop(task_of(config).loop(config, data))
+    to share between runs; by default the task loads it, once per process); a task that runs
+    itself runs so."""
+    task = task_of(config)
+    if task.run is not None:
+        return task.run(config, data)
+    return run_loop(task.loop(config, data))

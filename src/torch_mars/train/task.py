@@ -48,7 +48,11 @@ class Task:
         setting: ``(line, title)`` saying what a comparison of this config trains.
         loop: the per-run loop body of a config, on loaded data (None: it reads the
             config's data once its settings are checked), which
-            :func:`~torch_mars.train.run_shell.run_loop` runs.
+            :func:`~torch_mars.train.run_shell.run_loop` runs; None for a task that runs
+            itself.
+        run: a task that runs itself (a user's training function,
+            :mod:`~torch_mars.train.study.objective`): the run's result from the config and
+            the loaded data; None for a loop in the run shell.
     """
 
     name: str
@@ -61,7 +65,8 @@ class Task:
     data_fingerprint: Callable[[Any], str]
     check_hyperparams: Callable[[Any], None]
     setting: Callable[[Any, Any], tuple[str, str]]
-    loop: Callable[[Any, Any], Any]
+    loop: Callable[[Any, Any], Any] | None
+    run: Callable[[Any, Any], Any] | None = None
 
 
 _TASKS: dict[str, Task] = {}

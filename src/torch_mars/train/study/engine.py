@@ -58,7 +58,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import TrialState
 
 from torch_mars.train.run_archive import CURVE_COLUMNS
-from torch_mars.train.run_record import TASK_METRICS, RunFolderBusy, run_folder_lock
+from torch_mars.train.run_record import TASK_METRICS, RunFailed, RunFolderBusy, run_folder_lock
 from torch_mars.train.run_shell import RUN_CONTROL_FIELDS, diverged_result, train_run
 from torch_mars.train.runtime import describe_device, pause_if_asked, resolve_device
 from torch_mars.train.study.store import (
@@ -181,6 +181,8 @@ class StudySpec:
 
 def budget_of(identity: dict[str, Any]) -> TaskConfig:
     """The base config a stored identity describes (what a joining worker trains)."""
+    import torch_mars.train.study.objective  # noqa: F401  (registers the objective task)
+
     return task_named(identity["task"]).config_of_budget({**identity["budget"], "quiet": True})
 
 
@@ -306,7 +308,8 @@ def finished_results(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, 
     results: dict[RunId, float] = {}
     for trial in trials:
         run = _run_of(trial)
-        if run is not None and trial.state == TrialState.COMPLETE:
+        failed_itself = trial.state == TrialState.FAIL and "error" in trial.user_attrs
+        if run is not None and (trial.state == TrialState.COMPLETE or failed_itself):
             final = trial.user_attrs.get("final")
             results[run] = math.nan if final is None else final
     return results
@@ -477,6 +480,9 @@ def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
         except FloatingPointError as error:
             print(f"diverged: {error}")
             result = diverged_result(config)
+        except RunFailed as error:
+            print(f"failed: {error}")
+            return {"final": None, "error": str(error)}
     summary = {
         k: v if not isinstance(v, float) or math.isfinite(v) else None
         for k, v in result.as_dict().items()
@@ -546,11 +552,16 @@ def work(
                 claimed.trial.set_user_attr(name, value)
             value = record["final"] if record["final"] is not None else worse
             with claim_lock(spec.url, study, spec.study_name):
-                study.tell(claimed.trial, value)
+                if "error" in record:  # failed with its message; a failed run is not retried
+                    study.tell(claimed.trial, state=TrialState.FAIL)
+                else:
+                    study.tell(claimed.trial, value)
                 shutil.rmtree(claimed.work_dir)
         trained += 1
         if progress is not None:
-            final = "diverged" if record["final"] is None else f"{record['final']:.4f}"
+            final = record.get("error") or (
+                "diverged" if record["final"] is None else f"{record['final']:.4f}"
+            )
             optimizer, key, seed, data_seed = claimed.run
             label = spec.search_of(optimizer).label(key)
             progress(f"{optimizer} {label} seed {seed} data {data_seed}: {final}")

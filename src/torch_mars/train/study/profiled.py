@@ -165,8 +165,8 @@ class ProfiledSearch:
             score = self._score(results, p)
             state.trials.append((p, score))
             known[point_key(p)] = score
-            if badness(score) < self._best_score(state):
-                state.point = p
+            if not state.point or badness(score) < self._best_score(state):
+                state.point = p  # the first trial, then any better one
         scored = [(p, known[point_key(p)]) for p in points if point_key(p) in known]
         if len(taken) < len(fresh):
             raise _Spent

@@ -165,8 +165,8 @@ def plan_of_identity(
             f"study {study_name!r} is not a tune study of this version ({search.get('kind')})"
         )
     base = budget_of(identity)
-    if task_of(base).name != "text":
-        raise ValueError(f"study {study_name!r} is not a text study")
+    if task_of(base).name not in ("text", "objective"):
+        raise ValueError(f"study {study_name!r} is neither a text nor an objective study")
     selection = search["selection"]
     return TunePlan(
         base=base,

@@ -1,0 +1,310 @@
+"""A user's training function as a task, so that ``tune`` runs the same protocol on it as on the
+harness's own models: :func:`tune` from Python, ``torch-mars tune --objective MODULE:FUNCTION``
+from the command line.
+
+The function's contract::
+
+    def train(make_optimizer, seed: int, data_seed: int, report) -> float:
+        model = build_model(seed)                # the initialisation: ``seed``
+        optimizer = make_optimizer(model)        # the trial's optimizer, 1-D routing included
+        for step, batch in enumerate(loader(data_seed)):   # the data order: ``data_seed``
+            ...
+            report(step, val_loss)               # optional: the curve of the report
+        return final_val_loss                    # lower is better
+
+A run's value is what the function returns. NaN or infinity is a diverged run (it scores
+worst); an exception, or a value that is no number, fails the run's trial with its message,
+and the study goes on (the run scores worst and is not retried). The function is known by its
+import path and its source: a study of a changed function is another study.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from torch import nn
+
+from torch_mars.train.optimizers import build_optimizer, default_hyperparams
+from torch_mars.train.run_record import TASK_METRICS, RunFailed, RunResult
+from torch_mars.train.task import Task, register_task
+
+CONTRACT = "train(make_optimizer, seed, data_seed, report) -> float"
+_PARAMETERS = ("make_optimizer", "seed", "data_seed", "report")
+# Functions handed to :func:`tune` in this process, by import path: one defined in a script or
+# a notebook trains here even where its module cannot be imported again.
+_GIVEN: dict[str, Callable[..., Any]] = {}
+
+
+class ObjectiveFailed(RunFailed):
+    """The training function raised, or returned something that is no number."""
+
+
+@dataclass
+class ObjectiveConfig:
+    """One run of a user's training function.
+
+    Attributes:
+        objective: the function's import path, ``package.module:function``.
+        optimizer: the optimizer ``make_optimizer`` builds.
+        seed: the initialisation the function is given.
+        data_seed: the data order the function is given.
+        hyperparams: the optimizer's settings (the trial's point).
+        model: the GPT config whose defaults start each optimizer's search (the harness's
+            tuned recipes: ``tiny``, ``mini``, ``gpt2-small``).
+        device: where ``make_optimizer``'s optimizer is described as running (the function
+            places its own model).
+        run_dir: where the run's reported curve is written.
+    """
+
+    objective: str
+    optimizer: str = "adamw"
+    seed: int = 0
+    data_seed: int = 0
+    hyperparams: dict[str, Any] = field(default_factory=dict)
+    model: str = "tiny"
+    device: str = "cpu"
+    run_dir: Path = Path("runs/objective")
+    quiet: bool = True
+    resume: bool = False
+    overwrite: bool = False
+    stop_after: int | None = None
+    checkpoint_interval: int = 0
+    task_name: ClassVar[str] = "objective"
+
+    def __post_init__(self) -> None:
+        module, colon, name = self.objective.partition(":")
+        if not (module and colon and name):
+            raise ValueError(f"--objective must be MODULE:FUNCTION, got {self.objective!r}")
+        self.run_dir = Path(self.run_dir)
+
+    @property
+    def data(self) -> str:
+        """What the engine keys the loaded function by."""
+        return self.objective
+
+    def resolved_hyperparams(self) -> dict[str, Any]:
+        return {**default_hyperparams(self.optimizer, self.model), **self.hyperparams}
+
+
+def import_objective(path: str) -> Callable[..., Any]:
+    """The function at ``path`` (``module:function``; the current folder is searched too),
+    checked against the contract: a ``ValueError`` in one line otherwise."""
+    if path in _GIVEN:
+        return _GIVEN[path]
+    module_name, colon, name = path.partition(":")
+    if not (module_name and colon and name):
+        raise ValueError(f"--objective must be MODULE:FUNCTION, got {path!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # an import error, or any error the module raises on import
+        raise ValueError(
+            f"--objective {path}: module {module_name!r} does not import "
+            f"({type(error).__name__}: {error})"
+        ) from None
+    function = module
+    for part in name.split("."):
+        function = getattr(function, part, None)
+        if function is None:
+            raise ValueError(f"--objective {path}: {module_name} has no {name!r}")
+    check_contract(function, path)
+    return function
+
+
+def check_contract(function: Any, path: str) -> None:
+    """A ``ValueError`` unless ``function`` takes the contract's four arguments."""
+    if not callable(function):
+        raise ValueError(f"--objective {path}: not a function")
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return  # a builtin or a C function: it is called as the contract says
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in parameters if p.default is p.empty and p.kind != p.VAR_POSITIONAL]
+    takes_four = len(positional) >= 4 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
+    if not takes_four or len(required) > 4:
+        raise ValueError(
+            f"--objective {path}: takes ({', '.join(p.name for p in parameters)}); "
+            f"the contract is {CONTRACT}"
+        )
+
+
+def fingerprint(function: Callable[..., Any]) -> str:
+    """The function by content: its module, name and source."""
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        source = ""
+    text = f"{function.__module__}:{function.__qualname__}\n{source}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def run_objective(config: ObjectiveConfig, function: Callable[..., Any] | None) -> RunResult:
+    """Call the training function once as the config says; its value is the run's final metric
+    (a ``FloatingPointError`` for NaN or infinity, :class:`ObjectiveFailed` for an exception or
+    a value that is no number)."""
+    function = function if function is not None else import_objective(config.objective)
+    hyperparams = config.resolved_hyperparams()
+    hyperparams.pop("min_lr", None)  # the function runs its own schedule
+
+    def make_optimizer(model: nn.Module) -> Any:
+        return build_optimizer(config.optimizer, model, hyperparams).optimizer
+
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    curve = (config.run_dir / "metrics.jsonl").open("w")
+
+    def report(step: int, value: float) -> None:
+        curve.write(json.dumps({"step": int(step), "value": float(value)}) + "\n")
+
+    started = time.perf_counter()
+    try:
+        value = function(make_optimizer, config.seed, config.data_seed, report)
+    except Exception as error:
+        raise ObjectiveFailed(f"{type(error).__name__}: {error}") from error
+    finally:
+        curve.close()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ObjectiveFailed(f"returned {type(value).__name__} {value!r}, not a number")
+    if not math.isfinite(value):
+        raise FloatingPointError(f"returned {value}")
+    return RunResult(
+        task="objective",
+        optimizer=config.optimizer,
+        seed=config.seed,
+        metric="value",
+        final=float(value),
+        best=float(value),
+        final_train_loss=math.nan,
+        budget=1,
+        budget_unit="runs",
+        train_time_s=time.perf_counter() - started,
+        steps=0,
+        run_dir=config.run_dir,
+    )
+
+
+def _check_hyperparams(config: ObjectiveConfig) -> None:
+    build_optimizer(config.optimizer, nn.Linear(2, 2), config.resolved_hyperparams())
+
+
+OBJECTIVE_TASK = register_task(
+    Task(
+        name="objective",
+        description="a user's training function; the value it returns (lower is better)",
+        metric=TASK_METRICS["objective"],
+        budget_unit="runs",
+        command_suffix="",
+        config_of_budget=lambda budget: ObjectiveConfig(**budget),
+        load_data=lambda config: import_objective(config.objective),
+        data_fingerprint=fingerprint,
+        check_hyperparams=_check_hyperparams,
+        setting=lambda config, _: (f"{config.objective}", config.objective),
+        loop=None,
+        run=run_objective,
+    )
+)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`tune` ends with: the report's table (markdown), each optimizer's winner as
+    keyword arguments for :func:`~torch_mars.train.optimizers.build_optimizer` (paste them into
+    your code), the verdicts, and the files written."""
+
+    table: str
+    winners: dict[str, dict[str, Any]]
+    verdicts: list[dict[str, Any]]
+    paths: list[Path]
+
+    def __str__(self) -> str:
+        return self.table
+
+
+def tune(
+    train: Callable[..., Any],
+    optimizers: Sequence[str] = ("adamw", "nadamw", "mars-adamw"),
+    trials: int = 30,
+    storage: str | None = None,
+    *,
+    seeds: Sequence[int] = (0, 1, 2),
+    heldout_seeds: Sequence[int] = (3, 4, 5),
+    data_seed: int = 0,
+    heldout_data_seeds: Sequence[int] = (1, 2),
+    out_dir: str | Path = "runs",
+    name: str | None = None,
+    defaults: str = "tiny",
+    jobs: int = 1,
+) -> TuneResult:
+    """Tune ``optimizers`` on the training function ``train`` by the protocol of
+    ``torch-mars tune``: the declared space per optimizer, ``trials`` trials each, selection on
+    ``seeds`` (data order ``data_seed``), each winner read on ``heldout_seeds`` x
+    ``heldout_data_seeds``, paired intervals, tuning curves, and the report files in
+    ``out_dir/name`` (``name``: the function's name). A killed study resumes (call it again).
+    ``defaults`` names the GPT config whose tuned recipes start the searches; ``jobs`` > 1
+    needs ``train`` importable from its module."""
+    from torch_mars.train.study.engine import open_study, run_workers
+    from torch_mars.train.study.selection import Selection
+    from torch_mars.train.study.space import hyperparams_of
+    from torch_mars.train.study.tune import TunePlan, report_json, write_tune_report
+
+    path = f"{train.__module__}:{train.__qualname__}"
+    check_contract(train, path)
+    _GIVEN[path] = train
+    base = ObjectiveConfig(objective=path, model=defaults)
+    folder = Path(out_dir) / (name or train.__name__)
+    plan = TunePlan(
+        base=base,  # type: ignore[arg-type]
+        optimizers=tuple(optimizers),
+        selection=Selection(
+            seeds=tuple(seeds),
+            heldout=tuple(heldout_seeds),
+            data_seed=data_seed,
+            heldout_data_seeds=tuple(heldout_data_seeds),
+        ),
+        study_dir=folder,
+        trials=trials,
+        storage=storage,
+        study_name=name or train.__name__,
+        jobs=jobs,
+    )
+    spec = plan.spec()
+    study = open_study(spec)
+    run_workers(spec)
+    paths = write_tune_report(plan, study)
+    from torch_mars.train.study.tune import outcomes
+
+    found = outcomes(plan, study.get_trials(deepcopy=False))
+    report = report_json(plan, found)
+    winners = {
+        o.optimizer: hyperparams_of(o.optimizer, o.winner, defaults) for o in found if o.winner
+    }
+    return TuneResult(
+        table=(folder / "summary.md").read_text(),
+        winners=winners,
+        verdicts=report["verdicts"],
+        paths=paths,
+    )
+
+
+__all__ = [
+    "CONTRACT",
+    "OBJECTIVE_TASK",
+    "ObjectiveConfig",
+    "ObjectiveFailed",
+    "TuneResult",
+    "import_objective",
+    "run_objective",
+    "tune",
+]

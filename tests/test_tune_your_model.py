@@ -1,0 +1,162 @@
+"""``tune`` on a user's own training function (docs/tuning-your-model.md): from Python and from
+the command line, with equal trials, held-out runs on new seeds and data orders, a killed study
+resumed without a rerun, one line for each bad input, and the three examples (a plain loop,
+Hugging Face's Trainer, Lightning) run for real on toy models."""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+import torch_mars
+from harness_helpers import dying_env
+from torch_mars.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SMALL = dict(trials=2, seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,))
+
+
+def example(name: str):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tune_on_a_plain_loop_gives_equal_trials_and_reads_winners_on_new_data(tmp_path):
+    result = torch_mars.tune(
+        example("plain_loop").train, optimizers=["adamw", "mars-adamw"], out_dir=tmp_path, **SMALL
+    )
+    report = json.loads((tmp_path / "train" / "tune.json").read_text())
+    assert [o["trials"] for o in report["optimizers"]] == [2, 2]
+    assert all(o["heldout_pairs"] == [[1, 1], [2, 1]] for o in report["optimizers"])
+    assert all(None not in o["heldout_finals"] for o in report["optimizers"])
+    (verdict,) = result.verdicts
+    assert verdict["rule"] == "mars-adamw" and verdict["control"] == "adamw"
+    assert set(result.winners) == {"adamw", "mars-adamw"}
+    assert "gamma" in result.winners["mars-adamw"]
+    assert tmp_path / "train" / "summary.md" in result.paths
+    assert "| mars-adamw |" in result.table or "| adamw |" in result.table
+
+
+@pytest.mark.parametrize("name", ["hf_trainer", "lightning_module"])
+def test_the_examples_where_users_already_train_run(tmp_path, name):
+    pytest.importorskip("transformers" if name == "hf_trainer" else "lightning")
+    result = torch_mars.tune(
+        example(name).train, optimizers=["adamw", "mars-adamw"], out_dir=tmp_path, **SMALL
+    )
+    report = json.loads((tmp_path / "train" / "tune.json").read_text())
+    assert [o["trials"] for o in report["optimizers"]] == [2, 2]
+    assert all(v is not None for o in report["optimizers"] for v in o["heldout_finals"])
+    assert result.verdicts
+
+
+OBJECTIVE = ["--optimizers", "adamw", "nadamw", "--trials", "2", "--seeds", "0"]
+OBJECTIVE += ["--heldout-seeds", "1", "--heldout-data-seeds", "1", "--name", "s"]
+
+
+def test_the_command_line_tunes_a_function_and_a_killed_study_resumes_without_a_rerun(tmp_path):
+    args = [sys.executable, "-m", "torch_mars.cli", "tune", "--objective", "plain_loop:train"]
+    args += [*OBJECTIVE, "--out-dir", str(tmp_path)]
+    env = dying_env(tmp_path / "site", "optuna.storages:RDBStorage._create_new_trial", 4)
+    killed = subprocess.run(args, cwd=EXAMPLES, env=env, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    done = subprocess.run(
+        args, cwd=EXAMPLES, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    trials = optuna.load_study(
+        study_name="s", storage=f"sqlite:///{tmp_path / 's' / 'study.db'}"
+    ).get_trials()
+    finished = [t for t in trials if t.state.name == "COMPLETE"]
+    runs = collections.Counter(
+        tuple(t.user_attrs[k] for k in ("optimizer", "point", "seed", "data_seed"))
+        for t in finished
+    )
+    assert len(runs) == 6 and max(runs.values()) == 1
+    assert len(finished) == 6  # the three before the kill were not trained again
+
+
+FUNCTIONS = """
+import math
+
+
+def raises(make_optimizer, seed, data_seed, report):
+    if seed == 0:
+        raise RuntimeError("out of memory, say")
+    return 1.0 + seed
+
+
+def not_a_number(make_optimizer, seed, data_seed, report):
+    return "low" if seed == 0 else 1.0
+
+
+def diverges(make_optimizer, seed, data_seed, report):
+    return math.nan if seed == 0 else 1.0
+
+
+def wrong_signature(model, seed):
+    return 1.0
+"""
+
+
+@pytest.fixture
+def functions(tmp_path, monkeypatch):
+    (tmp_path / "user_functions.py").write_text(FUNCTIONS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def objective(name: str, out: Path) -> list[str]:
+    return ["tune", "--objective", f"user_functions:{name}", *OBJECTIVE, "--out-dir", str(out)]
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("no_such_module:train", "does not import"),
+        ("user_functions:absent", "has no 'absent'"),
+        ("user_functions:wrong_signature", "the contract is train(make_optimizer"),
+        ("user_functions", "must be MODULE:FUNCTION"),
+    ],
+)
+def test_a_bad_objective_is_one_line_and_makes_no_study(functions, capsys, path, says):
+    args = objective("x", functions / "out")
+    args[args.index("user_functions:x")] = path
+    assert main(args) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and says in error and "Traceback" not in error
+    assert not (functions / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "state", "error"),
+    [
+        ("raises", "FAIL", "RuntimeError: out of memory, say"),
+        ("not_a_number", "FAIL", "returned str 'low', not a number"),
+        ("diverges", "COMPLETE", None),
+    ],
+)
+def test_a_failing_function_fails_its_trial_with_its_message_and_the_study_goes_on(
+    functions, name, state, error
+):
+    assert main(objective(name, functions / "out")) == 0
+    trials = optuna.load_study(
+        study_name="s", storage=f"sqlite:///{functions / 'out' / 's' / 'study.db'}"
+    ).get_trials()
+    on_seed_0 = [t for t in trials if t.user_attrs["seed"] == 0]
+    assert on_seed_0 and {t.state.name for t in on_seed_0} == {state}
+    assert all(t.user_attrs.get("error") == error for t in on_seed_0)
+    held_out = [t for t in trials if t.user_attrs["seed"] == 1]
+    assert {t.state.name for t in held_out} == {"COMPLETE"}  # the study went on to them
