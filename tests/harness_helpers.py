@@ -42,6 +42,17 @@ def write_synthetic_text(path: Path) -> Path:
     return path
 
 
+def toy_tune_plan(study_dir: Path, corpus_file: Path, optimizers: tuple[str, ...], **changes):
+    """A ``tune`` plan of four steps of the tiny GPT on ``corpus_file``: one selection seed and
+    one held-out run (seed 1, data order 1) per optimizer."""
+    from torch_mars.train.study.selection import Selection
+    from torch_mars.train.study.tune import TunePlan
+
+    base = tiny_config(study_dir / "unused", data=str(corpus_file), steps=4, eval_interval=2)
+    selection = Selection((0,), (1,), heldout_data_seeds=(1,))
+    return TunePlan(base, optimizers, selection, study_dir, **changes)
+
+
 def tiny_config(run_dir: Path, **changes) -> TrainConfig:
     """Eight steps of the tiny GPT, evaluated every four, quiet."""
     base = TrainConfig(

@@ -19,13 +19,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from harness_helpers import dying_env, write_synthetic_text
+from harness_helpers import dying_env, toy_tune_plan, write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train.study.engine import OWNER_ATTR, claim, open_study
-from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.store import open_storage, storage_url
 from torch_mars.train.study.tune import TunePlan
-from torch_mars.train.trainer import TrainConfig
 
 TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
 TOY += ["--eval-interval", "2", "--eval-batches", "2", "--optimizers", "adamw", "nadamw"]
@@ -106,19 +104,9 @@ def test_tune_with_jobs_returns_and_reports_when_a_worker_was_killed(tmp_path, c
     assert_every_run_once_under_its_own_label(trials_of(storage_url(None, tmp_path / "s")))
 
 
-def toy_plan(tmp_path: Path, corpus_file: Path, steps: int = 4) -> TunePlan:
-    base = TrainConfig(
-        model="tiny",
-        data=str(corpus_file),
-        steps=steps,
-        batch_size=4,
-        block_size=16,
-        eval_interval=2,
-        eval_batches=2,
-        quiet=True,
-    )
-    selection = Selection((0,), (1,), heldout_data_seeds=(1,))
-    return TunePlan(base, ("adamw", "nadamw"), selection, tmp_path / "s", trials=2, study_name="s")
+def toy_plan(tmp_path: Path, corpus_file: Path) -> TunePlan:
+    optimizers = ("adamw", "nadamw")
+    return toy_tune_plan(tmp_path / "s", corpus_file, optimizers, trials=2, study_name="s")
 
 
 def test_a_worker_from_another_directory_leaves_a_live_trial_alone(tmp_path, corpus_file):

@@ -15,7 +15,7 @@ import optuna
 import pytest
 import torch
 
-from harness_helpers import kill_when_paused, write_synthetic_text
+from harness_helpers import kill_when_paused, toy_tune_plan, write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train.runtime import describe_device
 from torch_mars.train.study import tune
@@ -25,10 +25,8 @@ from torch_mars.train.study.engine import (
     open_study,
     work,
 )
-from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.store import open_storage
 from torch_mars.train.study.tune import TunePlan
-from torch_mars.train.trainer import TrainConfig
 
 TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
 TOY += ["--eval-interval", "2", "--eval-batches", "2", "--optimizers", "adamw"]
@@ -41,19 +39,7 @@ def corpus_file(tmp_path):
 
 
 def toy_plan(tmp_path: Path, corpus_file: Path, **changes) -> TunePlan:
-    base = TrainConfig(
-        model="tiny",
-        data=str(corpus_file),
-        steps=4,
-        batch_size=4,
-        block_size=16,
-        eval_interval=2,
-        eval_batches=2,
-        quiet=True,
-    )
-    selection = Selection((0,), (1,), heldout_data_seeds=(1,))
-    plan = TunePlan(base, ("adamw",), selection, tmp_path / "toy", trials=3)
-    return dataclasses.replace(plan, **changes)
+    return toy_tune_plan(tmp_path / "toy", corpus_file, ("adamw",), **{"trials": 3, **changes})
 
 
 def trials_of(plan: TunePlan) -> list[optuna.trial.FrozenTrial]:
