@@ -42,6 +42,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--heldout-data-seeds": ["3"],
     "--trials": ["5"],
     "--order-seed": ["1"],
+    "--objective": ["examples.plain_loop:train"],
     "--max-rounds": ["1"],
     "--no-peer-starts": [],
     "--storage": ["journal:study.log"],

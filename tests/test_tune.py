@@ -39,7 +39,8 @@ def corpus_file(tmp_path):
 
 
 def toy_plan(tmp_path: Path, corpus_file: Path, **changes) -> TunePlan:
-    return toy_tune_plan(tmp_path / "toy", corpus_file, ("adamw",), **{"trials": 3, **changes})
+    plan = toy_tune_plan(tmp_path / "toy", corpus_file, ("adamw",), trials=3)
+    return dataclasses.replace(plan, **changes)
 
 
 def trials_of(plan: TunePlan) -> list[optuna.trial.FrozenTrial]:

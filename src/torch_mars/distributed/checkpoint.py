@@ -77,6 +77,14 @@ class _CheckedReader(dcp.FileSystemReader):
         return metadata
 
 
+def _optimizers_of(
+    optimizer: torch.optim.Optimizer | Iterable[torch.optim.Optimizer],
+) -> list[torch.optim.Optimizer]:
+    """The optimizers DCP saves: a combined optimizer (Muon + AdamW) is an ``Optimizer`` that
+    iterates over the ones it holds, and DCP must see those."""
+    return list(optimizer) if hasattr(type(optimizer), "__iter__") else [optimizer]
+
+
 def save_sharded_checkpoint(
     directory: str | Path,
     model: torch.nn.Module,
@@ -84,7 +92,7 @@ def save_sharded_checkpoint(
 ) -> None:
     """Write ``model`` and ``optimizer`` (one, or several over disjoint parameters) to
     ``directory`` with DCP; every rank of the process group must call it."""
-    model_state, optimizer_state = get_state_dict(model, optimizer)
+    model_state, optimizer_state = get_state_dict(model, _optimizers_of(optimizer))
     state = {"model": model_state, "optimizer": optimizer_state}
     with _single_process_is_intended():
         dcp.save(state, checkpoint_id=str(directory), no_dist=_single_process())
@@ -98,8 +106,7 @@ def load_sharded_checkpoint(
     """Load ``model`` and ``optimizer`` (as saved) in place from a DCP checkpoint written with
     any number of ranks; every rank must call it. A ``.metadata`` that names anything but DCP's
     metadata classes is a ``pickle.UnpicklingError``, and nothing in it runs."""
-    # a combined optimizer (Muon + AdamW) is an Optimizer that iterates over the ones it holds
-    optimizers = list(optimizer) if hasattr(type(optimizer), "__iter__") else [optimizer]
+    optimizers = _optimizers_of(optimizer)
     for each in optimizers:
         init_state = getattr(each, "init_state", None)
         if init_state is not None:

@@ -6,3 +6,7 @@ lr-profiled search :mod:`.profiled`, the coordinate descent :mod:`.descent`, the
 verdicts (:mod:`.verdict`: paired intervals, Holm) and tuning curves (:mod:`.curves`), and the
 two commands reduced to their plan and report (:mod:`.tune`, :mod:`.sweep`).
 """
+
+# A user's training function is a task: registered whenever the engine is imported, so that a
+# worker joining an objective study knows it.
+import torch_mars.train.study.objective  # noqa: F401

@@ -181,8 +181,6 @@ class StudySpec:
 
 def budget_of(identity: dict[str, Any]) -> TaskConfig:
     """The base config a stored identity describes (what a joining worker trains)."""
-    import torch_mars.train.study.objective  # noqa: F401  (registers the objective task)
-
     return task_named(identity["task"]).config_of_budget({**identity["budget"], "quiet": True})
 
 

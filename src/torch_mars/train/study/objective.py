@@ -37,6 +37,7 @@ from torch import nn
 
 from torch_mars.train.optimizers import build_optimizer, default_hyperparams
 from torch_mars.train.run_record import TASK_METRICS, RunFailed, RunResult
+from torch_mars.train.run_shell import build_result
 from torch_mars.train.task import Task, register_task
 
 CONTRACT = "train(make_optimizer, seed, data_seed, report) -> float"
@@ -179,20 +180,13 @@ def run_objective(config: ObjectiveConfig, function: Callable[..., Any] | None) 
         raise ObjectiveFailed(f"returned {type(value).__name__} {value!r}, not a number")
     if not math.isfinite(value):
         raise FloatingPointError(f"returned {value}")
-    return RunResult(
-        task="objective",
-        optimizer=config.optimizer,
-        seed=config.seed,
-        metric="value",
-        final=float(value),
-        best=float(value),
-        final_train_loss=math.nan,
-        budget=1,
-        budget_unit="runs",
-        train_time_s=time.perf_counter() - started,
-        steps=0,
-        run_dir=config.run_dir,
-    )
+    progress = {
+        "train_time_s": time.perf_counter() - started,
+        "best": float(value),
+        "final": float(value),
+        "last_train_loss": math.nan,
+    }
+    return build_result(config, steps=0, budget=1, progress=progress)
 
 
 def _check_hyperparams(config: ObjectiveConfig) -> None:
