@@ -95,7 +95,7 @@ def test_tiny_defaults_are_the_regime_maps_winners_at_the_compare_point():
 
 def test_vision_defaults_are_the_vision_studys_winners():
     """`compare-vision`'s defaults are the winners recorded by history: study_vision.py."""
-    from torch_mars.train.vision import VISION_DEFAULTS
+    from torch_mars.train.recipes import VISION_DEFAULTS
 
     sweep = STUDY_RESULTS / "study-vision" / "betas" / "sweep.json"
     winners = json.loads(sweep.read_text())["winners"]

@@ -421,6 +421,7 @@ class ComparisonPlan:
     hyperparams: dict[str, dict[str, Any]]
     out_dir: Path
     name: str | None
+    show_recipe: bool = False
 
 
 def _comparison_plan(args: argparse.Namespace, base: TrainConfig | VisionConfig) -> ComparisonPlan:
@@ -446,7 +447,13 @@ def _comparison_plan(args: argparse.Namespace, base: TrainConfig | VisionConfig)
             raise ValueError(f"--opt-arg {spec!r}: {error}") from error
         hyperparams[name][key] = value
     return ComparisonPlan(
-        base, tuple(args.optimizers), tuple(args.seeds), hyperparams, args.out_dir, args.name
+        base,
+        tuple(args.optimizers),
+        tuple(args.seeds),
+        hyperparams,
+        args.out_dir,
+        args.name,
+        getattr(args, "show_recipe", False),
     )
 
 
@@ -784,6 +791,11 @@ def _compare_flags(parser: argparse.ArgumentParser) -> None:
     _add_comparison_flags(parser, DEFAULT_OPTIMIZERS)
     _add_overwrite(parser)
     _add_text_flags(parser, DEFAULT_COMPARE)
+    parser.add_argument(
+        "--show-recipe",
+        action="store_true",
+        help="print each optimizer's settings for this model, each with its source, and stop",
+    )
 
 
 def _compare_vision_flags(parser: argparse.ArgumentParser) -> None:
@@ -793,6 +805,16 @@ def _compare_vision_flags(parser: argparse.ArgumentParser) -> None:
 
 def _run_comparison(plan: ComparisonPlan) -> int:
     task = task_of(plan.base)
+    if plan.show_recipe:
+        from torch_mars.train.recipes import format_recipes, recipe
+
+        model = getattr(plan.base, "model", "*")
+        rows = [recipe(task.name, model, name) for name in plan.optimizers]
+        print(format_recipes(rows))
+        overridden = {n: h for n, h in plan.hyperparams.items() if h}
+        if overridden:
+            print(f"overridden on the command line: {overridden}")
+        return 0
     default_name = f"compare{task.command_suffix}"
     out_dir = plan.out_dir / (plan.name or time.strftime(f"{default_name}-%Y%m%d-%H%M%S"))
     data = task.load_data(plan.base)

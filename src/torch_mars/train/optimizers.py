@@ -1,5 +1,5 @@
-"""Optimizers by name, one meaning per name in every task, and the text task's defaults (the
-paper's hyperparameters per GPT-2 size; the vision task's are in :mod:`.vision`).
+"""Optimizers by name, one meaning per name in every task; their defaults are rows of the
+recipe table (:mod:`.recipes`).
 
 Names:
 
@@ -46,7 +46,7 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -56,6 +56,7 @@ from torch_mars.optim import MARS, mars_param_groups
 from torch_mars.optim.step_math import ORTHOGONAL_RULES
 from torch_mars.train.lion import Lion
 from torch_mars.train.nadamw import NAdamW
+from torch_mars.train.recipes import recipe
 
 OPTIMIZER_NAMES: tuple[str, ...] = (
     "mars-adamw",
@@ -78,103 +79,6 @@ MARS_RULE_OF: dict[str, str] = {
     "muon-nd": "mars-shampoo",
 }
 
-
-# The paper's GPT-2 settings (AGI-Arena/MARS configs). It gives none for MARS-Shampoo, MARS-Lion
-# or Lion on GPT-2: MARS-Shampoo takes Muon's matrix lr, the Lion pair a tenth of AdamW's lr.
-class _PaperLRs(NamedTuple):
-    adamw: float
-    mars: float
-    lr_1d: float
-    muon: float
-    muon_adamw: float
-    min_lr: float
-
-
-_PAPER_LRS: dict[str, _PaperLRs] = {
-    "gpt2-small": _PaperLRs(6e-4, 6e-3, 3e-3, 2e-2, 3e-3, 3e-5),
-    "gpt2-medium": _PaperLRs(3e-4, 3e-3, 1.5e-3, 1e-2, 1.5e-3, 6e-5),
-    "gpt2-large": _PaperLRs(2e-4, 2e-3, 1e-3, 6.67e-3, 1e-3, 1e-5),
-    "gpt2-xl": _PaperLRs(2e-4, 2e-3, 1e-3, 6.67e-3, 1e-3, 1e-5),  # no Muon config: large's
-}
-
-# CPU-sized models: the winners of the tuned study at the `compare` budget (docs/results-history.md,
-# history: study_compare.py: lr on 1.5x grids, then betas, gamma and Muon's momentum), the
-# same on a 2-core CPU and on an H100 for the Adam and Lion pairs (the Newton-Schulz pair ran
-# on the H100). NAdam's (Dozat's schedule) and NAdamW's are their control sweeps' winners
-# (history: study_axes.py; NAdamW's equals AdamW's lr and betas). lr_1d was not swept.
-_CPU_SETTINGS: dict[str, dict[str, Any]] = {
-    "adamw": {"lr": 4.5e-3},
-    "mars-adamw": {"lr": 6.7e-3, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
-    "muon": {"lr": 3e-2, "momentum": 0.9, "adamw_lr": 3e-3},
-    "mars-shampoo": {"lr": 3e-2, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
-    "muon-nd": {"lr": 3e-2, "lr_1d": 3e-3},
-    "lion": {"lr": 7.5e-4},
-    "nadamw": {"lr": 4.5e-3},
-    "nadam": {"lr": 3e-3},
-    "mars-lion": {"lr": 5e-4, "betas": (0.9, 0.95), "gamma": 0.05, "lr_1d": 3e-3},
-    # MARS-M's study (docs/results-history.md) ran on `tiny` at 4 x 20 tokens/parameter, not at the
-    # compare budget: its winner there, with weight decay 0 on the matrices, which beat the
-    # authors' 0.1 by 0.034 over three seeds.
-    "mars-m": {
-        "lr": 1.5e-2,
-        "betas": (0.95, 0.99),
-        "gamma": 0.1,
-        "weight_decay": 0.0,
-        "lr_1d": 4.5e-3,
-    },
-}
-
-# Per CPU model, on top of those. `tiny`: the winners of `torch-mars tune` at the `compare`
-# budget (the regime map's b16-4x: every dimension of each optimizer's declared space tuned by
-# coordinate descent with peer starts, held out on seeds 3-5; docs/results-history.md). AdamW and
-# NAdamW route their 1-D tensors as the MARS rules do, as they were tuned. The other
-# optimizers were not tuned on `tiny`.
-_CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
-    "tiny": {
-        "adamw": {
-            "lr": 0.0114,
-            "betas": (0.9, 0.99),
-            "weight_decay": 0.01,
-            "lr_1d": 0.0114,
-            "betas_1d": (0.9, 0.95),
-            "weight_decay_1d": 0.03,
-        },
-        "nadamw": {
-            "lr": 0.0114,
-            "betas": (0.9, 0.99),
-            "weight_decay": 0.03,
-            "lr_1d": 0.0114,
-            "betas_1d": (0.9, 0.95),
-            "weight_decay_1d": 0.003,
-        },
-        "mars-adamw": {
-            "lr": 0.0171,
-            "betas": (0.85, 0.95),
-            "weight_decay": 0.003,
-            "gamma": 0.1,
-            "lr_1d": 0.00226,
-            "betas_1d": (0.9, 0.95),
-            "weight_decay_1d": 0.1,
-        },
-        "muon": {
-            "lr": 0.0256,
-            "momentum": 0.9,
-            "weight_decay": 0.0,
-            "adamw_lr": 0.00507,
-            "adamw_betas": (0.9, 0.95),
-            "adamw_weight_decay": 0.01,
-        },
-        "mars-shampoo": {
-            "lr": 0.0171,
-            "betas": (0.9, 0.95),
-            "weight_decay": 0.0,
-            "gamma": 0.05,
-            "lr_1d": 0.00339,
-            "betas_1d": (0.9, 0.95),
-            "weight_decay_1d": 0.01,
-        },
-    },
-}
 
 # MARS options beyond the defaults that `--opt-arg` may set: how a step runs (foreach, fused),
 # what its state is stored in and what Newton-Schulz runs in (state_dtype, ns_dtype:
@@ -206,64 +110,11 @@ DEFAULT_MIN_LR_RATIO = 0.1
 
 
 def default_hyperparams(name: str, model: str) -> dict[str, Any]:
-    """The default hyperparameters of optimizer ``name`` for the named GPT config ``model``."""
+    """The default hyperparameters of optimizer ``name`` for the named GPT config ``model``:
+    its row of the recipe table (:mod:`.recipes`)."""
     if name not in OPTIMIZER_NAMES:
         raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {name!r}")
-    lrs = _PAPER_LRS.get(model, _PAPER_LRS["gpt2-small"])
-    mars_common = {
-        "betas": (0.95, 0.99),
-        "gamma": 0.025,
-        "weight_decay": 1e-2,
-        "lr_1d": lrs.lr_1d,
-        "betas_1d": (0.9, 0.95),
-        "weight_decay_1d": 0.1,
-    }
-    paper: dict[str, dict[str, Any]] = {
-        "adamw": {"lr": lrs.adamw, "betas": (0.9, 0.95), "weight_decay": 0.1},
-        "mars-adamw": {"lr": lrs.mars, **mars_common},
-        "mars-lion": {**mars_common, "lr": lrs.adamw / 10, "lr_1d": lrs.lr_1d},
-        "mars-shampoo": {
-            **mars_common,
-            "lr": lrs.muon,
-            "weight_decay": 0.0,
-            "lr_1d": lrs.muon_adamw,
-        },
-        # MARS-M as the authors run it (MARS_M/optimizers/mars_m.py): momentum 0.95, weight decay
-        # 0.1 and the lr shared with the AdamW tensors; AdamW's lr, as Moonlight's scale intends.
-        "mars-m": {
-            **mars_common,
-            "lr": lrs.adamw,
-            "weight_decay": 0.1,
-            "lr_1d": lrs.adamw,
-            "weight_decay_1d": 0.1,
-        },
-        "muon-nd": {
-            **{k: v for k, v in mars_common.items() if k != "gamma"},
-            "lr": lrs.muon,
-            "weight_decay": 0.0,
-            "lr_1d": lrs.muon_adamw,
-        },
-        "muon": {
-            "lr": lrs.muon,
-            "weight_decay": 0.0,
-            "momentum": 0.95,
-            "adamw_lr": lrs.muon_adamw,
-            "adamw_betas": (0.9, 0.95),
-            "adamw_weight_decay": 0.1,
-        },
-        "lion": {"lr": lrs.adamw / 10, "betas": (0.9, 0.99), "weight_decay": 1.0},
-        "nadamw": {"lr": lrs.adamw, "betas": (0.9, 0.95), "weight_decay": 0.1},
-        "nadam": {
-            "lr": lrs.adamw,
-            "betas": (0.9, 0.95),
-            "weight_decay": 0.1,
-            "momentum_decay": 4e-3,
-        },
-    }
-    if model not in _PAPER_LRS:
-        model_settings = _CPU_MODEL_SETTINGS.get(model, {}).get(name, {})
-        return {**paper[name], **_CPU_SETTINGS[name], **model_settings}
-    return {**paper[name], "min_lr": lrs.min_lr}
+    return dict(recipe("text", model, name).settings)
 
 
 class CombinedOptimizer(Optimizer):

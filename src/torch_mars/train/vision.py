@@ -33,6 +33,7 @@ from torch_mars.data.images import (
 from torch_mars.models.resnet import ResNet, ResNetConfig
 from torch_mars.train.checkpoint import CheckpointError
 from torch_mars.train.optimizers import MARS_RULE_OF, OPTIMIZER_NAMES, build_optimizer
+from torch_mars.train.recipes import recipe
 from torch_mars.train.run_record import TASK_METRICS, RunResult
 from torch_mars.train.run_shell import RUN_CONTROL_FIELDS, check_run_controls, run_loop
 from torch_mars.train.runtime import Processes, resolve_device
@@ -56,40 +57,13 @@ VISION_METRIC_COLUMNS: tuple[str, ...] = (
     "test_accuracy",
 )
 
-# The paper's code sets batch 128, weight decay 5e-4 and a multistep decay. Learning rates,
-# betas and gamma of AdamW, NAdamW, MARS-AdamW, MARS-Shampoo and muon-nd are the winners of the
-# tuned vision study at VISION_COMPARE_BUDGET (docs/results-history.md, history: study_vision.py);
-# the others' rates are starting points. The MARS rules' 1-D AdamW path (batch-norm gains, biases)
-# takes the group's lr and weight decay unless lr_1d / weight_decay_1d are given (muon-nd:
-# lr_1d 1e-3).
-VISION_DEFAULTS: dict[str, dict[str, Any]] = {
-    "adamw": {"lr": 2e-3, "betas": (0.9, 0.95), "weight_decay": 5e-4},
-    "mars-adamw": {"lr": 4.5e-3, "betas": (0.9, 0.95), "gamma": 0.1, "weight_decay": 5e-4},
-    "mars-lion": {"lr": 1e-4, "betas": (0.9, 0.99), "gamma": 0.025, "weight_decay": 5e-4},
-    "mars-shampoo": {"lr": 1.3e-2, "betas": (0.9, 0.95), "gamma": 0.05, "weight_decay": 0.0},
-    # Moonlight's scale makes MARS-M's rate AdamW's; not tuned on images yet.
-    "mars-m": {"lr": 1e-3, "betas": (0.95, 0.99), "gamma": 0.025, "weight_decay": 5e-4},
-    "muon-nd": {"lr": 2e-2, "betas": (0.9, 0.95), "weight_decay": 0.0, "lr_1d": 1e-3},
-    "muon": {
-        "lr": 2e-2,
-        "weight_decay": 0.0,
-        "momentum": 0.95,
-        "adamw_lr": 1e-3,
-        "adamw_betas": (0.9, 0.999),
-        "adamw_weight_decay": 5e-4,
-    },
-    "lion": {"lr": 1e-4, "betas": (0.9, 0.99), "weight_decay": 5e-4},
-    "nadamw": {"lr": 4.5e-3, "betas": (0.9, 0.999), "weight_decay": 5e-4},
-    "nadam": {"lr": 1e-3, "betas": (0.9, 0.999), "weight_decay": 5e-4, "momentum_decay": 4e-3},
-}
-
 
 def vision_hyperparams(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     """Optimizer ``name``'s vision defaults updated by ``overrides``; a MARS rule's 1-D lr and
     weight decay follow its (overridden) lr and weight decay unless set."""
     if name not in OPTIMIZER_NAMES:
         raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {name!r}")
-    settings = {**VISION_DEFAULTS[name], **overrides}
+    settings = {**recipe("vision", "*", name).settings, **overrides}
     if name in MARS_RULE_OF:
         settings.setdefault("lr_1d", settings["lr"])
         settings.setdefault("weight_decay_1d", settings["weight_decay"])
@@ -121,7 +95,7 @@ class VisionConfig:
     Attributes:
         data: ``KIND:PATH``, see :func:`load_vision_data`.
         optimizer: one of :data:`~torch_mars.train.optimizers.OPTIMIZER_NAMES`.
-        hyperparams: overrides of :data:`VISION_DEFAULTS`.
+        hyperparams: overrides of the recipe table's vision row (:mod:`.recipes`).
         width: channels of the ResNet's first stage (64: ResNet-18 as published).
         epochs: passes over the training images.
         batch_size: images per step.
