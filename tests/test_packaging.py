@@ -43,6 +43,17 @@ def test_the_command_names_the_extra_it_lacks():
     )
 
 
+def test_the_tuning_api_names_the_extra_it_lacks_in_one_line():
+    completed = run_python(
+        WITHOUT_HARNESS + "sys.modules['optuna'] = None\nimport torch_mars\n"
+        "try:\n    torch_mars.tune(lambda m, s, d, r: 0.0)\n"
+        "except ImportError as error:\n    print(error)\n"
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    said = completed.stdout.strip()
+    assert "\n" not in said and "torch_mars.tune needs the harness extra" in said
+
+
 def test_version_and_python_dash_m():
     for command in (["-m", "torch_mars", "--version"], ["-m", "torch_mars.cli", "--version"]):
         completed = subprocess.run([sys.executable, *command], capture_output=True, text=True)
