@@ -83,24 +83,26 @@ def journal(point: str) -> Path:
 
 
 def restore(point: str) -> None:
-    """Start a point from its snapshot where its live journal is missing."""
-    live, snapshot = journal(point), journal(point).with_suffix(".log.gz")
-    if not live.exists() and snapshot.exists():
-        with gzip.open(snapshot, "rb") as source, live.open("wb") as target:
-            shutil.copyfileobj(source, target)
+    """Start each journal of a point from its snapshot where the live journal is missing."""
+    for snapshot in sorted((FOLDER / point).glob("**/study.log.gz")):
+        live = snapshot.with_suffix("")
+        if not live.exists():
+            with gzip.open(snapshot, "rb") as source, live.open("wb") as target:
+                shutil.copyfileobj(source, target)
 
 
-def snapshot(point: str) -> Path | None:
-    """``study.log.gz`` of the point's live journal (written whole, then moved into place)."""
-    live = journal(point)
-    if not live.is_file():
-        return None
-    target = live.with_suffix(".log.gz")
-    partial = target.with_suffix(".gz.partial")
-    with live.open("rb") as source, gzip.open(partial, "wb", mtime=0) as packed:
-        shutil.copyfileobj(source, packed)
-    partial.replace(target)
-    return target
+def snapshot(point: str) -> list[Path]:
+    """``study.log.gz`` beside each live journal of the point (its study's, and those of its
+    side studies such as ``first-map-winners/``), each written whole, then moved into place."""
+    written = []
+    for live in sorted((FOLDER / point).glob("**/study.log")):
+        target = live.with_suffix(".log.gz")
+        partial = target.with_suffix(".gz.partial")
+        with live.open("rb") as source, gzip.open(partial, "wb", mtime=0) as packed:
+            shutil.copyfileobj(source, packed)
+        partial.replace(target)
+        written.append(target)
+    return written
 
 
 def map_rows() -> list[dict]:
@@ -146,7 +148,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.snapshot:
         for point in args.points:
-            if (written := snapshot(point)) is not None:
+            for written in snapshot(point):
                 print(f"wrote {written.relative_to(ROOT)}")
         return 0
     for point in args.points:

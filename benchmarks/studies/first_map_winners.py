@@ -3,7 +3,8 @@
 For one point, each optimizer's winner of the first map (coordinate descent,
 ``benchmarks/results/regime-map/POINT/tune.json``) is trained on the new map's selection seeds
 0-2 with its validation set (131,072 fixed tokens) and budget, through ``torch-mars sweep``
-(a grid of one point per optimizer: resumable, its journal landing gzipped). Its table sits
+(a grid of one point per optimizer: resumable; ``fight_map.py --snapshot`` lands its journal
+gzipped). Its table sits
 beside the new winners' selection scores (``fight-map/POINT/tune.json``) in
 ``fight-map/POINT/first-map-winners.md``: the new search must reach them or better for every
 optimizer.
@@ -26,7 +27,7 @@ from torch_mars.cli import main as torch_mars
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fight_map import EVAL_TOKENS, FOLDER, OPTIMIZERS, tune_arguments  # noqa: E402
+from fight_map import EVAL_TOKENS, FOLDER, OPTIMIZERS, restore, tune_arguments  # noqa: E402
 
 SEEDS = ("0", "1", "2")
 
@@ -91,6 +92,7 @@ def main() -> int:
     parser.add_argument("point")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
+    restore(args.point)
     arguments = sweep_arguments(args.point, args.jobs)
     print("torch-mars sweep " + shlex.join(arguments), flush=True)
     code = torch_mars(["sweep", *arguments])
