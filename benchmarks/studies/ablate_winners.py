@@ -11,9 +11,9 @@ runs go through ``torch-mars sweep`` (its plain-grid mode).
 
 The point's ``tune.json`` (written by ``regime_map.py --report``) gives the winner and the
 budget. Each sweep's study is ``benchmarks/results/regime-map/POINT/ablate-RULE*/study.log`` (a
-journal, kept in git: it resumes where it stopped); ``ablation.md`` in the first sweep's folder
-gives every point's held-out mean ± std and its difference from the winner. The command is printed
-before it starts; it reproduces it.
+journal, kept in git gzipped: ``gunzip -k`` it to resume where it stopped); ``ablation.md`` in
+the first sweep's folder gives every point's held-out mean ± std and its difference from the
+winner. The command is printed before it starts; it reproduces it.
 """
 
 from __future__ import annotations
