@@ -98,7 +98,11 @@ def snapshot(point: str) -> list[Path]:
     for live in sorted((FOLDER / point).glob("**/study.log")):
         target = live.with_suffix(".log.gz")
         partial = target.with_suffix(".gz.partial")
-        with live.open("rb") as source, gzip.open(partial, "wb", mtime=0) as packed:
+        with (
+            live.open("rb") as source,
+            partial.open("wb") as raw,
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed,
+        ):
             shutil.copyfileobj(source, packed)
         partial.replace(target)
         written.append(target)
