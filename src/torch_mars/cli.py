@@ -941,10 +941,11 @@ def _summary_line(result: RunResult) -> str:
     from torch_mars.train.run_record import TASK_METRICS
 
     spec = TASK_METRICS[result.task]
+    mfu = f", MFU {result.mfu:.1%}" if math.isfinite(result.mfu) else ""
     return (
         f"{result.optimizer}: final {spec.label} {spec.format(result.final)}, best "
         f"{spec.format(result.best)}, {result.budget:,} {result.budget_unit} in "
-        f"{result.train_time_s:.1f} s ({result.throughput:,.0f} {result.budget_unit}/s) "
+        f"{result.train_time_s:.1f} s ({result.throughput:,.0f} {result.budget_unit}/s{mfu}) "
         f"-> {result.run_dir}"
     )
 
@@ -1024,6 +1025,9 @@ def _bench_iteration_flags(parser: argparse.ArgumentParser) -> None:
     _bench_common_flags(parser, "GPT config (default: gpt2-small on CUDA, mini on CPU)")
     parser.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--batch-size", type=_positive_int, default=8)
+    parser.add_argument(
+        "--compile", action="store_true", help="torch.compile the model, as train --compile"
+    )
 
 
 def _bench_distributed_flags(parser: argparse.ArgumentParser) -> None:
@@ -1269,7 +1273,10 @@ COMMANDS: tuple[Command, ...] = (
         "time whole forward/backward/step iterations of the GPT",
         _bench_iteration_flags,
         lambda args: IterationBenchOptions(
-            **_bench_options(args), device=args.device, batch_size=args.batch_size
+            **_bench_options(args),
+            device=args.device,
+            batch_size=args.batch_size,
+            compile=args.compile,
         ),
         run_iteration_bench,
     ),

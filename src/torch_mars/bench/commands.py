@@ -47,9 +47,11 @@ class StepBenchOptions(BenchOptions):
 
 @dataclass(frozen=True)
 class IterationBenchOptions(StepBenchOptions):
-    """``bench iteration``: ``batch_size`` sequences per iteration."""
+    """``bench iteration``: ``batch_size`` sequences per iteration; ``compile``: the model's
+    forward ``torch.compile``d, as ``train --compile`` does."""
 
     batch_size: int = 8
+    compile: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,14 @@ def run_iteration_bench(options: IterationBenchOptions) -> int:
     bar, progress = _progress_bar()
     bar.total = len(rows)
     results = run_iteration_benchmark(
-        model_name, rows, device, options.batch_size, options.warmup, options.repeats, progress
+        model_name,
+        rows,
+        device,
+        options.batch_size,
+        options.warmup,
+        options.repeats,
+        progress,
+        compile=options.compile,
     )
     bar.close()
     print(format_iteration_table(results))
@@ -175,6 +184,7 @@ def run_iteration_bench(options: IterationBenchOptions) -> int:
         "mode": "iteration",
         "model": model_name,
         "batch_size": options.batch_size,
+        "compile": options.compile,
         "results": [r.as_dict() for r in results],
     }
     return _write(record, options.json, "iteration")

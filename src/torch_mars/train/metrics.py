@@ -20,6 +20,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "train_loss",
     "val_loss",
     "tokens_per_s",
+    "mfu",
     "grad_norm",
     "clipped_fraction",
     "correction_ratio",

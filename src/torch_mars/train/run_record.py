@@ -79,6 +79,8 @@ class RunResult:
         train_time_s: wall time of the training steps, evaluation excluded.
         steps: optimizer steps taken.
         run_dir: the run folder.
+        mfu: model FLOPs utilisation of the training steps (:mod:`torch_mars.train.mfu`), NaN
+            where the device's bf16 rate is unknown (a CPU) or the task counts no FLOPs.
     """
 
     task: str
@@ -93,6 +95,7 @@ class RunResult:
     train_time_s: float
     steps: int
     run_dir: Path
+    mfu: float = math.nan
 
     @property
     def throughput(self) -> float:

@@ -148,6 +148,7 @@ def build_result(
         train_time_s=progress["train_time_s"],
         steps=steps,
         run_dir=Path(config.run_dir),
+        mfu=progress.get("mfu", math.nan),
     )
 
 
@@ -233,6 +234,7 @@ def _run(loop: RunLoop) -> RunResult:
                         ("train_loss", "loss", ".3f"),
                         ("lr", "lr", ".2e"),
                         ("tokens_per_s", "tok_s", ".0f"),
+                        ("mfu", "mfu", ".0%"),
                     )
                     if isinstance(row.get(key), float)
                 }

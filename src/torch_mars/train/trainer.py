@@ -25,6 +25,11 @@ from torch_mars.optim import MARS
 from torch_mars.optim.step_plan import is_dtensor
 from torch_mars.train.diagnostics import MarsDiagnostics
 from torch_mars.train.metrics import METRIC_COLUMNS
+from torch_mars.train.mfu import (
+    model_flops_utilization,
+    peak_bf16_flops,
+    training_flops_per_token,
+)
 from torch_mars.train.optimizers import (
     ADAMW_PATH_KEYS,
     MARS_OPTIONS,
@@ -225,6 +230,10 @@ class Trainer:
         self.local_accum = config.grad_accum // self.processes.world
         self._grad_norms: dict[int, Tensor] = {}
         self.tokens_per_step = config.batch_size * config.grad_accum * self.block_size
+        self.flops_per_step = (
+            training_flops_per_token(self.model.num_parameters()) * self.tokens_per_step
+        )
+        self.peak_flops = peak_bf16_flops(self.device) * self.processes.world
         self._validation: tuple[Tensor, Tensor] | None = None
         self.diagnostics = (
             MarsDiagnostics(self.optimizer)
@@ -353,6 +362,12 @@ class Trainer:
             "tokens_per_s": self.tokens_per_step / elapsed,
             "grad_norm": grad_norm,
         }
+        progress["model_flops"] = progress.get("model_flops", 0.0) + self.flops_per_step
+        if math.isfinite(self.peak_flops):
+            row["mfu"] = model_flops_utilization(self.flops_per_step, elapsed, self.peak_flops)
+            progress["mfu"] = model_flops_utilization(
+                progress["model_flops"], progress["train_time_s"], self.peak_flops
+            )
         if self.diagnostics:
             row.update(self.diagnostics.after_step())
         if math.isfinite(train_loss) and not math.isfinite(grad_norm):
