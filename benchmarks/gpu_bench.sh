@@ -21,7 +21,7 @@ mkdir -p "$out"
 if ! python -c "import tqdm, optuna, matplotlib" 2>/dev/null; then
     pip install --no-index --find-links "${WHEELS:-.wheels}" tqdm optuna matplotlib
 fi
-export PYTHONPATH=src:tests
+export PYTHONPATH=src:tests${PYTHONPATH:+:$PYTHONPATH}
 cli() { python -m torch_mars.cli "$@"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
 if [ "$mode" = all ]; then
