@@ -59,7 +59,12 @@ def test_the_default_path_is_triton_on_cuda_when_it_imports_and_foreach_or_loop_
     import torch_mars.optim.step_plan as step_plan
 
     group = MARS([torch.nn.Parameter(torch.zeros(2, 2))]).param_groups[0]
-    on_cuda = [SimpleNamespace(is_cuda=True, device=torch.device("cuda"))]
+    def cuda_tensor(contiguous: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(
+            is_cuda=True, device=torch.device("cuda"), grad=None, is_contiguous=lambda: contiguous
+        )
+
+    on_cuda = [cuda_tensor()]
     on_cpu = [torch.zeros(2, 2)]
     monkeypatch.setattr(step_plan, "TRITON_AVAILABLE", True)
     assert step_plan.step_path(group, on_cuda) == "triton"
@@ -68,6 +73,10 @@ def test_the_default_path_is_triton_on_cuda_when_it_imports_and_foreach_or_loop_
     assert step_plan.step_path({**group, "fused": True}, on_cpu) == "compiled"
     assert step_plan.step_path({**group, "foreach": True}, on_cuda) == "foreach"
     assert step_plan.step_path({**group, "cautious": True}, on_cuda) == "foreach"
+    # what the Triton kernels do not run takes the compiled kernel, decided here too
+    assert step_plan.step_path({**group, "fused": True, "cautious": True}, on_cuda) == "compiled"
+    strided = [cuda_tensor(), cuda_tensor(contiguous=False)]
+    assert step_plan.step_path({**group, "fused": True}, strided) == "compiled"
     monkeypatch.setattr(step_plan, "TRITON_AVAILABLE", False)
     assert step_plan.step_path(group, on_cuda) == "foreach"
 

@@ -54,6 +54,10 @@ class RowShardedGroup:
     def __init__(self, params: Sequence[DTensor]) -> None:
         self.mesh_ops = ShardedMeshOps(params[0].device_mesh)
 
+    # The AdamW (1-D) tensors' local shards take the group's own path (the plan's), as AdamW
+    # needs no whole-tensor collective.
+    adamw_takes_group_path: bool = True
+
     def local(
         self, tensors: StepTensors, inv_grad_scale: Tensor | None
     ) -> tuple[StepTensors, WholeTensorOps]:
@@ -73,6 +77,8 @@ class DTensorOpsGroup:
     """A group with any other layout: the per-tensor loop on the ``DTensor``s themselves."""
 
     mars_implementation: Literal["single_tensor"] = "single_tensor"
+    # The AdamW tensors too: the per-tensor loop on the ``DTensor``s.
+    adamw_takes_group_path: bool = False
 
     def local(
         self, tensors: StepTensors, inv_grad_scale: Tensor | None

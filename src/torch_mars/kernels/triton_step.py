@@ -31,12 +31,8 @@ import torch
 from torch import Tensor
 
 from torch_mars.kernels import TRITON_AVAILABLE, require_triton
-from torch_mars.kernels.compiled_step import (
-    adamw_step_compiled,
-    coefficient_values,
-    mars_elementwise_compiled,
-)
-from torch_mars.optim.settings import unsupported
+from torch_mars.kernels.compiled_step import coefficient_values
+from torch_mars.optim.settings import DEFAULTS, unsupported
 from torch_mars.optim.step_math import (
     ELEMENTWISE_RULES,
     correction_scale,
@@ -610,9 +606,12 @@ def _numel_table(numels: tuple[int, ...], device: torch.device) -> Tensor:
     return _to_device(numels, torch.int64, device)
 
 
-def _flat_and_strided(tensors: StepTensors) -> tuple[list[int], list[int]]:
-    """The indices of the tensors whose every buffer is contiguous, as the kernels' flat
-    indexing needs, and of the others, which take the per-tensor path."""
+def _check_runs_here(tensors: StepTensors, hp: MarsHyperparams | AdamWHyperparams) -> None:
+    """Refuse what these kernels cannot run: a setting they do not implement, or a tensor whose
+    buffers are not contiguous (the flat indexing needs them). ``fused=True`` never sends such a
+    step here (:func:`~torch_mars.optim.functional.fused_path` picks the compiled kernel); only a
+    call that names ``implementation="triton"`` can."""
+    settings = unsupported("triton", lambda name: getattr(hp, name, DEFAULTS[name]))
     buffers = (
         tensors.params,
         tensors.grads,
@@ -621,11 +620,13 @@ def _flat_and_strided(tensors: StepTensors) -> tuple[list[int], list[int]]:
         tensors.exp_avg_sqs,
         tensors.max_exp_avg_sqs,
     )
-    columns = [[t is None or t.is_contiguous() for t in buffer] for buffer in buffers if buffer]
-    contiguous = [all(row) for row in zip(*columns, strict=True)]
-    flat = [i for i, ok in enumerate(contiguous) if ok]
-    strided = [i for i, ok in enumerate(contiguous) if not ok]
-    return flat, strided
+    strided = not all([t.is_contiguous() for b in buffers for t in b if t is not None])
+    if settings or strided:
+        reason = f"the settings {settings}" if settings else "non-contiguous tensors"
+        raise ValueError(
+            f"implementation='triton' does not run {reason}: use implementation='fused', "
+            "which takes the compiled kernel for them"
+        )
 
 
 def _launch_groups(
@@ -681,60 +682,41 @@ def mars_elementwise_triton(
 ) -> list[Tensor] | None:
     """The element-wise part of a MARS step with the Triton kernels: everything but
     Newton-Schulz (see :func:`torch_mars.optim.functional.mars_step`). Returns each tensor's
-    gate under ``hp.skip_nonfinite``, else None. Three options take the compiled per-tensor
-    kernel (inductor's own Triton on CUDA) instead: cautious updates, which need each tensor's
-    kept fraction before its update (these two passes do not have it), ``hp.one_buffer``,
-    whose Newton-Schulz matrices need ``m_t`` written out rather than kept, and the
-    ``second_moment="gradient"`` ablation."""
-    if unsupported("triton", functools.partial(getattr, hp)):
-        return mars_elementwise_compiled(tensors, hp, store_last_grad, inv_grad_scale)
-    flat, strided = _flat_and_strided(tensors)
-    gates: list[Tensor | None] = [None] * len(tensors)
-    if flat:
-        kernel_tensors = tensors.select(flat)
-        code_of = {
-            ndim: ELEMENTWISE_RULES.index(elementwise_rule(hp.mars_type, ndim))
-            for ndim in {p.ndim for p in kernel_tensors.params}
-        }
-        rules = [code_of[p.ndim] for p in kernel_tensors.params]
-        scale = correction_scale(hp.gamma, hp.beta1)
-        flat_gates = _launch_groups(
-            kernel_tensors,
-            hp,
-            scale,
-            rules,
-            is_mars=True,
-            store_last_grad=store_last_grad,
-            inv_grad_scale=inv_grad_scale,
-            skip_nonfinite=hp.skip_nonfinite,
-            clip=hp.clip,
-        )
-        for i, gate in zip(flat, flat_gates or [None] * len(flat), strict=True):
-            gates[i] = gate
-    if strided:
-        strided_gates = mars_elementwise_compiled(
-            tensors.select(strided), hp, store_last_grad, inv_grad_scale
-        )
-        for i, gate in zip(strided, strided_gates or [None] * len(strided), strict=True):
-            gates[i] = gate
-    return gates if hp.skip_nonfinite else None  # type: ignore[return-value]
+    gate under ``hp.skip_nonfinite``, else None. Contiguous tensors only, and not three options:
+    cautious updates, which need each tensor's kept fraction before its update (these two passes
+    do not have it), ``hp.one_buffer``, whose Newton-Schulz matrices need ``m_t`` written out
+    rather than kept, and the ``second_moment="gradient"`` ablation (``fused=True`` sends those
+    to the compiled kernel)."""
+    _check_runs_here(tensors, hp)
+    code_of = {
+        ndim: ELEMENTWISE_RULES.index(elementwise_rule(hp.mars_type, ndim))
+        for ndim in {p.ndim for p in tensors.params}
+    }
+    return _launch_groups(
+        tensors,
+        hp,
+        correction_scale(hp.gamma, hp.beta1),
+        [code_of[p.ndim] for p in tensors.params],
+        is_mars=True,
+        store_last_grad=store_last_grad,
+        inv_grad_scale=inv_grad_scale,
+        skip_nonfinite=hp.skip_nonfinite,
+        clip=hp.clip,
+    )
 
 
 def adamw_step_triton(
     tensors: StepTensors, hp: AdamWHyperparams, inv_grad_scale: Tensor | None = None
 ) -> None:
-    """One AdamW step with the Triton update kernel; see :func:`~.functional.adamw_step`."""
-    flat, strided = _flat_and_strided(tensors)
-    if flat:
-        rules = [ELEMENTWISE_RULES.index("adam")] * len(flat)
-        _launch_groups(
-            tensors.select(flat),
-            hp,
-            0.0,
-            rules,
-            is_mars=False,
-            store_last_grad=False,
-            inv_grad_scale=inv_grad_scale,
-        )
-    if strided:
-        adamw_step_compiled(tensors.select(strided), hp, inv_grad_scale)
+    """One AdamW step with the Triton update kernel; see :func:`~.functional.adamw_step`.
+    Contiguous tensors only."""
+    _check_runs_here(tensors, hp)
+    _launch_groups(
+        tensors,
+        hp,
+        0.0,
+        [ELEMENTWISE_RULES.index("adam")] * len(tensors),
+        is_mars=False,
+        store_last_grad=False,
+        inv_grad_scale=inv_grad_scale,
+    )

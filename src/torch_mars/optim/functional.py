@@ -13,8 +13,10 @@ tensor arguments in place and agree to float round-off.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -25,6 +27,7 @@ from torch_mars.optim.multi_tensor import (
     one_buffer_momenta_foreach,
 )
 from torch_mars.optim.newton_schulz import apply_shampoo_directions
+from torch_mars.optim.settings import DEFAULTS, unsupported
 from torch_mars.optim.single_tensor import adamw_step_single_tensor, mars_step_single_tensor
 from torch_mars.optim.step_math import is_shampoo_matrix
 from torch_mars.optim.step_types import (
@@ -52,8 +55,26 @@ def default_foreach(tensors: Sequence[Tensor]) -> bool:
 
 
 def fused_backend(tensors: Sequence[Tensor]) -> Literal["triton", "compiled"]:
-    """The fused kernels for ``tensors``: Triton when they are all on CUDA, else compiled."""
+    """The fused kernels of ``tensors``' device: Triton when they are all on CUDA, else
+    compiled."""
     return "triton" if tensors and all(t.is_cuda for t in tensors) else "compiled"
+
+
+def fused_path(
+    tensors: Sequence[Tensor | None], value_of: Callable[[str], Any]
+) -> Literal["triton", "compiled"]:
+    """The fused path that runs ``tensors`` (the parameters with their gradients or state)
+    under the settings ``value_of(name)`` gives: the device's (:func:`fused_backend`), except
+    that Triton's flat indexing needs contiguous tensors and its two passes do not run every
+    setting (:func:`~torch_mars.optim.settings.unsupported`); those take the compiled
+    per-tensor kernel (inductor's own Triton on CUDA)."""
+    present = [t for t in tensors if t is not None]
+    backend = fused_backend(present)
+    if backend == "triton" and (
+        unsupported("triton", value_of) or not all(t.is_contiguous() for t in present)
+    ):
+        return "compiled"
+    return backend
 
 
 def _upcast_state(tensors: StepTensors) -> tuple[StepTensors, list[tuple[Tensor, Tensor]]]:
@@ -92,12 +113,31 @@ def _write_back(pairs: list[tuple[Tensor, Tensor]]) -> None:
         stored.copy_(copy)
 
 
-def _resolve(implementation: Implementation, tensors: StepTensors) -> str:
+def _resolve(
+    implementation: Implementation, tensors: StepTensors, hp: MarsHyperparams | AdamWHyperparams
+) -> str:
+    """The path of a call: ``implementation``, with ``"fused"`` resolved by :func:`fused_path`
+    over every buffer of ``tensors`` (a setting ``hp`` does not hold is at its default)."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
     if implementation == "fused":
-        return fused_backend(tensors.params)
+        return fused_path(_buffers(tensors), functools.partial(_setting_of, hp))
     return implementation
+
+
+def _setting_of(hp: MarsHyperparams | AdamWHyperparams, name: str) -> Any:
+    return getattr(hp, name, DEFAULTS[name])
+
+
+def _buffers(tensors: StepTensors) -> list[Tensor | None]:
+    return [
+        *tensors.params,
+        *tensors.grads,
+        *tensors.exp_avgs,
+        *tensors.exp_avg_sqs,
+        *tensors.max_exp_avg_sqs,
+        *tensors.last_grads,
+    ]
 
 
 def mars_step(
@@ -158,21 +198,18 @@ def mars_step(
     tensor([[-0.1000, -0.1000],
             [-0.1000, -0.1000]])
     """
-    backend = _resolve(implementation, tensors)
-    if whole is not None and backend != "foreach":
+    path = _resolve(implementation, tensors, hp)
+    kernels = PATH_KERNELS[path]
+    if whole is not None and not kernels.whole_tensor_ops:
         raise ValueError(
-            f"whole-tensor ops on local shards need implementation='foreach', got {backend!r}"
+            f"whole-tensor ops on local shards need implementation='foreach', got {path!r}"
         )
-    if backend not in ("compiled", "triton"):
-        _require_unscaled(inv_grad_scale, backend)
-    if backend == "single_tensor":
-        working, pairs = _upcast_state(tensors)
-        gates = mars_step_single_tensor(working, hp, store_last_grad)
-        _write_back(pairs)
-        return gates
-    elementwise_pass = _one_buffer_pass if hp.one_buffer else _two_buffer_pass
+    _check_grad_scale(inv_grad_scale, kernels, path)
+    if kernels.mars_step is not None:
+        return kernels.mars_step(tensors, hp, store_last_grad)
+    elementwise_pass = kernels.one_buffer_pass if hp.one_buffer else kernels.two_buffer_pass
     working, pairs, gates, momenta = elementwise_pass(
-        tensors, hp, store_last_grad, backend, inv_grad_scale, whole
+        tensors, hp, store_last_grad, inv_grad_scale, whole
     )
     ndims = {p.ndim for p in working.params}
     matrix_ndims = {ndim for ndim in ndims if is_shampoo_matrix(hp.mars_type, ndim)}
@@ -196,58 +233,176 @@ class _PassResult(NamedTuple):
     momenta: list[Tensor]  # each tensor's m_t, which Newton-Schulz orthogonalises
 
 
-def _two_buffer_pass(
+def _single_tensor_mars_step(
+    tensors: StepTensors, hp: MarsHyperparams, store_last_grad: bool
+) -> list[Tensor] | None:
+    """The whole MARS step, tensor by tensor, in the parameter's dtype."""
+    working, pairs = _upcast_state(tensors)
+    gates = mars_step_single_tensor(working, hp, store_last_grad)
+    _write_back(pairs)
+    return gates
+
+
+def _foreach_two_buffer_pass(
     tensors: StepTensors,
     hp: MarsHyperparams,
     store_last_grad: bool,
-    backend: str,
     inv_grad_scale: Tensor | None,
     whole: WholeTensorOps | None,
 ) -> _PassResult:
     """The element-wise MARS step with ``m`` and ``g_tilde`` buffers: ``m_t`` is ``exp_avg``."""
-    if backend == "foreach":
-        working, pairs = _upcast_state(tensors)
-        gates = mars_elementwise_foreach(working, hp, store_last_grad, whole)
-        return _PassResult(working, pairs, gates, working.exp_avgs)
-    gates = _fused_elementwise(backend)(tensors, hp, store_last_grad, inv_grad_scale)
-    return _PassResult(tensors, [], gates, tensors.exp_avgs)
+    working, pairs = _upcast_state(tensors)
+    gates = mars_elementwise_foreach(working, hp, store_last_grad, whole)
+    return _PassResult(working, pairs, gates, working.exp_avgs)
 
 
-def _one_buffer_pass(
+def _foreach_one_buffer_pass(
     tensors: StepTensors,
     hp: MarsHyperparams,
     store_last_grad: bool,
-    backend: str,
     inv_grad_scale: Tensor | None,
     whole: WholeTensorOps | None,
 ) -> _PassResult:
     """The element-wise step under ``one_buffer`` (one buffer ``u``, no ``g_tilde``;
     :func:`~torch_mars.optim.step_math.one_buffer_coefficients`): ``m_t`` is a temporary
-    rebuilt from ``u`` and ``g``, which the fused kernels write into the ``last_grads`` slot of
-    each Newton-Schulz matrix."""
-    if backend == "foreach":
-        working, pairs = _upcast_state(tensors)
-        momenta, gates = one_buffer_momenta_foreach(working, hp, whole)
-        return _PassResult(working, pairs, gates, momenta)
-    momenta = [
-        torch.empty_like(m) if is_shampoo_matrix(hp.mars_type, p.ndim) else None
-        for p, m in zip(tensors.params, tensors.exp_avgs, strict=True)
-    ]
-    with_momenta = dataclasses.replace(tensors, last_grads=momenta)
-    gates = _fused_elementwise(backend)(with_momenta, hp, store_last_grad, inv_grad_scale)
-    return _PassResult(with_momenta, [], gates, momenta)  # type: ignore[arg-type]
+    rebuilt from ``u`` and ``g``."""
+    working, pairs = _upcast_state(tensors)
+    momenta, gates = one_buffer_momenta_foreach(working, hp, whole)
+    return _PassResult(working, pairs, gates, momenta)
 
 
-def _fused_elementwise(backend: str) -> Callable[..., list[Tensor] | None]:
-    """The fused element-wise kernels of ``backend`` (``"triton"`` or ``"compiled"``), imported
-    on first use."""
-    if backend == "triton":
-        from torch_mars.kernels.triton_step import mars_elementwise_triton
+def _fused_two_buffer_pass(
+    kernel: Callable[..., list[Tensor] | None],
+) -> Callable[..., _PassResult]:
+    def elementwise_pass(
+        tensors: StepTensors,
+        hp: MarsHyperparams,
+        store_last_grad: bool,
+        inv_grad_scale: Tensor | None,
+        whole: WholeTensorOps | None,
+    ) -> _PassResult:
+        gates = kernel(tensors, hp, store_last_grad, inv_grad_scale)
+        return _PassResult(tensors, [], gates, tensors.exp_avgs)
 
-        return mars_elementwise_triton
-    from torch_mars.kernels.compiled_step import mars_elementwise_compiled
+    return elementwise_pass
 
-    return mars_elementwise_compiled
+
+def _fused_one_buffer_pass(
+    kernel: Callable[..., list[Tensor] | None],
+) -> Callable[..., _PassResult]:
+    """Under ``one_buffer`` the fused kernel writes each Newton-Schulz matrix's ``m_t`` into
+    the ``last_grads`` slot, which has no buffer of its own there."""
+
+    def elementwise_pass(
+        tensors: StepTensors,
+        hp: MarsHyperparams,
+        store_last_grad: bool,
+        inv_grad_scale: Tensor | None,
+        whole: WholeTensorOps | None,
+    ) -> _PassResult:
+        momenta = [
+            torch.empty_like(m) if is_shampoo_matrix(hp.mars_type, p.ndim) else None
+            for p, m in zip(tensors.params, tensors.exp_avgs, strict=True)
+        ]
+        with_momenta = dataclasses.replace(tensors, last_grads=momenta)
+        gates = kernel(with_momenta, hp, store_last_grad, inv_grad_scale)
+        return _PassResult(with_momenta, [], gates, momenta)  # type: ignore[arg-type]
+
+    return elementwise_pass
+
+
+def _upcast_adamw_step(
+    step: Callable[[StepTensors, AdamWHyperparams], None],
+    tensors: StepTensors,
+    hp: AdamWHyperparams,
+) -> None:
+    """``step`` in the parameter's dtype on state stored narrower."""
+    upcast, pairs = _upcast_state(tensors)
+    step(upcast, hp)
+    _write_back(pairs)
+
+
+def _single_tensor_adamw_step(
+    tensors: StepTensors, hp: AdamWHyperparams, inv_grad_scale: Tensor | None
+) -> None:
+    _upcast_adamw_step(adamw_step_single_tensor, tensors, hp)
+
+
+def _foreach_adamw_step(
+    tensors: StepTensors, hp: AdamWHyperparams, inv_grad_scale: Tensor | None
+) -> None:
+    _upcast_adamw_step(adamw_step_foreach, tensors, hp)
+
+
+def _kernel(module: str, name: str) -> Callable[..., Any]:
+    """``torch_mars.kernels.<module>.<name>``, imported on its first call (Triton and
+    torch.compile load only when a fused path runs)."""
+
+    def call(*args: Any) -> Any:
+        return getattr(importlib.import_module(f"torch_mars.kernels.{module}"), name)(*args)
+
+    call.__qualname__ = f"{module}.{name}"
+    return call
+
+
+@dataclasses.dataclass(frozen=True)
+class PathKernels:
+    """The functions one step path runs.
+
+    Attributes:
+        mars_step: the whole MARS step tensor by tensor (the loop), or None where the path runs
+            an element-wise pass and Newton-Schulz follows in :func:`mars_step`.
+        two_buffer_pass, one_buffer_pass: the element-wise pass with ``m`` and ``g_tilde``, and
+            under ``one_buffer``.
+        adamw_step: the AdamW step of the 1-D path.
+        kernel: the function that does the element-wise MARS work, by name: what a test checks
+            runs.
+        unscales_grads: takes a GradScaler's ``inv_grad_scale`` (the fused kernels).
+        whole_tensor_ops: runs on local shards with whole-tensor collectives (FSDP2).
+    """
+
+    mars_step: Callable[..., list[Tensor] | None] | None
+    two_buffer_pass: Callable[..., _PassResult] | None
+    one_buffer_pass: Callable[..., _PassResult] | None
+    adamw_step: Callable[..., None]
+    kernel: str
+    unscales_grads: bool = False
+    whole_tensor_ops: bool = False
+
+
+def _fused_kernels(module: str, mars: str, adamw: str) -> PathKernels:
+    kernel = _kernel(module, mars)
+    return PathKernels(
+        mars_step=None,
+        two_buffer_pass=_fused_two_buffer_pass(kernel),
+        one_buffer_pass=_fused_one_buffer_pass(kernel),
+        adamw_step=_kernel(module, adamw),
+        kernel=f"{module}.{mars}",
+        unscales_grads=True,
+    )
+
+
+# Each path's functions: the one table every step dispatches through (``"fused"`` is resolved
+# to "triton" or "compiled" first, by :func:`fused_path`).
+PATH_KERNELS: dict[str, PathKernels] = {
+    "single_tensor": PathKernels(
+        mars_step=_single_tensor_mars_step,
+        two_buffer_pass=None,
+        one_buffer_pass=None,
+        adamw_step=_single_tensor_adamw_step,
+        kernel="single_tensor.mars_step_single_tensor",
+    ),
+    "foreach": PathKernels(
+        mars_step=None,
+        two_buffer_pass=_foreach_two_buffer_pass,
+        one_buffer_pass=_foreach_one_buffer_pass,
+        adamw_step=_foreach_adamw_step,
+        kernel="multi_tensor.mars_elementwise_foreach",
+        whole_tensor_ops=True,
+    ),
+    "triton": _fused_kernels("triton_step", "mars_elementwise_triton", "adamw_step_triton"),
+    "compiled": _fused_kernels("compiled_step", "mars_elementwise_compiled", "adamw_step_compiled"),
+}
 
 
 def adamw_step(
@@ -266,21 +421,12 @@ def adamw_step(
     with :math:`v` replaced by its running maximum under AMSGrad. This is exactly the update of
     ``torch.optim.AdamW``. Arguments as in :func:`mars_step` (``tensors.last_grads`` unused).
     """
-    backend = _resolve(implementation, tensors)
-    if backend in ("compiled", "triton"):
-        if backend == "triton":
-            from torch_mars.kernels.triton_step import adamw_step_triton as fused_step
-        else:
-            from torch_mars.kernels.compiled_step import adamw_step_compiled as fused_step
-        fused_step(tensors, hp, inv_grad_scale)
-        return
-    _require_unscaled(inv_grad_scale, backend)
-    upcast, pairs = _upcast_state(tensors)
-    step_impl = adamw_step_foreach if backend == "foreach" else adamw_step_single_tensor
-    step_impl(upcast, hp)
-    _write_back(pairs)
+    path = _resolve(implementation, tensors, hp)
+    kernels = PATH_KERNELS[path]
+    _check_grad_scale(inv_grad_scale, kernels, path)
+    kernels.adamw_step(tensors, hp, inv_grad_scale)
 
 
-def _require_unscaled(inv_grad_scale: Tensor | None, backend: str) -> None:
-    if inv_grad_scale is not None:
-        raise ValueError(f"inv_grad_scale is only supported by the fused kernels, not {backend!r}")
+def _check_grad_scale(inv_grad_scale: Tensor | None, kernels: PathKernels, path: str) -> None:
+    if inv_grad_scale is not None and not kernels.unscales_grads:
+        raise ValueError(f"inv_grad_scale is only supported by the fused kernels, not {path!r}")

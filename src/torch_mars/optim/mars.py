@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from torch_mars.kernels import require_triton
-from torch_mars.optim.functional import adamw_step, mars_step
+from torch_mars.optim.functional import Implementation, adamw_step, mars_step
 from torch_mars.optim.settings import (
     DEFAULTS,
     FIRST_RELEASE_SETTINGS,
@@ -615,7 +615,7 @@ class MARS(Optimizer):
         adamw_tensors = self._step_tensors(group, plan.adamw, False, inv_grad_scale)
         if plan.sharding is not None:
             self._step_sharded_group(
-                group, plan.sharding, mars_tensors, adamw_tensors, inv_grad_scale
+                group, plan.sharding, plan.adamw_path, mars_tensors, adamw_tensors, inv_grad_scale
             )
             return
         if mars_tensors.params:
@@ -631,7 +631,7 @@ class MARS(Optimizer):
             adamw_step(
                 adamw_tensors,
                 adamw_1d_hyperparams(group),
-                implementation=plan.path,
+                implementation=plan.adamw_path,
                 inv_grad_scale=inv_grad_scale,
             )
 
@@ -680,6 +680,7 @@ class MARS(Optimizer):
         self,
         group: dict[str, Any],
         sharding: GroupSharding,
+        adamw_path: Implementation,
         mars_tensors: StepTensors,
         adamw_tensors: StepTensors,
         inv_grad_scale: Tensor | None,
@@ -703,12 +704,7 @@ class MARS(Optimizer):
             self._count_skips(mars_tensors.params, gates)
         if adamw_tensors.params:
             local, _ = sharding.local(adamw_tensors, inv_grad_scale)
-            implementation = (
-                step_path(group, local.params)
-                if sharding.mars_implementation == "foreach"
-                else "single_tensor"
-            )
-            adamw_step(local, adamw_1d_hyperparams(group), implementation=implementation)
+            adamw_step(local, adamw_1d_hyperparams(group), implementation=adamw_path)
 
 
 def _tensors_of(params: list[Any]) -> list[Tensor]:

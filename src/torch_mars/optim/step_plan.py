@@ -75,27 +75,34 @@ def default_fused(group: dict[str, Any], params: Sequence[Tensor]) -> bool:
 
 
 def step_path(group: dict[str, Any], params: Sequence[Tensor]) -> Implementation:
-    """The step path of a group of plain tensors, chosen here and nowhere else: the fused
-    kernels of the tensors' device (``"triton"`` on CUDA, ``"compiled"`` elsewhere:
-    :func:`~torch_mars.optim.functional.fused_backend`) when ``fused=True``; with neither flag
-    set, the Triton kernels when every tensor is on CUDA and Triton imports
-    (:func:`default_fused`), as ``torch.optim`` picks its fused kernels; else foreach or the
-    per-tensor loop (the device default, :func:`~torch_mars.optim.functional.default_foreach`).
+    """The step path of a group of plain tensors, chosen here and nowhere else, and the one
+    whose functions run (:data:`~torch_mars.optim.functional.PATH_KERNELS`): with
+    ``fused=True``, the fused kernels that run these tensors and settings
+    (:func:`~torch_mars.optim.functional.fused_path`: ``"triton"`` on CUDA, ``"compiled"``
+    elsewhere and for non-contiguous tensors or settings Triton does not run); with neither
+    flag set, the Triton kernels when every tensor is on CUDA, Triton imports and runs the
+    settings (:func:`default_fused`), as ``torch.optim`` picks its fused kernels; else foreach
+    or the per-tensor loop (the device default,
+    :func:`~torch_mars.optim.functional.default_foreach`).
 
     A step traced by ``torch.compile`` takes the per-tensor loop: inductor fuses it across
     tensors anyway, and in torch 2.13 the foreach ops fail to compile when their scalars derive
     from a dynamic step count (the generated code references an unbound symbol).
     """
     if torch.compiler.is_compiling():
-        return functional.fused_backend(params) if group["fused"] else "single_tensor"
+        return _fused_path(group, params) if group["fused"] else "single_tensor"
     if group["fused"] or (
         group["fused"] is None and group["foreach"] is None and default_fused(group, params)
     ):
-        return functional.fused_backend(params)
+        return _fused_path(group, params)
     foreach = group["foreach"]
     if foreach is None:
         foreach = default_foreach(params)
     return "foreach" if foreach else "single_tensor"
+
+
+def _fused_path(group: dict[str, Any], params: Sequence[Tensor]) -> Implementation:
+    return functional.fused_path([*params, *(p.grad for p in params)], group.__getitem__)
 
 
 def is_dtensor(tensor: Tensor) -> bool:
@@ -116,12 +123,25 @@ def group_sharding_of(params: Sequence[Tensor]) -> GroupSharding | None:
 
 def plan_key(group: dict[str, Any]) -> tuple[Hashable, ...]:
     """What a plan of ``group`` is derived from, compared on every step: each tensor's
-    identity, type, shape (so ndim), device and dtype, whether it has a gradient, the
+    identity, type, shape (so ndim), device and dtype, whether it has a gradient, whether it
+    and its gradient are contiguous (the Triton kernels' flat indexing needs it), the
     :data:`PLANNED_SETTINGS`, and whether the step is being traced by ``torch.compile``. A
     plan is derived from these alone, so a tensor that reuses a freed one's ``id()`` with
     another shape or type gets a plan of its own."""
+    # One comprehension, no call per tensor: this runs on every step.
     tensors = tuple(
-        [(id(p), type(p), p.shape, p.grad is not None, p.device, p.dtype) for p in group["params"]]
+        [
+            (
+                id(p),
+                type(p),
+                p.shape,
+                p.grad is not None,
+                p.is_contiguous() and (p.grad is None or p.grad.is_contiguous()),
+                p.device,
+                p.dtype,
+            )
+            for p in group["params"]
+        ]
     )
     settings = tuple(group[name] for name in PLANNED_SETTINGS)
     return tensors, settings, torch.compiler.is_compiling()
@@ -138,6 +158,8 @@ class GroupStepPlan:
         adamw: those that take plain AdamW (the 1-D path), in order.
         buffers: the :func:`state_buffer_names` of each tensor with a gradient, by index.
         path: the step path of the group's plain tensors (:func:`step_path`).
+        adamw_path: the AdamW tensors' path: ``path``, or on ``DTensor``s the one their
+            sharding runs them on (its ``adamw_takes_group_path``).
         sharding: the group's sharding (FSDP2 ``DTensor`` parameters), or None.
     """
 
@@ -146,6 +168,7 @@ class GroupStepPlan:
     adamw: tuple[int, ...]
     buffers: dict[int, tuple[str, ...]]
     path: Implementation
+    adamw_path: Implementation
     sharding: GroupSharding | None
 
 
@@ -154,13 +177,16 @@ def build_plan(group: dict[str, Any], key: tuple[Hashable, ...]) -> GroupStepPla
     params = group["params"]
     stepped = [i for i, p in enumerate(params) if p.grad is not None]
     routed = {i: routes_to_mars(params[i], group) for i in stepped}
+    path = step_path(group, [params[i] for i in stepped])
+    sharding = group_sharding_of(params)
     plan = GroupStepPlan(
         key=key,
         mars=tuple(i for i in stepped if routed[i]),
         adamw=tuple(i for i in stepped if not routed[i]),
         buffers={i: state_buffer_names(params[i], group) for i in stepped},
-        path=step_path(group, [params[i] for i in stepped]),
-        sharding=group_sharding_of(params),
+        path=path,
+        adamw_path=path if sharding is None or sharding.adamw_takes_group_path else "single_tensor",
+        sharding=sharding,
     )
     if group["cuda_graph"] and stepped and (plan.sharding is not None or plan.path != "triton"):
         raise ValueError(
