@@ -18,6 +18,7 @@ finished reruns.
     python benchmarks/studies/fight_map.py [--points b64-4x ...] [--jobs 2] [--trials 24]
     python benchmarks/studies/fight_map.py --snapshot   # study.log.gz of every point with runs
     python benchmarks/studies/fight_map.py --report     # each point's report, map.md
+    python benchmarks/studies/fight_map.py --points b64-4x --order-seed 1  # a second search
 
 The command each point runs is printed before it starts; it is the one that reproduces it.
 """
@@ -62,24 +63,34 @@ def non_embedding_parameters(model: str = "tiny") -> int:
     return sum(p.numel() for n, p in gpt.named_parameters() if not n.startswith(("wte", "wpe")))
 
 
-def tune_arguments(point: str, jobs: int, trials: int, report: bool = False) -> list[str]:
-    """The ``torch-mars tune`` arguments of one point of the map."""
+def study_folder(point: str, order_seed: int = 0) -> Path:
+    """Where a point's study lives: ``POINT/``, and a second search with another order seed
+    (the check that a search's answer does not depend on its order) in ``POINT/order-seed-N/``,
+    outside the map's verdicts."""
+    return FOLDER / point if order_seed == 0 else FOLDER / point / f"order-seed-{order_seed}"
+
+
+def tune_arguments(
+    point: str, jobs: int, trials: int, report: bool = False, order_seed: int = 0
+) -> list[str]:
+    """The ``torch-mars tune`` arguments of one point of the map (of its second search with
+    ``order_seed`` > 0)."""
     batch, multiple = POINTS[point]
-    folder = FOLDER.relative_to(ROOT)  # the commands run from the repository's root
+    study = study_folder(point, order_seed).relative_to(ROOT)  # commands run from the root
     steps = 20 * multiple * non_embedding_parameters() // (batch * BLOCK)
     arguments = (
         f"--model tiny --data stdlib --steps {steps} --batch-size {batch} "
         f"--eval-interval {steps} --eval-tokens {EVAL_TOKENS} "
         f"--optimizers {' '.join(OPTIMIZERS)} --trials {trials} "
         f"--seeds 0 1 2 --heldout-seeds 3 4 5 --data-seed 0 --heldout-data-seeds 1 2 "
-        f"--jobs {jobs} --name {point} "
-        f"--out-dir {folder} --storage journal:{folder / point / 'study.log'}"
+        f"--jobs {jobs} --name {study.name} --order-seed {order_seed} "
+        f"--out-dir {study.parent} --storage journal:{study / 'study.log'}"
     )
     return shlex.split(arguments) + (["--report"] if report else [])
 
 
-def journal(point: str) -> Path:
-    return FOLDER / point / "study.log"
+def journal(point: str, order_seed: int = 0) -> Path:
+    return study_folder(point, order_seed) / "study.log"
 
 
 def restore(point: str) -> None:
@@ -149,6 +160,12 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=TRIALS)
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--snapshot", action="store_true")
+    parser.add_argument(
+        "--order-seed",
+        type=int,
+        default=0,
+        help="> 0: a second search of each point with this order seed, in POINT/order-seed-N/",
+    )
     args = parser.parse_args()
     if args.snapshot:
         for point in args.points:
@@ -157,14 +174,14 @@ def main() -> int:
         return 0
     for point in args.points:
         restore(point)
-        if args.report and not journal(point).is_file():
+        if args.report and not journal(point, args.order_seed).is_file():
             continue
-        arguments = tune_arguments(point, args.jobs, args.trials, args.report)
+        arguments = tune_arguments(point, args.jobs, args.trials, args.report, args.order_seed)
         print("torch-mars tune " + shlex.join(arguments), flush=True)
         code = torch_mars(["tune", *arguments])
         if code:
             return code
-    if args.report:
+    if args.report and args.order_seed == 0:
         write_text_atomically(FOLDER / "map.md", format_map(map_rows()) + "\n")
         print(f"wrote {(FOLDER / 'map.md').relative_to(ROOT)}")
     return 0
