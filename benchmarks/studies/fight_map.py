@@ -71,17 +71,27 @@ def study_folder(point: str, order_seed: int = 0) -> Path:
 
 
 def tune_arguments(
-    point: str, jobs: int, trials: int, report: bool = False, order_seed: int = 0
+    point: str,
+    jobs: int,
+    trials: int,
+    report: bool = False,
+    order_seed: int = 0,
+    *,
+    study: Path | None = None,
+    model: str = "tiny",
+    data: str = "stdlib",
+    optimizers: tuple[str, ...] = OPTIMIZERS,
 ) -> list[str]:
     """The ``torch-mars tune`` arguments of one point of the map (of its second search with
-    ``order_seed`` > 0)."""
+    ``order_seed`` > 0); ``study``, ``model``, ``data``, ``optimizers``: the same protocol at
+    the point for another model and corpus, in the folder ``study``."""
     batch, multiple = POINTS[point]
-    study = study_folder(point, order_seed).relative_to(ROOT)  # commands run from the root
-    steps = 20 * multiple * non_embedding_parameters() // (batch * BLOCK)
+    study = (study or study_folder(point, order_seed)).relative_to(ROOT)  # run from the root
+    steps = 20 * multiple * non_embedding_parameters(model) // (batch * BLOCK)
     arguments = (
-        f"--model tiny --data stdlib --steps {steps} --batch-size {batch} "
+        f"--model {model} --data {data} --steps {steps} --batch-size {batch} "
         f"--eval-interval {steps} --eval-tokens {EVAL_TOKENS} "
-        f"--optimizers {' '.join(OPTIMIZERS)} --trials {trials} "
+        f"--optimizers {' '.join(optimizers)} --trials {trials} "
         f"--seeds 0 1 2 --heldout-seeds 3 4 5 --data-seed 0 --heldout-data-seeds 1 2 "
         f"--jobs {jobs} --name {study.name} --order-seed {order_seed} "
         f"--out-dir {study.parent} --storage journal:{study / 'study.log'}"
@@ -93,20 +103,22 @@ def journal(point: str, order_seed: int = 0) -> Path:
     return study_folder(point, order_seed) / "study.log"
 
 
-def restore(point: str) -> None:
-    """Start each journal of a point from its snapshot where the live journal is missing."""
-    for snapshot in sorted((FOLDER / point).glob("**/study.log.gz")):
+def restore(point: str, folder: Path = FOLDER) -> None:
+    """Start each journal of a point (in ``folder``) from its snapshot where the live journal
+    is missing."""
+    for snapshot in sorted((folder / point).glob("**/study.log.gz")):
         live = snapshot.with_suffix("")
         if not live.exists():
             with gzip.open(snapshot, "rb") as source, live.open("wb") as target:
                 shutil.copyfileobj(source, target)
 
 
-def snapshot(point: str) -> list[Path]:
-    """``study.log.gz`` beside each live journal of the point (its study's, and those of its
-    side studies such as ``first-map-winners/``), each written whole, then moved into place."""
+def snapshot(point: str, folder: Path = FOLDER) -> list[Path]:
+    """``study.log.gz`` beside each live journal of the point in ``folder`` (its study's, and
+    those of its side studies such as ``first-map-winners/``), each written whole, then moved
+    into place."""
     written = []
-    for live in sorted((FOLDER / point).glob("**/study.log")):
+    for live in sorted((folder / point).glob("**/study.log")):
         target = live.with_suffix(".log.gz")
         partial = target.with_suffix(".gz.partial")
         with (

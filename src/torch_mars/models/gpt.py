@@ -38,6 +38,8 @@ class GPTConfig:
 
 GPT_CONFIGS: dict[str, GPTConfig] = {
     "tiny": GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=32),
+    # tiny at twice the width: 4x its non-embedding parameters (the fight's second model)
+    "tiny-w64": GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=32),
     "mini": GPTConfig(n_layer=4, n_head=4, n_embd=128, block_size=128),
     "gpt2-small": GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304),
     "gpt2-medium": GPTConfig(n_layer=24, n_head=16, n_embd=1024, block_size=1024, vocab_size=50304),

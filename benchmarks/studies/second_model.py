@@ -1,0 +1,69 @@
+"""The fight on a second model and corpus (issue "A fight that decides", item 7): the map's
+protocol (one trial budget per optimizer, the lr-profiled search, 131,072 fixed validation
+tokens, winners read on seeds 3-5 x data orders 1-2) for ``tiny-w64`` (``tiny`` at width 64: 4x
+its non-embedding parameters, a run about 16x a ``tiny`` run at the same tokens per parameter)
+on the Python 3.11 documentation (11 MB of English prose, ``../shared/data/text``), at the
+``compare`` point b16-4x and the point where MARS leads most on ``tiny``.
+
+The Adam pair runs first (AdamW, NAdamW, MARS-AdamW); ``--optimizers`` adds the Shampoo pair
+when there is time. Each point is one study, ``benchmarks/results/second-model/POINT/``,
+resumable and landed like the map's (``--snapshot`` gzips its journal).
+
+    python benchmarks/studies/second_model.py --points b16-4x [--jobs 2] [--trials 16]
+    python benchmarks/studies/second_model.py --snapshot
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from torch_mars.cli import main as torch_mars
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fight_map import POINTS, ROOT, restore, snapshot, tune_arguments
+
+FOLDER = ROOT / "benchmarks" / "results" / "second-model"
+MODEL = "tiny-w64"
+DATA = ROOT.parent / "shared" / "data" / "text" / "python311-docs.txt.gz"
+ADAM_PAIR = ("adamw", "nadamw", "mars-adamw")
+TRIALS = 16
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--points", nargs="+", choices=list(POINTS), default=["b16-4x"])
+    parser.add_argument("--optimizers", nargs="+", default=list(ADAM_PAIR))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--trials", type=int, default=TRIALS)
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--report", action="store_true")
+    parser.add_argument("--snapshot", action="store_true")
+    args = parser.parse_args()
+    for point in args.points:
+        if args.snapshot:
+            for written in snapshot(point, FOLDER):
+                print(f"wrote {written.relative_to(ROOT)}")
+            continue
+        restore(point, FOLDER)
+        arguments = tune_arguments(
+            point,
+            args.jobs,
+            args.trials,
+            args.report,
+            study=FOLDER / point,
+            model=MODEL,
+            data=str(args.data),
+            optimizers=tuple(args.optimizers),
+        )
+        print("torch-mars tune " + shlex.join(arguments), flush=True)
+        code = torch_mars(["tune", *arguments])
+        if code:
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
