@@ -91,8 +91,13 @@ class _LaunchNothing:
 @pytest.mark.skipif(not TRITON_AVAILABLE, reason="needs triton")
 @pytest.mark.parametrize(
     "flags",
-    [{}, {"skip_nonfinite": False}, {"cuda_graph": True}],
-    ids=["default", "no-skip", "cuda-graph"],
+    [
+        {},
+        {"skip_nonfinite": False},
+        {"cuda_graph": True},
+        {"mars_type": "mars-lion", "one_buffer": True, "clip": False},
+    ],
+    ids=["default", "no-skip", "cuda-graph", "one-buffer-lion"],
 )
 def test_a_triton_step_dispatches_as_many_ops_for_64_tensors_as_for_16(monkeypatch, flags):
     """Besides its kernel launches (stubbed here), a step on the Triton path dispatches a fixed

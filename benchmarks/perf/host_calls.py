@@ -92,6 +92,10 @@ def main() -> None:
             lambda: MARS(params, fused=True, mars_type="mars-shampoo"),
             True,
         ),
+        "MARS(fused=True, mars_type='mars-lion', one_buffer=True, clip=False), triton": (
+            lambda: MARS(params, fused=True, mars_type="mars-lion", one_buffer=True, clip=False),
+            True,
+        ),
     }
     print(f"{len(params)} tensors")
     print("| optimizer | Python calls/step | ops/step | host µs/step (median) |")

@@ -12,6 +12,9 @@ its tensor and offset, and an address table gives each tensor's ``p, g, g_tilde,
    for tensors that fit), scales it by ``1 / max(1, ||c||)`` and applies the tensor's rule.
    Without the clip and the non-finite skip, the norm kernel is not launched: one pass.
    Under ``skip_nonfinite`` a tensor whose ``||c||`` is not finite has every store masked off.
+   Under ``one_buffer`` (no clip, no ``g_tilde``) it keeps one buffer, ``u <- beta1 u + a g``,
+   forms ``m_t = gamma g + beta1 u`` and applies Lion's rule, or writes ``m_t`` out for the
+   Newton-Schulz step of a matrix; the norm kernel then sums ``g^2`` for the skip alone.
 
 Loads convert to float32 (float64 for float64 parameters) and stores convert back, so bf16/fp16
 parameters and bf16 state use fp32 math. A GradScaler's scale is divided out in the kernels.
@@ -38,6 +41,7 @@ from torch_mars.optim.step_math import (
     correction_scale,
     elementwise_rule,
     finite_gates,
+    one_buffer_coefficients,
 )
 from torch_mars.optim.step_types import (
     AdamWHyperparams,
@@ -54,9 +58,13 @@ NORM_CHUNKS_PER_PROGRAM = 8
 # kernels can use them.
 COEFFICIENT_LR, COEFFICIENT_BETA1, COEFFICIENT_BETA2, COEFFICIENT_EPS, COEFFICIENT_WD = range(5)
 COEFFICIENT_SCALE, COEFFICIENT_BC1, COEFFICIENT_BC2_SQRT, COEFFICIENT_RULE = range(5, 9)
+_RULE_COLUMN = COEFFICIENT_RULE  # a plain int for the host's tables
 # 1 on a ``cuda_graph`` step's first step (g_tilde = g, with the scale zeroed), else 0.
 COEFFICIENT_FIRST = 9
-N_COEFFICIENTS = 10
+# gamma, read under ``one_buffer`` (m_t = gamma g + beta1 u); there the scale column holds the
+# buffer's coefficient ``a`` of the tensor's step (step_math.one_buffer_coefficients).
+COEFFICIENT_GAMMA = 10
+N_COEFFICIENTS = 11
 COLUMN_P, COLUMN_G, COLUMN_LAST_G, COLUMN_M, COLUMN_V, COLUMN_V_MAX = range(6)
 N_ADDRESSES = 6
 # Codes of the rules in the coefficient table: their index in ELEMENTWISE_RULES.
@@ -138,6 +146,7 @@ if TRITON_AVAILABLE:
         MAXIMIZE: tl.constexpr,
         BLOCK: tl.constexpr,
         CHUNKS: tl.constexpr,
+        READS_LAST_G: tl.constexpr,
     ):
         program = tl.program_id(0)
         tensor = tl.load(chunk_tensor + program)
@@ -160,7 +169,7 @@ if TRITON_AVAILABLE:
                 G_DTYPE,
                 S_DTYPE,
                 COMPUTE,
-                True,
+                READS_LAST_G,
                 HAS_GRAD_SCALE,
                 MAXIMIZE,
             )
@@ -189,6 +198,8 @@ if TRITON_AVAILABLE:
         SKIP_NONFINITE: tl.constexpr,
         CLIP: tl.constexpr,
         BLOCK: tl.constexpr,
+        READS_LAST_G: tl.constexpr,
+        ONE_BUFFER: tl.constexpr,
     ):
         program = tl.program_id(0)
         tensor = tl.load(chunk_tensor + program)
@@ -216,25 +227,41 @@ if TRITON_AVAILABLE:
             G_DTYPE,
             S_DTYPE,
             COMPUTE,
-            IS_MARS,
+            READS_LAST_G,
             HAS_GRAD_SCALE,
             MAXIMIZE,
         )
-        if IS_MARS and CLIP:
-            c = c / tl.maximum(tl.sqrt(tl.load(norm_sq + tensor)), 1.0).to(COMPUTE)
-        if IS_MARS and STORE_LAST_GRAD:
-            kept = g
-            kept_mask = mask
+        if ONE_BUFFER:
+            # u <- beta1 u + a g and m_t = gamma g + beta1 u (no clip, no g_tilde); a skipped
+            # tensor (||g|| not finite) keeps u, and its m_t, beta1 u, is still written for
+            # Newton-Schulz (whose update the gate then cancels), as the compiled kernel does.
             if SKIP_NONFINITE:
-                # A ``cuda_graph`` first step keeps g, non-finite entries zeroed, even when the
-                # tensor is skipped: what MARS._step_tensors writes on the host otherwise.
-                first = tl.load(row + COEFFICIENT_FIRST) != 0
-                kept = tl.where(first, tl.where(tl.abs(g) < float("inf"), g, 0.0), g)
-                kept_mask = tl.where(first, in_bounds, mask)
-            _store_tensor(addresses, tensor, COLUMN_LAST_G, offsets, kept_mask, kept, S_DTYPE)
-        m = _load_tensor(addresses, tensor, COLUMN_M, offsets, mask, S_DTYPE, COMPUTE)
-        m = m + (1.0 - beta1) * (c - m)
-        _store_tensor(addresses, tensor, COLUMN_M, offsets, mask, m, S_DTYPE)
+                g = tl.where(tl.load(norm_sq + tensor) < float("inf"), g, 0.0)
+            u = _load_tensor(addresses, tensor, COLUMN_M, offsets, in_bounds, S_DTYPE, COMPUTE)
+            a = tl.load(row + COEFFICIENT_SCALE).to(COMPUTE)
+            updated = u * beta1 + g * a
+            _store_tensor(addresses, tensor, COLUMN_M, offsets, mask, updated, S_DTYPE)
+            u = tl.where(mask, updated, u)
+            m = g * tl.load(row + COEFFICIENT_GAMMA).to(COMPUTE) + u * beta1
+            if rule == RULE_MOMENTUM:
+                _store_tensor(addresses, tensor, COLUMN_LAST_G, offsets, in_bounds, m, S_DTYPE)
+        else:
+            if IS_MARS and CLIP:
+                c = c / tl.maximum(tl.sqrt(tl.load(norm_sq + tensor)), 1.0).to(COMPUTE)
+            if IS_MARS and STORE_LAST_GRAD:
+                kept = g
+                kept_mask = mask
+                if SKIP_NONFINITE:
+                    # A ``cuda_graph`` first step keeps g, non-finite entries zeroed, even when
+                    # the tensor is skipped: what MARS._step_tensors writes on the host
+                    # otherwise.
+                    first = tl.load(row + COEFFICIENT_FIRST) != 0
+                    kept = tl.where(first, tl.where(tl.abs(g) < float("inf"), g, 0.0), g)
+                    kept_mask = tl.where(first, in_bounds, mask)
+                _store_tensor(addresses, tensor, COLUMN_LAST_G, offsets, kept_mask, kept, S_DTYPE)
+            m = _load_tensor(addresses, tensor, COLUMN_M, offsets, mask, S_DTYPE, COMPUTE)
+            m = m + (1.0 - beta1) * (c - m)
+            _store_tensor(addresses, tensor, COLUMN_M, offsets, mask, m, S_DTYPE)
         if rule != RULE_MOMENTUM:
             p = _load_tensor(addresses, tensor, COLUMN_P, offsets, mask, P_DTYPE, COMPUTE)
             p = p * (1.0 - lr * weight_decay)
@@ -293,17 +320,22 @@ def update_constexprs(
     amsgrad: bool,
     skip_nonfinite: bool,
     clip: bool,
+    one_buffer: bool = False,
 ) -> dict[str, Any]:
     """The update kernel's compile-time arguments: ``common`` plus its own. The plain AdamW
-    path (``is_mars=False``) stores no last gradient, skips and clips nothing."""
+    path (``is_mars=False``) stores no last gradient, skips and clips nothing; under
+    ``one_buffer`` (MARS, no clip) there is no ``g_tilde`` to read or store."""
+    one_buffer = is_mars and one_buffer
     return {
         **common,
         "P_DTYPE": _TRITON_DTYPES[param_dtype],
         "IS_MARS": is_mars,
-        "STORE_LAST_GRAD": is_mars and store_last_grad,
+        "STORE_LAST_GRAD": is_mars and store_last_grad and not one_buffer,
         "AMSGRAD": amsgrad,
         "SKIP_NONFINITE": is_mars and skip_nonfinite,
-        "CLIP": is_mars and clip,
+        "CLIP": is_mars and clip and not one_buffer,
+        "READS_LAST_G": is_mars and not one_buffer,
+        "ONE_BUFFER": one_buffer,
     }
 
 
@@ -354,16 +386,26 @@ def launch_specializations() -> list[Specialization]:
             pointers |= {"coefficients": "*fp64", "chunk_tensor": "*i32"}
             # inv_grad_scale: the float64 scale, or norm_sq standing in when there is none
             pointers["norm_sq"] = pointers["inv_grad_scale"] = "*fp64"
-            norm = {**common, "CHUNKS": NORM_CHUNKS_PER_PROGRAM}
-            specializations.append(
-                Specialization(
-                    "_mars_norm_kernel", pointers | dict.fromkeys(norm, "constexpr"), norm
+            for reads_last_g in flags:
+                norm = {
+                    **common,
+                    "CHUNKS": NORM_CHUNKS_PER_PROGRAM,
+                    "READS_LAST_G": reads_last_g,
+                }
+                specializations.append(
+                    Specialization(
+                        "_mars_norm_kernel", pointers | dict.fromkeys(norm, "constexpr"), norm
+                    )
                 )
-            )
-            variants = [(True, *rest) for rest in itertools.product(flags, flags, flags, flags)]
-            variants += [(False, False, amsgrad, False, False) for amsgrad in flags]
-            for is_mars, store, amsgrad, skip, clip in variants:
-                update = update_constexprs(common, param_dtype, is_mars, store, amsgrad, skip, clip)
+            variants = [
+                (True, *rest, False) for rest in itertools.product(flags, flags, flags, flags)
+            ]
+            variants += [(False, False, amsgrad, False, False, False) for amsgrad in flags]
+            variants += [(True, False, False, skip, False, True) for skip in flags]
+            for is_mars, store, amsgrad, skip, clip, one_buffer in variants:
+                update = update_constexprs(
+                    common, param_dtype, is_mars, store, amsgrad, skip, clip, one_buffer
+                )
                 specializations.append(
                     Specialization(
                         "_mars_update_kernel", pointers | dict.fromkeys(update, "constexpr"), update
@@ -412,7 +454,18 @@ def _coefficient_table(
     if steps and isinstance(steps[0], Tensor):
         return _device_coefficient_table(hp, scale, steps, rules, device)
     distinct = sorted(set(steps))
-    step_rows = [[*coefficient_values(hp, scale, step), 0.0] for step in distinct]
+    one_buffer = isinstance(hp, MarsHyperparams) and hp.one_buffer
+    gamma = hp.gamma if isinstance(hp, MarsHyperparams) else 0.0
+    step_rows = [
+        [
+            *coefficient_values(
+                hp, one_buffer_coefficients(hp, step == 1)[0] if one_buffer else scale, step
+            ),
+            0.0,
+            gamma,
+        ]
+        for step in distinct
+    ]
     if not any(isinstance(v, Tensor) for row in step_rows for v in row):
         # Built in numpy from the distinct rows, not from n Python lists nor with torch ops:
         # this runs on every step, before the kernels can be queued, and one copy to the
@@ -423,7 +476,7 @@ def _coefficient_table(
         else:
             position = {step: index for index, step in enumerate(distinct)}
             rows = by_step[[position[step] for step in steps]]
-        table = torch.from_numpy(numpy.insert(rows, rows.shape[1] - 1, rules, axis=1))
+        table = torch.from_numpy(numpy.insert(rows, _RULE_COLUMN, rules, axis=1))
         return table.to(device, non_blocking=True)
     stacked = torch.stack(
         [
@@ -437,7 +490,8 @@ def _coefficient_table(
         [[distinct.index(step), rule] for step, rule in zip(steps, rules, strict=True)]
     ).to(device, non_blocking=True)
     gathered = stacked[host[:, 0]]
-    return torch.cat([gathered[:, :-1], host[:, 1:].double(), gathered[:, -1:]], dim=1)
+    rule = _RULE_COLUMN
+    return torch.cat([gathered[:, :rule], host[:, 1:].double(), gathered[:, rule:]], dim=1)
 
 
 def _device_coefficient_table(
@@ -471,6 +525,7 @@ def _device_coefficient_table(
         (1.0 - beta2**step).sqrt(),
         _held_for_graphs(_rule_codes(tuple(rules), device)),
         first,
+        torch.zeros_like(first),  # gamma: read only under one_buffer, which cuda_graph refuses
     ]
     return torch.stack(columns, dim=1)
 
@@ -540,9 +595,10 @@ def _launch(
     inv_grad_scale: Tensor | None,
     skip_nonfinite: bool,
     clip: bool,
+    one_buffer: bool,
 ) -> Tensor:
     """Both kernels over one (device, dtypes) group of non-empty tensors; returns the vector of
-    their squared norms of ``c`` (zeros for plain AdamW)."""
+    their squared norms of ``c`` (of ``g`` under ``one_buffer``; zeros for plain AdamW)."""
     device = tensors.params[0].device
     param_dtype = tensors.params[0].dtype
     state_dtype = tensors.exp_avgs[0].dtype
@@ -570,6 +626,7 @@ def _launch(
             norm_sq,
             scale_pointer,
             CHUNKS=NORM_CHUNKS_PER_PROGRAM,
+            READS_LAST_G=not one_buffer,
             **common,
         )
     chunks = tuple(map(_held_for_graphs, _chunk_table(numels, BLOCK, device)))
@@ -581,7 +638,14 @@ def _launch(
         norm_sq,
         scale_pointer,
         **update_constexprs(
-            common, param_dtype, is_mars, store_last_grad, hp.amsgrad, skip_nonfinite, clip
+            common,
+            param_dtype,
+            is_mars,
+            store_last_grad,
+            hp.amsgrad,
+            skip_nonfinite,
+            clip,
+            one_buffer,
         ),
     )
     return norm_sq
@@ -640,6 +704,7 @@ def _launch_groups(
     inv_grad_scale: Tensor | None,
     skip_nonfinite: bool = False,
     clip: bool = True,
+    one_buffer: bool = False,
 ) -> list[Tensor] | None:
     """Launch the kernels per (device, dtypes) group. Under ``skip_nonfinite``, returns each
     tensor's gate (1 where ``||c||`` is finite; 1 for tensors with no elements): views of one
@@ -664,6 +729,7 @@ def _launch_groups(
                 inv_grad_scale,
                 skip_nonfinite,
                 clip,
+                one_buffer,
             )
             if gates is not None:
                 dtype = tensors.params[nonempty[0]].dtype
@@ -682,11 +748,12 @@ def mars_elementwise_triton(
 ) -> list[Tensor] | None:
     """The element-wise part of a MARS step with the Triton kernels: everything but
     Newton-Schulz (see :func:`torch_mars.optim.functional.mars_step`). Returns each tensor's
-    gate under ``hp.skip_nonfinite``, else None. Contiguous tensors only, and not three options:
-    cautious updates, which need each tensor's kept fraction before its update (these two passes
-    do not have it), ``hp.one_buffer``, whose Newton-Schulz matrices need ``m_t`` written out
-    rather than kept, and the ``second_moment="gradient"`` ablation (``fused=True`` sends those
-    to the compiled kernel)."""
+    gate under ``hp.skip_nonfinite``, else None. Under ``hp.one_buffer`` the update kernel keeps
+    the one buffer and writes each Newton-Schulz matrix's ``m_t`` into its ``last_grads`` slot.
+    Contiguous tensors only, and not two options: cautious updates, which need each tensor's
+    kept fraction before its update (these two passes do not have it), and the
+    ``second_moment="gradient"`` ablation (``fused=True`` sends those to the compiled
+    kernel)."""
     _check_runs_here(tensors, hp)
     code_of = {
         ndim: ELEMENTWISE_RULES.index(elementwise_rule(hp.mars_type, ndim))
@@ -702,6 +769,7 @@ def mars_elementwise_triton(
         inv_grad_scale=inv_grad_scale,
         skip_nonfinite=hp.skip_nonfinite,
         clip=hp.clip,
+        one_buffer=hp.one_buffer,
     )
 
 

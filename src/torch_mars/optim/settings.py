@@ -189,7 +189,7 @@ SETTINGS: tuple[Setting, ...] = (
         False,
         _flag,
         planned=True,
-        needs_other_path={"triton": bool, "cuda_graph": bool},
+        needs_other_path={"cuda_graph": bool},
     ),
     Setting(
         "cautious",
