@@ -107,3 +107,24 @@ def test_what_one_buffer_cannot_do_is_refused(kwargs, message):
     params = [torch.zeros(4, 3, requires_grad=True), torch.zeros(3, requires_grad=True)]
     with pytest.raises(ValueError, match=message):
         MARS(params, one_buffer=True, **kwargs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("mars_type", ["mars-lion", "mars-shampoo"])
+def test_one_buffer_on_cuda_takes_triton_and_matches_the_loop(mars_type):
+    results = []
+    for device, flags in (("cpu", {"foreach": False}), ("cuda", {"fused": True})):
+        params = [torch.ones(s, device=device, requires_grad=True) for s in SHAPES]
+        opt = MARS(
+            params, lr=0.01, gamma=0.3, weight_decay=0.1, mars_type=mars_type, clip=False,
+            one_buffer=True, ns_dtype=torch.float32, **flags,
+        )  # fmt: skip
+        for step in range(6):
+            for p, g in zip(params, gradients(step, {3}), strict=True):
+                p.grad = g.float().to(device)
+            opt.step()
+        if device == "cuda":
+            assert opt._plans[0].path == "triton"
+        results.append([p.detach().cpu() for p in params])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
