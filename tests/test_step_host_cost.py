@@ -59,6 +59,7 @@ def test_the_default_path_is_triton_on_cuda_when_it_imports_and_foreach_or_loop_
     import torch_mars.optim.step_plan as step_plan
 
     group = MARS([torch.nn.Parameter(torch.zeros(2, 2))]).param_groups[0]
+
     def cuda_tensor(contiguous: bool = True) -> SimpleNamespace:
         return SimpleNamespace(
             is_cuda=True, device=torch.device("cuda"), grad=None, is_contiguous=lambda: contiguous
