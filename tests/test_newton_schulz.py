@@ -128,3 +128,55 @@ def test_the_folded_iteration_rounds_no_worse_than_the_standard_one(monkeypatch,
 def test_cuda_alone_folds_the_identity_term():
     assert newton_schulz.folds_identity_term(torch.device("cuda"))
     assert not newton_schulz.folds_identity_term(torch.device("cpu"))
+
+
+def test_the_gram_iteration_is_the_quintic_one_in_float64():
+    """Gram Newton-Schulz iterates the same polynomial on X X^T: equal in exact arithmetic, so
+    to round-off in float64, across restarts (7 steps: blocks of 3, 3 and 1)."""
+    stack = _wide_batch(torch.Generator().manual_seed(3))
+    for steps in (1, 5, 7):
+        quintic = newton_schulz_orthogonalize(stack, steps, torch.float64)
+        gram = newton_schulz_orthogonalize(stack, steps, torch.float64, "gram")
+        torch.testing.assert_close(gram, quintic, rtol=1e-10, atol=1e-10)
+
+
+def test_the_gram_iteration_s_singular_values_in_float32_are_the_quintic_ones():
+    """Against float64's polar factor U V^T: the float32 Gram result's singular values (those of
+    the quintic polynomial applied to the spectrum) and its distance to U V^T are the float64
+    quintic's, to float32's round-off grown over the iterations."""
+    stack = _wide_batch(torch.Generator().manual_seed(4))
+    u, _, vh = torch.linalg.svd(stack, full_matrices=False)
+    polar = u @ vh
+    exact = newton_schulz_orthogonalize(stack, 5, torch.float64)
+    gram = newton_schulz_orthogonalize(stack.float(), 5, torch.float32, "gram").double()
+    torch.testing.assert_close(
+        torch.linalg.svdvals(gram), torch.linalg.svdvals(exact), rtol=1e-4, atol=1e-4
+    )
+
+    def distance(x: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.matrix_norm(x - polar) / torch.linalg.matrix_norm(polar)
+
+    torch.testing.assert_close(distance(gram), distance(exact), rtol=1e-3, atol=1e-5)
+
+
+def test_ns_iteration_reaches_the_step():
+    """MARS-Shampoo with ns_iteration="gram" steps as the quintic iteration in float64, on the
+    loop and foreach paths, and refuses an unknown iteration by name."""
+    results = {}
+    for iteration in ("quintic", "gram"):
+        for foreach in (False, True):
+            torch.manual_seed(0)
+            params = [torch.randn(s, dtype=torch.float64, requires_grad=True) for s in SHAPES]
+            opt = MARS(
+                params, lr=0.02, mars_type="mars-shampoo", ns_iteration=iteration, foreach=foreach
+            )
+            for step in range(3):
+                for p in params:
+                    p.grad = torch.sin(p * (step + 1))
+                opt.step()
+            results[iteration, foreach] = params
+    for foreach in (False, True):
+        for a, b in zip(results["quintic", foreach], results["gram", foreach], strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="ns_iteration"):
+        MARS([torch.zeros(2, 2, requires_grad=True)], ns_iteration="polar")

@@ -203,8 +203,14 @@ def test_every_configuration_goes_downhill_under_an_lr_scheduler(name):
 @pytest.mark.parametrize("name", ["adamw", "shampoo-exact", "lion"])
 def test_mixed_dtypes_in_one_group_keep_their_dtypes(name):
     dtypes = (torch.float32, torch.float64, torch.bfloat16)
-    params = [torch.randn(4, 3, dtype=d, requires_grad=True) for d in dtypes]
-    params += [torch.randn(3, dtype=d, requires_grad=True) for d in dtypes]
+    # Entries well under 1, seeded: a step of about lr = 3e-3 must show in bf16, whose spacing
+    # above 0.5 is 4e-3 (unseeded, a 3-entry bf16 tensor sometimes had all three above it).
+    generator = torch.Generator().manual_seed(0)
+    shapes = [(4, 3)] * 3 + [(3,)] * 3
+    params = [
+        (0.1 * torch.randn(s, generator=generator)).to(d).requires_grad_()
+        for s, d in zip(shapes, dtypes * 2, strict=True)
+    ]
     opt = MARS(params, **CONFIGS[name])
     before = [p.detach().clone() for p in params]
 

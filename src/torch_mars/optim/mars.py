@@ -109,6 +109,9 @@ class MARS(Optimizer):
             None (the default): bf16 where the device multiplies it in hardware (CUDA from
             compute capability 8.0, CPUs with AMX or AVX-512 BF16), float32 elsewhere, and
             float64 for float64 parameters.
+        ns_iteration: ``"quintic"`` (the default: Muon's iteration on ``X``) or ``"gram"``
+            (the same polynomial iterated on the smaller ``X X^T``, restarted every three
+            steps: fewer FLOPs for matrices much wider than tall; docs/algorithm.md).
         transposed_matrices: the group's 2-D weights are stored as ``(in, out)``, as
             transformers' ``Conv1D`` stores them (:func:`mars_param_groups` sets it for those);
             ``mars-shampoo``'s ``sqrt(max(1, rows/cols))`` then takes rows from ``shape[1]``.
@@ -121,8 +124,9 @@ class MARS(Optimizer):
         fused: the fused kernels (True): multi-tensor Triton kernels on CUDA (needs the
             ``triton`` extra), one ``torch.compile``d kernel per tensor on CPU. None (the
             default) with ``foreach`` unset takes the Triton kernels when every tensor is on
-            CUDA and Triton imports (not for ``cautious`` or ``one_buffer``), as torch.optim
-            does where it has fused kernels; docs/algorithm.md tabulates the default paths.
+            CUDA and Triton imports (not for ``cautious`` or ``second_moment="gradient"``), as
+            torch.optim does where it has fused kernels; docs/algorithm.md tabulates the default
+            paths.
             They also take a GradScaler's scale inside the kernel. Exclusive with
             ``foreach=True``. On FSDP2
             parameters only the 1-D AdamW tensors take them (the MARS tensors take the sharded
@@ -220,6 +224,7 @@ class MARS(Optimizer):
         maximize: bool = DEFAULTS["maximize"],
         ns_steps: int = DEFAULTS["ns_steps"],
         ns_dtype: torch.dtype | None = DEFAULTS["ns_dtype"],
+        ns_iteration: str = DEFAULTS["ns_iteration"],
         foreach: bool | None = DEFAULTS["foreach"],
         fused: bool | None = DEFAULTS["fused"],
         state_dtype: torch.dtype | None = DEFAULTS["state_dtype"],

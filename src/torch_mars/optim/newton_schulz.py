@@ -29,6 +29,9 @@ from torch_mars.optim.step_types import (
 # singular value of a spectrally normalised matrix towards 1 in few steps (Jordan et al., Muon).
 NS_COEFFICIENTS: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)
 NS_NORM_EPS = 1e-7
+# ns_iteration="gram" forms X from its Gram matrix every this many iterations: iterating the
+# Gram matrix instead of X lets round-off grow, and a restart resets it.
+GRAM_RESTART = 3
 
 
 _CPU_BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
@@ -72,7 +75,7 @@ def default_ns_dtype(matrix: Tensor) -> torch.dtype:
 
 
 def newton_schulz_orthogonalize(
-    matrix: Tensor, steps: int, dtype: torch.dtype | None = None
+    matrix: Tensor, steps: int, dtype: torch.dtype | None = None, iteration: str = "quintic"
 ) -> Tensor:
     """Approximate the orthogonal factor ``U V^T`` of ``matrix = U S V^T``.
 
@@ -83,6 +86,12 @@ def newton_schulz_orthogonalize(
         steps: number of quintic iterations (>= 1).
         dtype: the dtype the iterations run in; None: :func:`default_ns_dtype` (float64 for
             float64 matrices, else the device's fast matmul dtype).
+        iteration: ``"quintic"``: ``X <- a X + (b G + c G^2) X`` with ``G = X X^T`` (Muon's);
+            ``"gram"``: the same polynomial iterated on the small Gram matrix (Gram
+            Newton-Schulz; Zhang, Amsel, Chen, Dao 2026): ``P = a + b G + c G^2``, ``Q <- P Q``,
+            ``G <- P^2 G``, with ``X = Q X`` formed every :data:`GRAM_RESTART` iterations and
+            ``G`` recomputed from it. In exact arithmetic the two are equal; the Gram form does
+            fewer FLOPs when the long side is well above the short one.
 
     Returns:
         A tensor of the same shape and dtype as ``matrix`` whose singular values lie roughly in
@@ -97,18 +106,20 @@ def newton_schulz_orthogonalize(
         raise ValueError(
             f"matrix must have shape (rows, cols) or (batch, rows, cols), got {tuple(matrix.shape)}"
         )
-    wide = _orthogonalize_wide([matrix], steps, dtype or default_ns_dtype(matrix))
+    wide = _orthogonalize_wide([matrix], steps, dtype or default_ns_dtype(matrix), iteration)
     return (wide.mT if matrix.size(-2) > matrix.size(-1) else wide).to(matrix.dtype)
 
 
-def _orthogonalize_wide(stacks: list[Tensor], steps: int, dtype: torch.dtype) -> Tensor:
+def _orthogonalize_wide(
+    stacks: list[Tensor], steps: int, dtype: torch.dtype, iteration: str = "quintic"
+) -> Tensor:
     """Newton-Schulz of every matrix of ``stacks`` in one chain of matmuls, in ``dtype``.
 
     Args:
         stacks: tensors of one dtype and device, each a ``(rows, cols)`` matrix or a ``(batch,
             rows, cols)`` stack, ``(rows, cols)`` one ``(short, long)`` shape or its transpose;
             more than one only as stacks.
-        steps, dtype: as in :func:`newton_schulz_orthogonalize`.
+        steps, dtype, iteration: as in :func:`newton_schulz_orthogonalize`.
 
     Returns:
         The orthogonalised matrices as ``(short, long)`` (the transpose of those with more rows
@@ -132,6 +143,8 @@ def _orthogonalize_wide(stacks: list[Tensor], steps: int, dtype: torch.dtype) ->
             else:
                 _normalized(stack, dtype, out=block)
             start += len(stack)
+    if iteration == "gram":
+        return _gram_iterations(x, steps)
     a, b, c = NS_COEFFICIENTS
     # bmm/mm rather than ``@``: matmul on a batch dispatches expand, view and _unsafe_view
     # around its bmm, host work that a GPU pays per iteration and per shape.
@@ -146,6 +159,29 @@ def _orthogonalize_wide(stacks: list[Tensor], steps: int, dtype: torch.dtype) ->
             x = product(polynomial, x)
         else:
             x = _add_product(x, polynomial, x, beta=a)
+    return x
+
+
+def _gram_iterations(x: Tensor, steps: int) -> Tensor:
+    """``steps`` iterations of the quintic polynomial on the Gram matrix of the ``(short,
+    long)`` matrices ``x`` (:func:`newton_schulz_orthogonalize`'s ``"gram"``): ``X_k = Q_k X``
+    with ``Q`` accumulated from ``P = a I + b G + c G^2`` and ``G <- P^2 G`` (``P`` commutes
+    with ``G``), restarted from ``X = Q X`` every :data:`GRAM_RESTART` iterations."""
+    a, b, c = NS_COEFFICIENTS
+    product = torch.mm if x.ndim == 2 else torch.bmm
+    done = 0
+    while done < steps:
+        block = min(GRAM_RESTART, steps - done)
+        gram = product(x, x.mT)
+        accumulated = None
+        for k in range(block):
+            polynomial = _add_product(gram, gram, gram, beta=b, alpha=c)
+            polynomial.diagonal(dim1=-2, dim2=-1).add_(a)
+            accumulated = polynomial if accumulated is None else product(polynomial, accumulated)
+            if k < block - 1:
+                gram = product(polynomial, product(polynomial, gram))
+        x = product(accumulated, x)
+        done += block
     return x
 
 
@@ -188,10 +224,12 @@ def batched_shampoo_directions(
     transposed: bool = False,
     mars_type: str = "mars-shampoo",
     ns_dtype: torch.dtype | None = None,
+    ns_iteration: str = "quintic",
 ) -> list[Tensor]:
     """``NS(M) * scale`` of each ``M = m.reshape(shape[0], -1)``, the scale of ``mars_type``
     (:func:`~torch_mars.optim.step_math.orthogonal_update_scale`), the iterations in
-    ``ns_dtype`` (None: the device's, :func:`fast_matmul_dtype`).
+    ``ns_dtype`` (None: the device's, :func:`fast_matmul_dtype`), by ``ns_iteration``
+    (:func:`newton_schulz_orthogonalize`).
 
     Matrices are orthogonalised as ``(short, long)``: a ``(rows, cols)`` matrix with ``rows >
     cols`` is taken transposed, since Newton-Schulz commutes with transposition. Those of one
@@ -218,7 +256,7 @@ def batched_shampoo_directions(
             continue
         stacks = [_stacked_matrices(exp_avgs, shape, indices) for shape, indices in shapes]
         dtype = ns_dtype or default_ns_dtype(stacks[0])
-        orthogonal = _orthogonalize_wide(stacks, steps, dtype).to(stacks[0].dtype)
+        orthogonal = _orthogonalize_wide(stacks, steps, dtype, ns_iteration).to(stacks[0].dtype)
         start = 0
         for shape, indices in shapes:
             block = orthogonal if len(shapes) == 1 else orthogonal[start : start + len(indices)]
@@ -259,7 +297,12 @@ def apply_shampoo_directions(
 
     def directions_of(momenta: list[Tensor]) -> list[Tensor]:
         return batched_shampoo_directions(
-            momenta, hp.ns_steps, hp.transposed_matrices, hp.mars_type, hp.ns_dtype
+            momenta,
+            hp.ns_steps,
+            hp.transposed_matrices,
+            hp.mars_type,
+            hp.ns_dtype,
+            hp.ns_iteration,
         )
 
     for indices in group_by_device_and_dtype(matrices.params):

@@ -151,6 +151,7 @@ def shampoo_direction(
     transposed: bool = False,
     mars_type: str = "mars-shampoo",
     ns_dtype: torch.dtype | None = None,
+    ns_iteration: str = "quintic",
 ) -> Tensor:
     """``NS(M) * scale`` for ``M = m`` viewed as ``(shape[0], -1)``, with the scale of
     ``mars_type`` (:func:`~torch_mars.optim.step_math.orthogonal_update_scale`), the
@@ -161,7 +162,7 @@ def shampoo_direction(
     if exp_avg.numel() == 0:
         return torch.zeros_like(exp_avg)
     matrix = exp_avg.reshape(matrix_shape(exp_avg.shape))
-    orthogonal = newton_schulz_orthogonalize(matrix, ns_steps, ns_dtype)
+    orthogonal = newton_schulz_orthogonalize(matrix, ns_steps, ns_dtype, ns_iteration)
     scale = orthogonal_update_scale(mars_type, exp_avg.shape, transposed)
     return orthogonal.mul_(scale).view_as(exp_avg)
 
@@ -173,7 +174,9 @@ def shampoo_step_(
     ``mars-m``: ``0.2 sqrt(max(rows, cols))``), masked against ``grad`` under ``hp.cautious``."""
     if hp.weight_decay != 0.0:
         param.mul_(k.weight_decay_factor)
-    direction = shampoo_direction(m, hp.ns_steps, hp.transposed_matrices, hp.mars_type, hp.ns_dtype)
+    direction = shampoo_direction(
+        m, hp.ns_steps, hp.transposed_matrices, hp.mars_type, hp.ns_dtype, hp.ns_iteration
+    )
     if hp.cautious:
         cautious_(direction, grad)
     add_scaled_(param, direction, -k.lr)

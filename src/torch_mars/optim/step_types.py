@@ -72,6 +72,9 @@ class MarsHyperparams(AdamWHyperparams):
         ns_dtype: the dtype of the Newton-Schulz iterations (``torch.bfloat16`` or
             ``torch.float32``); None: bf16 where the device multiplies it fast, else float32
             (float64 for float64 parameters).
+        ns_iteration: ``"quintic"`` (``X <- a X + (b G + c G^2) X``, ``G = X X^T``) or
+            ``"gram"`` (the same polynomial iterated on ``G``, restarted every three steps:
+            :func:`~torch_mars.optim.newton_schulz.newton_schulz_orthogonalize`).
         transposed_matrices: the 2-D weights are stored as ``(in, out)``; ``mars-shampoo``'s
             scale then reads the output dimension from ``shape[1]``.
         skip_nonfinite: a tensor whose ``||c||`` is not finite keeps its parameter and state
@@ -93,6 +96,7 @@ class MarsHyperparams(AdamWHyperparams):
     mars_type: MarsType = DEFAULTS["mars_type"]
     ns_steps: int = DEFAULTS["ns_steps"]
     ns_dtype: torch.dtype | None = DEFAULTS["ns_dtype"]
+    ns_iteration: str = DEFAULTS["ns_iteration"]
     transposed_matrices: bool = DEFAULTS["transposed_matrices"]
     skip_nonfinite: bool = DEFAULTS["skip_nonfinite"]
     clip: bool = DEFAULTS["clip"]
@@ -137,6 +141,7 @@ def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
         mars_type=group["mars_type"],
         ns_steps=group["ns_steps"],
         ns_dtype=group["ns_dtype"],
+        ns_iteration=group["ns_iteration"],
         transposed_matrices=group["transposed_matrices"],
         skip_nonfinite=group["skip_nonfinite"],
         clip=group["clip"],
