@@ -218,3 +218,27 @@ def test_a_captured_step_replays_like_eager_steps(mars_type):
         for a, b in zip(twin, params, strict=True):
             torch.testing.assert_close(b.detach(), a.detach(), rtol=1e-5, atol=1e-6)
     assert all(float(opt.state[p]["step"]) == 8 for p in params)
+
+
+@needs_interpreter
+def test_cuda_graph_runs_bf16_state_as_the_eager_triton_step_does(triton_on_cpu):
+    """The ``mars-adamw-graph-bf16-state`` bench row's settings: a ``cuda_graph`` step on bf16
+    state ends where the eager Triton step on bf16 state does (float32 parameters), to bf16's
+    resolution: on a tensor's first step the eager path stores ``g_tilde = g`` in bf16 on the
+    host, so its ``c = g + s (g - bf16(g))``, where the graph's kernel zeroes ``s`` (``c = g``
+    exactly)."""
+    grads = [[g if g is None else g.float() for g in step] for step in gradient_sequence(False)]
+
+    def run_bf16(**flags) -> list[torch.Tensor]:
+        generator = torch.Generator().manual_seed(1)
+        params = [torch.randn(s, generator=generator).requires_grad_() for s in MIXED_SHAPES]
+        opt = MARS(params, lr=0.02, gamma=0.3, state_dtype=torch.bfloat16, fused=True, **flags)
+        for step_grads in grads:
+            for param, grad in zip(params, step_grads, strict=True):
+                param.grad = None if grad is None else grad.clone()
+            opt.step()
+        assert all(s["exp_avg"].dtype == torch.bfloat16 for s in opt.state.values())
+        return params
+
+    for a, b in zip(run_bf16(), run_bf16(cuda_graph=True), strict=True):
+        torch.testing.assert_close(b.detach(), a.detach(), rtol=0.0, atol=2e-3)

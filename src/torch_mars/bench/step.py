@@ -86,8 +86,8 @@ class GraphReplay:
 
 
 def cuda_graph_candidates() -> list[Candidate]:
-    """Fused AdamW (``capturable=True``) and MARS-AdamW and MARS-Shampoo (``cuda_graph=True``),
-    each replayed from a captured CUDA graph (CUDA only)."""
+    """Fused AdamW (``capturable=True``) and MARS-AdamW (float32 and bf16 state) and
+    MARS-Shampoo (``cuda_graph=True``), each replayed from a captured CUDA graph (CUDA only)."""
     return [
         Candidate(
             "adamw-fused-graph",
@@ -95,6 +95,12 @@ def cuda_graph_candidates() -> list[Candidate]:
         ),
         Candidate(
             "mars-adamw-graph", lambda m: GraphReplay(_mars(m, "mars-adamw", cuda_graph=True))
+        ),
+        Candidate(
+            "mars-adamw-graph-bf16-state",
+            lambda m: GraphReplay(
+                _mars(m, "mars-adamw", cuda_graph=True, state_dtype=torch.bfloat16)
+            ),
         ),
         Candidate(
             "mars-shampoo-graph",
