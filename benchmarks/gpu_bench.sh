@@ -7,7 +7,8 @@
 # every GPU of the machine under torchrun, and last the table of issue #49's targets beside the
 # figures (benchmarks/perf/gpu_targets.py).
 #
-#   bash benchmarks/gpu_bench.sh            # everything (about 6 minutes on an H200)
+#   bash benchmarks/gpu_bench.sh            # everything (about 6 minutes on an H200, summed
+#                                           # from its parts' runs there; not yet run whole)
 #   bash benchmarks/gpu_bench.sh targets    # only the runs behind the targets, then the table
 #
 # Run from the repository root where torch and triton are installed. The harness's own
