@@ -1,0 +1,52 @@
+"""benchmarks/studies/fight_map.py's protocol: every point's study at the map's budget, a second
+search with another order seed in its own folder outside the map's verdicts, and the second
+model's studies with the same protocol at its own size (steps from its parameters)."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+from benchmark_scripts import BENCHMARKS, load_benchmark_script
+
+sys.path.insert(0, str(BENCHMARKS / "studies"))  # second_model.py loads fight_map.py beside it
+fight_map = load_benchmark_script("studies/fight_map.py")
+second_model = load_benchmark_script("studies/second_model.py")
+
+
+def _flags(arguments: list[str]) -> dict[str, str]:
+    return {a: b for a, b in itertools.pairwise(arguments) if a.startswith("--")}
+
+
+def test_a_second_search_lives_beside_its_point_with_its_order_seed():
+    first = _flags(fight_map.tune_arguments("b64-4x", 2, 40))
+    second = _flags(fight_map.tune_arguments("b64-4x", 2, 40, order_seed=1))
+    assert first["--order-seed"] == "0" and second["--order-seed"] == "1"
+    assert first["--storage"].endswith("fight-map/b64-4x/study.log")
+    assert second["--storage"].endswith("fight-map/b64-4x/order-seed-1/study.log")
+    assert second["--name"] == "order-seed-1" and first["--name"] == "b64-4x"
+    # the same runs otherwise: budget, seeds, data orders, validation set
+    for flag in ("--steps", "--batch-size", "--trials", "--eval-tokens", "--heldout-data-seeds"):
+        assert first[flag] == second[flag], flag
+
+
+def test_the_second_model_keeps_the_protocol_at_four_times_the_parameters():
+    tiny = _flags(fight_map.tune_arguments("b16-4x", 2, 40))
+    wide = _flags(
+        fight_map.tune_arguments(
+            "b16-4x",
+            2,
+            16,
+            study=second_model.FOLDER / "b16-4x",
+            model=second_model.MODEL,
+            data="corpus.txt",
+            optimizers=second_model.ADAM_PAIR,
+        )
+    )
+    ratio = fight_map.non_embedding_parameters("tiny-w64") / fight_map.non_embedding_parameters()
+    assert 3.9 < ratio < 4.1
+    assert abs(int(wide["--steps"]) / int(tiny["--steps"]) - ratio) < 0.01
+    assert wide["--model"] == "tiny-w64" and wide["--data"] == "corpus.txt"
+    assert wide["--storage"].endswith("second-model/b16-4x/study.log")
+    for flag in ("--batch-size", "--eval-tokens", "--seeds", "--heldout-seeds"):
+        assert wide[flag] == tiny[flag], flag
