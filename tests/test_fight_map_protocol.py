@@ -50,3 +50,16 @@ def test_the_second_model_keeps_the_protocol_at_four_times_the_parameters():
     assert wide["--storage"].endswith("second-model/b16-4x/study.log")
     for flag in ("--batch-size", "--eval-tokens", "--seeds", "--heldout-seeds"):
         assert wide[flag] == tiny[flag], flag
+
+
+def test_the_map_figure_draws_every_finished_comparison(tmp_path):
+    rows = [
+        {"point": "b64-4x", "rule": "mars-adamw", "control": "nadamw", "gap": -0.008,
+         "interval": [-0.017, 0.001]},
+        {"point": "b16-4x", "rule": "mars-adamw", "control": "adamw", "gap": 0.002,
+         "interval": [-0.004, 0.008]},
+        {"point": "b256-16x", "rule": "mars-shampoo", "control": "muon", "gap": 0.004,
+         "interval": [-0.002, 0.010]},
+    ]  # fmt: skip
+    path = fight_map.plot_map(rows, tmp_path / "map.png")
+    assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 10_000

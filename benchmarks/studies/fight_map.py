@@ -17,7 +17,7 @@ finished reruns.
 
     python benchmarks/studies/fight_map.py [--points b64-4x ...] [--jobs 2] [--trials 24]
     python benchmarks/studies/fight_map.py --snapshot   # study.log.gz of every point with runs
-    python benchmarks/studies/fight_map.py --report     # each point's report, map.md
+    python benchmarks/studies/fight_map.py --report     # each point's report, map.md, map.png
     python benchmarks/studies/fight_map.py --points b64-4x --order-seed 1  # a second search
 
 The command each point runs is printed before it starts; it is the one that reproduces it.
@@ -165,6 +165,48 @@ def format_map(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot_map(rows: list[dict], out_path: Path) -> Path:
+    """The map's figure: per MARS rule, each point's paired gap to its strongest control with
+    its 95% interval, against sequences per step (one series per multiple of 20 tokens per
+    parameter); below zero MARS is ahead."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rules = sorted({row["rule"] for row in rows})
+    figure, axes = plt.subplots(1, len(rules), figsize=(5 * len(rules), 3.6), squeeze=False)
+    for axis, rule in zip(axes[0], rules, strict=True):
+        by_multiple: dict[int, list[tuple[int, dict]]] = {}
+        for row in rows:
+            if row["rule"] == rule:
+                batch, multiple = POINTS[row["point"]]
+                by_multiple.setdefault(multiple, []).append((batch, row))
+        for multiple, points in sorted(by_multiple.items()):
+            points.sort(key=lambda item: item[0])
+            batches = [batch for batch, _ in points]
+            gaps = [row["gap"] for _, row in points]
+            below = [row["gap"] - row["interval"][0] for _, row in points]
+            above = [row["interval"][1] - row["gap"] for _, row in points]
+            axis.errorbar(
+                batches, gaps, yerr=[below, above], marker="o", capsize=3,
+                label=f"{multiple}x20 tokens/param",
+            )  # fmt: skip
+        controls = sorted({row["control"] for row in rows if row["rule"] == rule})
+        axis.axhline(0.0, color="grey", linewidth=0.8)
+        axis.set_xscale("log", base=2)
+        ticks = sorted({batch for batch, _ in POINTS.values()})
+        axis.set_xticks(ticks, [str(batch) for batch in ticks])
+        axis.set_xlabel("sequences per step")
+        axis.set_ylabel("held-out gap (nats), paired 95% interval")
+        axis.set_title(f"{rule} - strongest of {', '.join(controls)}")
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(out_path, dpi=120)
+    plt.close(figure)
+    return out_path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--points", nargs="+", choices=list(POINTS), default=list(POINTS))
@@ -194,8 +236,11 @@ def main() -> int:
         if code:
             return code
     if args.report and args.order_seed == 0:
-        write_text_atomically(FOLDER / "map.md", format_map(map_rows()) + "\n")
+        rows = map_rows()
+        write_text_atomically(FOLDER / "map.md", format_map(rows) + "\n")
         print(f"wrote {(FOLDER / 'map.md').relative_to(ROOT)}")
+        if rows:
+            print(f"wrote {plot_map(rows, FOLDER / 'map.png').relative_to(ROOT)}")
     return 0
 
 
