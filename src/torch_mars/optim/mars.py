@@ -109,9 +109,10 @@ class MARS(Optimizer):
             None (the default): bf16 where the device multiplies it in hardware (CUDA from
             compute capability 8.0, CPUs with AMX or AVX-512 BF16), float32 elsewhere, and
             float64 for float64 parameters.
-        ns_iteration: ``"quintic"`` (the default: Muon's iteration on ``X``) or ``"gram"``
+        ns_iteration: ``"quintic"`` (the default: Muon's iteration on ``X``), ``"gram"``
             (the same polynomial iterated on the smaller ``X X^T``, restarted every three
-            steps: fewer FLOPs for matrices much wider than tall; docs/algorithm.md).
+            steps: fewer FLOPs for matrices much wider than tall) or ``"polar-express"``
+            (Muon's step with each iteration's minimax coefficients); docs/algorithm.md.
         transposed_matrices: the group's 2-D weights are stored as ``(in, out)``, as
             transformers' ``Conv1D`` stores them (:func:`mars_param_groups` sets it for those);
             ``mars-shampoo``'s ``sqrt(max(1, rows/cols))`` then takes rows from ``shape[1]``.

@@ -4,6 +4,7 @@ part."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -32,6 +33,13 @@ NS_NORM_EPS = 1e-7
 # ns_iteration="gram" forms X from its Gram matrix every this many iterations: iterating the
 # Gram matrix instead of X lets round-off grow, and a restart resets it.
 GRAM_RESTART = 3
+# ns_iteration="polar-express": each step's odd quintic is the minimax approximation of 1 on the
+# interval the singular values are in by then, from [POLAR_EXPRESS_LOWER, 1] (after the
+# Frobenius normalisation) on; each is designed on its interval's upper end widened by
+# POLAR_EXPRESS_SAFETY, so that round-off pushing a value past the end (bf16) cannot send it
+# up the quintic's steep side.
+POLAR_EXPRESS_LOWER = 1e-3
+POLAR_EXPRESS_SAFETY = 1.02
 
 
 _CPU_BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
@@ -86,7 +94,9 @@ def newton_schulz_orthogonalize(
         steps: number of quintic iterations (>= 1).
         dtype: the dtype the iterations run in; None: :func:`default_ns_dtype` (float64 for
             float64 matrices, else the device's fast matmul dtype).
-        iteration: ``"quintic"``: ``X <- a X + (b G + c G^2) X`` with ``G = X X^T`` (Muon's);
+        iteration: ``"quintic"``: ``X <- a X + (b G + c G^2) X`` with ``G = X X^T`` (Muon's
+            fixed ``a, b, c``); ``"polar-express"``: the same step with each iteration's
+            ``a, b, c`` from :func:`polar_express_coefficients` (Amsel et al. 2025);
             ``"gram"``: the same polynomial iterated on the small Gram matrix (Gram
             Newton-Schulz; Zhang, Amsel, Chen, Dao 2026): ``P = a + b G + c G^2``, ``Q <- P Q``,
             ``G <- P^2 G``, with ``X = Q X`` formed every :data:`GRAM_RESTART` iterations and
@@ -145,12 +155,16 @@ def _orthogonalize_wide(
             start += len(stack)
     if iteration == "gram":
         return _gram_iterations(x, steps)
-    a, b, c = NS_COEFFICIENTS
+    schedule = (
+        polar_express_coefficients(steps)
+        if iteration == "polar-express"
+        else (NS_COEFFICIENTS,) * steps
+    )
     # bmm/mm rather than ``@``: matmul on a batch dispatches expand, view and _unsafe_view
     # around its bmm, host work that a GPU pays per iteration and per shape.
     product = torch.mm if x.ndim == 2 else torch.bmm
     folded = folds_identity_term(x.device)
-    for _ in range(steps):
+    for a, b, c in schedule:
         gram = product(x, x.mT)
         # b G + c G^2: the small square product with its sum fused into the matmul.
         polynomial = _add_product(gram, gram, gram, beta=b, alpha=c)
@@ -160,6 +174,56 @@ def _orthogonalize_wide(
         else:
             x = _add_product(x, polynomial, x, beta=a)
     return x
+
+
+@functools.lru_cache(maxsize=32)
+def polar_express_coefficients(steps: int) -> tuple[tuple[float, float, float], ...]:
+    """The Polar Express schedule (Amsel, Chen, Goldstein, Musco, Musco 2025, arXiv
+    2505.16932), derived here: step ``t``'s ``(a, b, c)`` make ``p(x) = a x + b x^3 + c x^5``
+    the minimax approximation of 1 on ``[l_t, u_t * POLAR_EXPRESS_SAFETY]``, and the next
+    interval is ``p``'s range there, from ``[POLAR_EXPRESS_LOWER, 1]``. Each ``p`` is found by
+    Remez exchange in float64: its error equioscillates at ``l``, the two roots of ``p'`` and
+    ``u``, which for an odd quintic are in closed form."""
+    lower, upper = POLAR_EXPRESS_LOWER, 1.0
+    schedule = []
+    for _ in range(steps):
+        upper *= POLAR_EXPRESS_SAFETY
+        coefficients = _minimax_odd_quintic(lower, upper)
+        grid = torch.linspace(lower, upper, 100_001, dtype=torch.float64)
+        values = _odd_quintic(coefficients, grid)
+        lower, upper = float(values.min()), float(values.max())
+        schedule.append(tuple(float(v) for v in coefficients))
+    return tuple(schedule)  # type: ignore[return-value]
+
+
+def _odd_quintic(coefficients: Tensor, x: Tensor) -> Tensor:
+    a, b, c = coefficients
+    return a * x + b * x**3 + c * x**5
+
+
+def _minimax_odd_quintic(lower: float, upper: float) -> Tensor:
+    """``(a, b, c)`` minimising ``max |1 - p(x)|`` over ``[lower, upper]`` (float64)."""
+    references = torch.linspace(lower, upper, 4, dtype=torch.float64)
+    signs = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    coefficients = torch.zeros(3, dtype=torch.float64)
+    for _ in range(100):
+        system = torch.stack([references, references**3, references**5, signs], dim=1)
+        solution = torch.linalg.solve(system, torch.ones(4, dtype=torch.float64))
+        coefficients = solution[:3]
+        a, b, c = coefficients
+        # p'(x) = a + 3 b x^2 + 5 c x^4: its roots in x^2 are the error's interior extrema.
+        discriminant = 9 * b * b - 20 * a * c
+        if discriminant <= 0:
+            break
+        squares = torch.stack([-3 * b - discriminant.sqrt(), -3 * b + discriminant.sqrt()])
+        roots = (squares / (10 * c)).clamp_min(0).sqrt().sort().values
+        if not (lower < roots[0] < roots[1] < upper):
+            break
+        updated = torch.stack([references[0], roots[0], roots[1], references[3]])
+        if torch.equal(updated, references):
+            break
+        references = updated
+    return coefficients
 
 
 def _gram_iterations(x: Tensor, steps: int) -> Tensor:

@@ -27,7 +27,7 @@ SecondMoment = Literal["corrected", "gradient"]
 SECOND_MOMENTS: tuple[str, ...] = ("corrected", "gradient")
 STATE_DTYPES: tuple[torch.dtype | None, ...] = (None, torch.float32, torch.bfloat16)
 NS_DTYPES: tuple[torch.dtype | None, ...] = (None, torch.bfloat16, torch.float32, torch.float64)
-NS_ITERATIONS: tuple[str, ...] = ("quintic", "gram")
+NS_ITERATIONS: tuple[str, ...] = ("quintic", "gram", "polar-express")
 # The backends a setting's value may need another path than: the multi-tensor Triton kernels,
 # and a step captured in a CUDA graph (those kernels, in the approximate mode).
 BACKENDS: tuple[str, ...] = ("triton", "cuda_graph")

@@ -72,9 +72,10 @@ class MarsHyperparams(AdamWHyperparams):
         ns_dtype: the dtype of the Newton-Schulz iterations (``torch.bfloat16`` or
             ``torch.float32``); None: bf16 where the device multiplies it fast, else float32
             (float64 for float64 parameters).
-        ns_iteration: ``"quintic"`` (``X <- a X + (b G + c G^2) X``, ``G = X X^T``) or
-            ``"gram"`` (the same polynomial iterated on ``G``, restarted every three steps:
-            :func:`~torch_mars.optim.newton_schulz.newton_schulz_orthogonalize`).
+        ns_iteration: ``"quintic"`` (``X <- a X + (b G + c G^2) X``, ``G = X X^T``),
+            ``"gram"`` (the same polynomial iterated on ``G``, restarted every three steps) or
+            ``"polar-express"`` (per-iteration minimax ``a, b, c``):
+            :func:`~torch_mars.optim.newton_schulz.newton_schulz_orthogonalize`.
         transposed_matrices: the 2-D weights are stored as ``(in, out)``; ``mars-shampoo``'s
             scale then reads the output dimension from ``shape[1]``.
         skip_nonfinite: a tensor whose ``||c||`` is not finite keeps its parameter and state
