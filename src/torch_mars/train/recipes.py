@@ -28,6 +28,10 @@ COMPARE_STUDY = (
 )
 MARS_M_STUDY = "the MARS-M study on tiny at 4x20 tokens/parameter, 2026-11 (results-history)"
 TINY_TUNE = "torch-mars tune, the first map's b16-4x, 2026-11-26 (docs/results-history.md)"
+FIGHT_MAP_B16 = (
+    "torch-mars tune, the fight map's b16-4x (40 trials each, held out on new seeds and data "
+    "orders), 2026-11-27 (docs/results.md)"
+)
 VISION_STUDY = (
     "the tuned vision study at VISION_COMPARE_BUDGET, 2026-11 "
     "(docs/results-history.md; study_vision.py)"
@@ -96,19 +100,21 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 # Per CPU model, on top of those. `tiny`: the winners of `torch-mars tune` at the `compare`
-# budget (the regime map's b16-4x: every dimension of each optimizer's declared space tuned by
-# coordinate descent with peer starts, held out on seeds 3-5; docs/results-history.md). AdamW and
-# NAdamW route their 1-D tensors as the MARS rules do, as they were tuned. The other
+# budget, b16-4x: AdamW, NAdamW and MARS-AdamW from the fight map (the lr-profiled search, 40
+# trials each; docs/results.md), Muon and MARS-Shampoo still from the first map (coordinate
+# descent with peer starts; docs/results-history.md) until the fight map's b16-4x has them.
+# AdamW and NAdamW route their 1-D tensors as the MARS rules do, as they were tuned. The other
 # optimizers were not tuned on `tiny`.
+_FIGHT_MAP_TUNED = ("adamw", "nadamw", "mars-adamw")
 _CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     "tiny": {
         "adamw": {
-            "lr": 0.0114,
+            "lr": 0.00759,
             "betas": (0.9, 0.99),
-            "weight_decay": 0.01,
-            "lr_1d": 0.0114,
+            "weight_decay": 0.03,
+            "lr_1d": 0.00506,
             "betas_1d": (0.9, 0.95),
-            "weight_decay_1d": 0.03,
+            "weight_decay_1d": 0.001,
         },
         "nadamw": {
             "lr": 0.0114,
@@ -121,11 +127,11 @@ _CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         "mars-adamw": {
             "lr": 0.0171,
             "betas": (0.85, 0.95),
-            "weight_decay": 0.003,
+            "weight_decay": 0.001,
             "gamma": 0.1,
             "lr_1d": 0.00226,
             "betas_1d": (0.9, 0.95),
-            "weight_decay_1d": 0.1,
+            "weight_decay_1d": 0.03,
         },
         "muon": {
             "lr": 0.0256,
@@ -240,7 +246,8 @@ def _layers(task: str, model: str, optimizer: str) -> list[tuple[str, dict[str, 
         return [*layers, (PAPER, {"min_lr": lrs.min_lr})]
     cpu_source = MARS_M_STUDY if optimizer == "mars-m" else COMPARE_STUDY
     layers.append((cpu_source, _CPU_SETTINGS[optimizer]))
-    layers.append((TINY_TUNE, _CPU_MODEL_SETTINGS.get(model, {}).get(optimizer, {})))
+    tuned = FIGHT_MAP_B16 if optimizer in _FIGHT_MAP_TUNED else TINY_TUNE
+    layers.append((tuned, _CPU_MODEL_SETTINGS.get(model, {}).get(optimizer, {})))
     return layers
 
 
