@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ from torch import Tensor
 
 from torch_mars.kernels import TRITON_AVAILABLE, require_triton
 from torch_mars.kernels.compiled_step import coefficient_values
-from torch_mars.optim.settings import DEFAULTS, unsupported
+from torch_mars.optim.settings import unsupported
 from torch_mars.optim.step_math import (
     ELEMENTWISE_RULES,
     correction_scale,
@@ -670,23 +671,25 @@ def _numel_table(numels: tuple[int, ...], device: torch.device) -> Tensor:
     return _to_device(numels, torch.int64, device)
 
 
+def triton_refusal(tensors: Sequence[Tensor | None], value_of: Callable[[str], Any]) -> str | None:
+    """Why these kernels cannot run ``tensors`` (a step's parameters, gradients and state)
+    under the settings ``value_of(name)`` gives, or None: a setting they do not implement
+    (:func:`~torch_mars.optim.settings.unsupported`), or a tensor that is not contiguous (the
+    flat indexing needs it). :func:`~torch_mars.optim.functional.fused_path` reads it to pick
+    the compiled kernel instead, and these kernels to refuse a call that names them."""
+    settings = unsupported("triton", value_of)
+    if settings:
+        return f"the settings {settings}"
+    if not all([t.is_contiguous() for t in tensors if t is not None]):
+        return "non-contiguous tensors"
+    return None
+
+
 def _check_runs_here(tensors: StepTensors, hp: MarsHyperparams | AdamWHyperparams) -> None:
-    """Refuse what these kernels cannot run: a setting they do not implement, or a tensor whose
-    buffers are not contiguous (the flat indexing needs them). ``fused=True`` never sends such a
-    step here (:func:`~torch_mars.optim.functional.fused_path` picks the compiled kernel); only a
-    call that names ``implementation="triton"`` can."""
-    settings = unsupported("triton", lambda name: getattr(hp, name, DEFAULTS[name]))
-    buffers = (
-        tensors.params,
-        tensors.grads,
-        tensors.exp_avgs,
-        tensors.last_grads,
-        tensors.exp_avg_sqs,
-        tensors.max_exp_avg_sqs,
-    )
-    strided = not all([t.is_contiguous() for b in buffers for t in b if t is not None])
-    if settings or strided:
-        reason = f"the settings {settings}" if settings else "non-contiguous tensors"
+    """Refuse what :func:`triton_refusal` names. ``fused=True`` never sends such a step here;
+    only a call that names ``implementation="triton"`` can."""
+    reason = triton_refusal(tensors.buffers(), hp.setting)
+    if reason is not None:
         raise ValueError(
             f"implementation='triton' does not run {reason}: use implementation='fused', "
             "which takes the compiled kernel for them"

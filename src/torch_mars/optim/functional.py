@@ -13,7 +13,6 @@ tensor arguments in place and agree to float round-off.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple
@@ -27,7 +26,6 @@ from torch_mars.optim.multi_tensor import (
     one_buffer_momenta_foreach,
 )
 from torch_mars.optim.newton_schulz import apply_shampoo_directions
-from torch_mars.optim.settings import DEFAULTS, unsupported
 from torch_mars.optim.single_tensor import adamw_step_single_tensor, mars_step_single_tensor
 from torch_mars.optim.step_math import is_shampoo_matrix
 from torch_mars.optim.step_types import (
@@ -65,15 +63,16 @@ def fused_path(
 ) -> Literal["triton", "compiled"]:
     """The fused path that runs ``tensors`` (the parameters with their gradients or state)
     under the settings ``value_of(name)`` gives: the device's (:func:`fused_backend`), except
-    that Triton's flat indexing needs contiguous tensors and its two passes do not run every
-    setting (:func:`~torch_mars.optim.settings.unsupported`); those take the compiled
-    per-tensor kernel (inductor's own Triton on CUDA)."""
+    where the Triton kernels refuse them
+    (:func:`~torch_mars.kernels.triton_step.triton_refusal`: strided tensors, settings they do
+    not run), which take the compiled per-tensor kernel (inductor's own Triton on CUDA)."""
     present = [t for t in tensors if t is not None]
     backend = fused_backend(present)
-    if backend == "triton" and (
-        unsupported("triton", value_of) or not all(t.is_contiguous() for t in present)
-    ):
-        return "compiled"
+    if backend == "triton":
+        from torch_mars.kernels.triton_step import triton_refusal
+
+        if triton_refusal(present, value_of) is not None:
+            return "compiled"
     return backend
 
 
@@ -121,23 +120,8 @@ def _resolve(
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
     if implementation == "fused":
-        return fused_path(_buffers(tensors), functools.partial(_setting_of, hp))
+        return fused_path(tensors.buffers(), hp.setting)
     return implementation
-
-
-def _setting_of(hp: MarsHyperparams | AdamWHyperparams, name: str) -> Any:
-    return getattr(hp, name, DEFAULTS[name])
-
-
-def _buffers(tensors: StepTensors) -> list[Tensor | None]:
-    return [
-        *tensors.params,
-        *tensors.grads,
-        *tensors.exp_avgs,
-        *tensors.exp_avg_sqs,
-        *tensors.max_exp_avg_sqs,
-        *tensors.last_grads,
-    ]
 
 
 def mars_step(
@@ -207,8 +191,7 @@ def mars_step(
     _check_grad_scale(inv_grad_scale, kernels, path)
     if kernels.mars_step is not None:
         return kernels.mars_step(tensors, hp, store_last_grad)
-    elementwise_pass = kernels.one_buffer_pass if hp.one_buffer else kernels.two_buffer_pass
-    working, pairs, gates, momenta = elementwise_pass(
+    working, pairs, gates, momenta = kernels.elementwise_pass(
         tensors, hp, store_last_grad, inv_grad_scale, whole
     )
     ndims = {p.ndim for p in working.params}
@@ -243,55 +226,29 @@ def _single_tensor_mars_step(
     return gates
 
 
-def _foreach_two_buffer_pass(
+def _foreach_pass(
     tensors: StepTensors,
     hp: MarsHyperparams,
     store_last_grad: bool,
     inv_grad_scale: Tensor | None,
     whole: WholeTensorOps | None,
 ) -> _PassResult:
-    """The element-wise MARS step with ``m`` and ``g_tilde`` buffers: ``m_t`` is ``exp_avg``."""
+    """The element-wise MARS step with the multi-tensor kernels. With ``m`` and ``g_tilde``
+    buffers ``m_t`` is ``exp_avg``; under ``one_buffer`` (one buffer ``u``, no ``g_tilde``;
+    :func:`~torch_mars.optim.step_math.one_buffer_coefficients`) it is a temporary rebuilt
+    from ``u`` and ``g``."""
     working, pairs = _upcast_state(tensors)
+    if hp.one_buffer:
+        momenta, gates = one_buffer_momenta_foreach(working, hp, whole)
+        return _PassResult(working, pairs, gates, momenta)
     gates = mars_elementwise_foreach(working, hp, store_last_grad, whole)
     return _PassResult(working, pairs, gates, working.exp_avgs)
 
 
-def _foreach_one_buffer_pass(
-    tensors: StepTensors,
-    hp: MarsHyperparams,
-    store_last_grad: bool,
-    inv_grad_scale: Tensor | None,
-    whole: WholeTensorOps | None,
-) -> _PassResult:
-    """The element-wise step under ``one_buffer`` (one buffer ``u``, no ``g_tilde``;
-    :func:`~torch_mars.optim.step_math.one_buffer_coefficients`): ``m_t`` is a temporary
-    rebuilt from ``u`` and ``g``."""
-    working, pairs = _upcast_state(tensors)
-    momenta, gates = one_buffer_momenta_foreach(working, hp, whole)
-    return _PassResult(working, pairs, gates, momenta)
-
-
-def _fused_two_buffer_pass(
-    kernel: Callable[..., list[Tensor] | None],
-) -> Callable[..., _PassResult]:
-    def elementwise_pass(
-        tensors: StepTensors,
-        hp: MarsHyperparams,
-        store_last_grad: bool,
-        inv_grad_scale: Tensor | None,
-        whole: WholeTensorOps | None,
-    ) -> _PassResult:
-        gates = kernel(tensors, hp, store_last_grad, inv_grad_scale)
-        return _PassResult(tensors, [], gates, tensors.exp_avgs)
-
-    return elementwise_pass
-
-
-def _fused_one_buffer_pass(
-    kernel: Callable[..., list[Tensor] | None],
-) -> Callable[..., _PassResult]:
-    """Under ``one_buffer`` the fused kernel writes each Newton-Schulz matrix's ``m_t`` into
-    the ``last_grads`` slot, which has no buffer of its own there."""
+def _fused_pass(kernel: Callable[..., list[Tensor] | None]) -> Callable[..., _PassResult]:
+    """The element-wise MARS step with the fused ``kernel``. Under ``one_buffer`` the kernel
+    writes each Newton-Schulz matrix's ``m_t`` into the ``last_grads`` slot, which has no
+    buffer of its own there."""
 
     def elementwise_pass(
         tensors: StepTensors,
@@ -300,6 +257,9 @@ def _fused_one_buffer_pass(
         inv_grad_scale: Tensor | None,
         whole: WholeTensorOps | None,
     ) -> _PassResult:
+        if not hp.one_buffer:
+            gates = kernel(tensors, hp, store_last_grad, inv_grad_scale)
+            return _PassResult(tensors, [], gates, tensors.exp_avgs)
         momenta = [
             torch.empty_like(m) if is_shampoo_matrix(hp.mars_type, p.ndim) else None
             for p, m in zip(tensors.params, tensors.exp_avgs, strict=True)
@@ -336,12 +296,14 @@ def _foreach_adamw_step(
 
 def _kernel(module: str, name: str) -> Callable[..., Any]:
     """``torch_mars.kernels.<module>.<name>``, imported on its first call (Triton and
-    torch.compile load only when a fused path runs)."""
+    torch.compile load only when a fused path runs), then called directly."""
+    resolved: list[Callable[..., Any]] = []
 
     def call(*args: Any) -> Any:
-        return getattr(importlib.import_module(f"torch_mars.kernels.{module}"), name)(*args)
+        if not resolved:
+            resolved.append(getattr(importlib.import_module(f"torch_mars.kernels.{module}"), name))
+        return resolved[0](*args)
 
-    call.__qualname__ = f"{module}.{name}"
     return call
 
 
@@ -352,32 +314,24 @@ class PathKernels:
     Attributes:
         mars_step: the whole MARS step tensor by tensor (the loop), or None where the path runs
             an element-wise pass and Newton-Schulz follows in :func:`mars_step`.
-        two_buffer_pass, one_buffer_pass: the element-wise pass with ``m`` and ``g_tilde``, and
-            under ``one_buffer``.
+        elementwise_pass: that pass (two buffers, or one under ``one_buffer``).
         adamw_step: the AdamW step of the 1-D path.
-        kernel: the function that does the element-wise MARS work, by name: what a test checks
-            runs.
         unscales_grads: takes a GradScaler's ``inv_grad_scale`` (the fused kernels).
         whole_tensor_ops: runs on local shards with whole-tensor collectives (FSDP2).
     """
 
     mars_step: Callable[..., list[Tensor] | None] | None
-    two_buffer_pass: Callable[..., _PassResult] | None
-    one_buffer_pass: Callable[..., _PassResult] | None
+    elementwise_pass: Callable[..., _PassResult] | None
     adamw_step: Callable[..., None]
-    kernel: str
     unscales_grads: bool = False
     whole_tensor_ops: bool = False
 
 
 def _fused_kernels(module: str, mars: str, adamw: str) -> PathKernels:
-    kernel = _kernel(module, mars)
     return PathKernels(
         mars_step=None,
-        two_buffer_pass=_fused_two_buffer_pass(kernel),
-        one_buffer_pass=_fused_one_buffer_pass(kernel),
+        elementwise_pass=_fused_pass(_kernel(module, mars)),
         adamw_step=_kernel(module, adamw),
-        kernel=f"{module}.{mars}",
         unscales_grads=True,
     )
 
@@ -387,17 +341,13 @@ def _fused_kernels(module: str, mars: str, adamw: str) -> PathKernels:
 PATH_KERNELS: dict[str, PathKernels] = {
     "single_tensor": PathKernels(
         mars_step=_single_tensor_mars_step,
-        two_buffer_pass=None,
-        one_buffer_pass=None,
+        elementwise_pass=None,
         adamw_step=_single_tensor_adamw_step,
-        kernel="single_tensor.mars_step_single_tensor",
     ),
     "foreach": PathKernels(
         mars_step=None,
-        two_buffer_pass=_foreach_two_buffer_pass,
-        one_buffer_pass=_foreach_one_buffer_pass,
+        elementwise_pass=_foreach_pass,
         adamw_step=_foreach_adamw_step,
-        kernel="multi_tensor.mars_elementwise_foreach",
         whole_tensor_ops=True,
     ),
     "triton": _fused_kernels("triton_step", "mars_elementwise_triton", "adamw_step_triton"),

@@ -59,6 +59,12 @@ class AdamWHyperparams:
     amsgrad: bool = DEFAULTS["amsgrad"]
     maximize: bool = DEFAULTS["maximize"]
 
+    def setting(self, name: str) -> Any:
+        """The value of the param-group setting ``name`` these hyperparameters run with: their
+        own field, or the setting's default where they have none (the 1-D AdamW path has no
+        MARS settings)."""
+        return getattr(self, name, DEFAULTS[name])
+
 
 @dataclass(frozen=True)
 class MarsHyperparams(AdamWHyperparams):
@@ -197,6 +203,17 @@ class StepTensors:
 
     def __len__(self) -> int:
         return len(self.params)
+
+    def buffers(self) -> list[Tensor | None]:
+        """Every tensor of the step, parameters, gradients and state, in one list."""
+        return [
+            *self.params,
+            *self.grads,
+            *self.exp_avgs,
+            *self.exp_avg_sqs,
+            *self.max_exp_avg_sqs,
+            *self.last_grads,
+        ]
 
     def select(self, indices: Sequence[int]) -> StepTensors:
         """The entries at ``indices``; lists that are empty stay empty. All of them in order
