@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import sys
 
+from PIL import Image
+
 from benchmark_scripts import BENCHMARKS, load_benchmark_script
 
 sys.path.insert(0, str(BENCHMARKS / "studies"))  # second_model.py loads fight_map.py beside it
@@ -63,3 +65,13 @@ def test_the_map_figure_draws_every_finished_comparison(tmp_path):
     ]  # fmt: skip
     path = fight_map.plot_map(rows, tmp_path / "map.png")
     assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 10_000
+    with Image.open(path) as image:
+        assert image.mode == "P"  # stored with a palette: a third of the RGBA file
+
+
+def test_the_map_table_gives_each_points_runs_and_run_hours():
+    row = {"point": "b64-4x", "rule": "mars-adamw", "control": "nadamw", "gap": -0.0079,
+           "interval": [-0.0166, 0.0008], "p": 0.0676, "pairs": 6,
+           "trials": {"nadamw": 40, "mars-adamw": 40}, "runs": 630, "hours": 4.41}  # fmt: skip
+    (line,) = fight_map.format_map([row]).splitlines()[2:]
+    assert line.endswith("| tie | 40 | 630 (4.4) |")

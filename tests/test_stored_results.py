@@ -37,8 +37,11 @@ def test_every_tracked_figure_is_cited_by_a_doc():
 
 
 def test_the_stored_results_stay_small():
-    """Tables, figures and one compact record per study (journals gzipped, about 20x): a few
-    files per point of a map, a few MB in all, so that a clone stays small."""
+    """Tables, figures and one compact record per study (journals gzipped, about 20x; figures
+    with a palette, about 3x): a few MB in all, so that a clone stays small. The file count
+    leaves room for what the fight map still has to land, four files a study (summary.md,
+    tune.json, tune.png, study.log.gz): seven points, the second search at b64-4x and the
+    second model's two points, 40 files on top of the 329 there were when it was set."""
     files = tracked("benchmarks/results")
-    assert len(files) <= 330
+    assert len(files) <= 370
     assert sum((ROOT / f).stat().st_size for f in files) <= 8_000_000

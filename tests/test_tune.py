@@ -81,7 +81,9 @@ def test_a_killed_tune_resumes_without_rerunning_a_finished_trial(
     assert "| adamw |" in summary
     # every run says where it trained: a run's floats depend on its device's kernels
     device = describe_device(torch.device("cpu"))
-    assert f"Trained on: {device} ({len(after)} runs)." in summary
+    threads = torch.get_num_threads()
+    assert f"Trained on: {device} ({len(after)} runs, " in summary
+    assert f"h of run time, {threads} thread(s) per run)." in summary
 
 
 def test_a_dead_local_workers_trial_is_failed_and_its_run_trained_again(tmp_path, corpus_file):
@@ -197,3 +199,25 @@ def test_the_report_tells_an_unbegun_optimizer_from_an_unfinished_one(tmp_path, 
     assert "| adamw (not started) |" in tune.format_tune_table(plan, [unbegun])
     begun = dataclasses.replace(unbegun, trial_scores=[2.0])
     assert "| adamw (unfinished) |" in tune.format_tune_table(plan, [begun])
+
+
+def test_a_study_keeps_the_starts_it_began_with_when_the_defaults_move(
+    tmp_path, corpus_file, monkeypatch
+):
+    """compare's defaults become a map's winners; a study begun before must resume, report
+    and serve workers from the starts it began with, or its replay leaves its own runs."""
+    plan = toy_plan(tmp_path, corpus_file)
+    began = plan.starts_of("adamw")
+    open_study(plan.spec())
+    moved = {**began[0], "lr": began[0]["lr"] + 3}
+    monkeypatch.setattr(tune, "start_point", lambda optimizer, model: dict(moved))
+    assert plan.starts_of("adamw") == (moved,)
+    assert tune.keep_stored_starts(plan).starts_of("adamw") == began
+    stored = open_study(plan.spec(), read_only=True).user_attrs["identity"]
+    rebuilt = tune.plan_of_identity(stored, plan.study_dir, plan.storage, plan.study_name)
+    assert rebuilt.starts_of("adamw") == began
+    # a new study (or one overwritten) starts from the defaults as they are now
+    fresh = dataclasses.replace(plan, study_name="new")
+    assert tune.keep_stored_starts(fresh).starts_of("adamw") == (moved,)
+    overwritten = dataclasses.replace(plan, overwrite=True)
+    assert tune.keep_stored_starts(overwritten).starts_of("adamw") == (moved,)

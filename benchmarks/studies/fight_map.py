@@ -36,6 +36,7 @@ from pathlib import Path
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
+from torch_mars.train.plots import save_figure
 from torch_mars.train.study.verdict import PairedGap, holm_decisions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,26 +142,31 @@ def map_rows() -> list[dict]:
             continue
         data = json.loads(report.read_text())
         trials = {o["optimizer"]: o["trials"] for o in data["optimizers"]}
+        cost = data.get("cost", {}).values()
+        runs = sum(c["runs"] for c in cost)
+        hours = sum(c["hours"] for c in cost)
         for verdict in data["verdicts"]:
-            rows.append({"point": point, "trials": trials, **verdict})
+            rows.append({"point": point, "trials": trials, "runs": runs, "hours": hours, **verdict})
     return rows
 
 
 def format_map(rows: list[dict]) -> str:
     """The map's table: each comparison's paired gap and interval, decided by Holm's
-    correction over every comparison of the map."""
+    correction over every comparison of the map, with its point's runs and run hours (summed
+    wall time of one-thread runs: CPU hours)."""
     gaps = [PairedGap(r["gap"], *r["interval"], r["p"], r["pairs"]) for r in rows]
     decisions = holm_decisions(gaps)
     lines = [
         "| point | rule | strongest control | paired gap [95% interval] | p | Holm (map) | "
-        "trials each |",
-        "|---|---|---|---:|---:|---|---:|",
+        "trials each | point's runs (run hours) |",
+        "|---|---|---|---:|---:|---|---:|---:|",
     ]
     for row, gap, decision in zip(rows, gaps, decisions, strict=True):
         counts = sorted(set(row["trials"].values()))
         lines.append(
             f"| {row['point']} | {row['rule']} | {row['control']} | {gap.text()} | "
-            f"{gap.p:.3g} | {decision} | {'/'.join(map(str, counts))} |"
+            f"{gap.p:.3g} | {decision} | {'/'.join(map(str, counts))} | "
+            f"{row.get('runs', 0)} ({row.get('hours', 0.0):.1f}) |"
         )
     return "\n".join(lines)
 
@@ -201,10 +207,7 @@ def plot_map(rows: list[dict], out_path: Path) -> Path:
         axis.set_ylabel("held-out gap (nats), paired 95% interval")
         axis.set_title(f"{rule} - strongest of {', '.join(controls)}")
         axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(out_path, dpi=120)
-    plt.close(figure)
-    return out_path
+    return save_figure(figure, out_path)
 
 
 def main() -> int:

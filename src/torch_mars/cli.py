@@ -738,13 +738,15 @@ def _tune(request: TuneRequest) -> int:
     from tqdm import tqdm
 
     from torch_mars.train.study.engine import join_study, open_study, run_workers
-    from torch_mars.train.study.tune import plan_of_identity, write_tune_report
+    from torch_mars.train.study.tune import keep_stored_starts, plan_of_identity, write_tune_report
 
     plan = request.plan
     if plan is None:
         _, identity = join_study(storage_url(request.storage, request.study_dir), request.name)
         plan = plan_of_identity(identity, request.study_dir, request.storage, request.name)
         plan = dataclasses.replace(plan, jobs=request.jobs)
+    else:
+        plan = keep_stored_starts(plan)
     spec = plan.spec()
     # a report changes no study, whatever else the command line says (--overwrite included),
     # and reads the study's own protocol

@@ -353,6 +353,7 @@ def owner_record(device: str) -> dict[str, Any]:
         "pid_start": _process_start(os.getpid()),
         "started": time.time(),
         "device": device,
+        "threads": torch.get_num_threads(),
     }
 
 

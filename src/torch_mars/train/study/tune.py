@@ -19,7 +19,7 @@ import dataclasses
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ import optuna
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.compare import SAME_COST_CONTROLS
 from torch_mars.train.study.curves import best_so_far, expected_best_curve
-from torch_mars.train.study.engine import StudySpec, budget_of, finished_results
+from torch_mars.train.study.engine import StudySpec, budget_of, finished_results, join_study
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.space import (
@@ -37,6 +37,7 @@ from torch_mars.train.study.space import (
     Point,
     dimensions_of,
     hyperparams_of,
+    parse_point_key,
     point_at,
     point_key,
     shares_space,
@@ -75,6 +76,8 @@ class TunePlan:
         study_name: the study's name in the storage.
         jobs: local worker processes.
         overwrite: start the study afresh if it exists with other settings.
+        starts: per optimizer, the starts a study began with (:func:`keep_stored_starts`);
+            an optimizer not in it starts by :meth:`starts_of`'s rule.
     """
 
     base: TrainConfig
@@ -88,6 +91,7 @@ class TunePlan:
     study_name: str = "tune"
     jobs: int = 1
     overwrite: bool = False
+    starts: Mapping[str, tuple[Point, ...]] | None = None
 
     def __post_init__(self) -> None:
         if not self.optimizers:
@@ -103,7 +107,10 @@ class TunePlan:
 
     def starts_of(self, optimizer: str) -> tuple[Point, ...]:
         """One rule for every optimizer: its own defaults, then each peer's (the study's
-        optimizers with its dimensions but for gamma) moved onto its space."""
+        optimizers with its dimensions but for gamma) moved onto its space; the defaults as
+        they were when the study began, where it records them (:attr:`starts`)."""
+        if self.starts is not None and optimizer in self.starts:
+            return self.starts[optimizer]
         model = self.base.model
         own = start_point(optimizer, model)
         points = [own] + [
@@ -180,7 +187,29 @@ def plan_of_identity(
         max_rounds=search["max_rounds"],
         storage=storage,
         study_name=study_name,
+        starts=stored_starts(identity),
     )
+
+
+def stored_starts(identity: dict[str, Any]) -> dict[str, tuple[Point, ...]]:
+    """The starts recorded in a tune study's identity, per optimizer."""
+    recorded = identity["search"].get("starts") or {}
+    return {name: tuple(parse_point_key(k) for k in keys) for name, keys in recorded.items()}
+
+
+def keep_stored_starts(plan: TunePlan) -> TunePlan:
+    """``plan`` resuming its study from the starts that study began with. The starts come from
+    each optimizer's defaults, and those move when a map's winners become the defaults: a
+    study resumed from the new ones would be another search, its finished runs off its path,
+    and a report of it would replay a path its runs never took. A new study, or one to be
+    overwritten, starts from the defaults as they are."""
+    if plan.overwrite:
+        return plan
+    try:
+        _, identity = join_study(plan.spec().url, plan.study_name)
+    except ValueError:
+        return plan  # no such study yet (a storage that cannot open says so when opened)
+    return dataclasses.replace(plan, starts=stored_starts(identity))
 
 
 # ---------------------------------------------------------------- the report
@@ -389,7 +418,14 @@ def plot_tune(found: Sequence[OptimizerOutcome], out_path: Path) -> Path | None:
     return save_figure(figure, out_path)
 
 
-def report_json(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> dict[str, Any]:
+def report_json(
+    plan: TunePlan,
+    found: Sequence[OptimizerOutcome],
+    trials: Sequence[optuna.trial.FrozenTrial] = (),
+) -> dict[str, Any]:
+    """The report's record: the protocol, each optimizer's trials, winner, held-out finals and
+    tuning curve, the verdicts, and the cost of ``trials`` (the study's) per device."""
+
     def number(value: float) -> float | None:
         return value if math.isfinite(value) else None
 
@@ -397,6 +433,7 @@ def report_json(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> dict[str, 
         "selection": dataclasses.asdict(plan.selection),
         "trials": plan.trials,
         "budget": plan.spec().identity()["budget"],
+        "cost": run_cost(trials),
         "optimizers": [
             {
                 "optimizer": o.optimizer,
@@ -445,7 +482,7 @@ def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
         + f"\n\nLadders: {ladder_note()}.\n\nTrained on: {devices_note(trials)}.\n",
     )
     write_text_atomically(
-        folder / "tune.json", json.dumps(report_json(plan, found), indent=2) + "\n"
+        folder / "tune.json", json.dumps(report_json(plan, found, trials), indent=2) + "\n"
     )
     written = [folder / "summary.md", folder / "tune.json"]
     figure = plot_tune(found, folder / "tune.png")
@@ -465,14 +502,39 @@ def ladder_note() -> str:
     return "; ".join(lines)
 
 
-def devices_note(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
-    """The devices the study's finished runs trained on, with counts: a run's floats depend on
-    the kernels its device runs, so a study run on several is said to be."""
+def run_cost(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[str, dict[str, Any]]:
+    """Per device the study's finished runs trained on (most runs first): their count, summed
+    wall time in hours (claim to result) and the threads a run used (``"?"`` where not
+    recorded)."""
     from torch_mars.train.study.engine import OWNER_ATTR
 
-    counts = collections.Counter(
-        (trial.system_attrs.get(OWNER_ATTR) or {}).get("device", "not recorded")
-        for trial in trials
-        if trial.state == optuna.trial.TrialState.COMPLETE
-    )
-    return "; ".join(f"{device} ({n} runs)" for device, n in counts.most_common()) or "no runs"
+    runs: dict[str, list[optuna.trial.FrozenTrial]] = collections.defaultdict(list)
+    for trial in trials:
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            owner = trial.system_attrs.get(OWNER_ATTR) or {}
+            runs[owner.get("device", "not recorded")].append(trial)
+    cost = {}
+    for device, done in sorted(runs.items(), key=lambda item: -len(item[1])):
+        seconds = math.fsum(
+            (t.datetime_complete - t.datetime_start).total_seconds()
+            for t in done
+            if t.datetime_start and t.datetime_complete
+        )
+        threads = {str((t.system_attrs.get(OWNER_ATTR) or {}).get("threads", "?")) for t in done}
+        cost[device] = {"runs": len(done), "hours": seconds / 3600, "threads": sorted(threads)}
+    return cost
+
+
+def devices_note(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
+    """The devices the study's finished runs trained on, with their runs and cost: a run's
+    floats depend on the kernels its device runs, so a study run on several is said to be."""
+    notes = [
+        f"{device} ({c['runs']} runs, {c['hours']:.2f} h of run time, "
+        + (
+            "threads per run not recorded)"
+            if c["threads"] == ["?"]
+            else f"{'/'.join(c['threads'])} thread(s) per run)"
+        )
+        for device, c in run_cost(trials).items()
+    ]
+    return "; ".join(notes) or "no runs"
