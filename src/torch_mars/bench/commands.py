@@ -103,7 +103,7 @@ def _header(mode: str, model: str, device: torch.device, options: BenchOptions) 
 def run_step_bench(options: StepBenchOptions) -> int:
     """Time one optimizer step of every candidate; see :mod:`torch_mars.bench.step`."""
     from torch_mars.bench.step import (
-        cuda_graph_candidates,
+        cuda_candidates,
         default_candidates,
         format_step_table,
         newton_schulz_ms,
@@ -118,7 +118,7 @@ def run_step_bench(options: StepBenchOptions) -> int:
     print(header, flush=True)
     candidates = default_candidates()
     if device.type == "cuda":
-        candidates += cuda_graph_candidates()
+        candidates += cuda_candidates()
     if options.only:
         unknown = sorted(set(options.only) - {c.name for c in candidates})
         if unknown:

@@ -85,10 +85,15 @@ class GraphReplay:
         self.graph.replay()
 
 
-def cuda_graph_candidates() -> list[Candidate]:
-    """Fused AdamW (``capturable=True``) and MARS-AdamW (float32 and bf16 state) and
-    MARS-Shampoo (``cuda_graph=True``), each replayed from a captured CUDA graph (CUDA only)."""
+def cuda_candidates() -> list[Candidate]:
+    """The rows only CUDA runs: fused AdamW (``capturable=True``) and MARS-AdamW (float32 and
+    bf16 state) and MARS-Shampoo (``cuda_graph=True``), each replayed from a captured CUDA
+    graph; and MARS-Shampoo with Newton-Schulz's symmetric products in Triton
+    (``ns_products="triangle"``)."""
     return [
+        Candidate(
+            "mars-shampoo-triangle", lambda m: _mars(m, "mars-shampoo", ns_products="triangle")
+        ),
         Candidate(
             "adamw-fused-graph",
             lambda m: GraphReplay(torch.optim.AdamW(m.parameters(), fused=True, capturable=True)),

@@ -87,14 +87,17 @@ def compile_variant(index: int, arch: int) -> CompileReport:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from torch_mars.kernels import triton_step
+    from torch_mars.kernels import triton_step, triton_symmetric
 
-    spec = triton_step.launch_specializations()[index]
-    kernel = getattr(triton_step, spec.kernel)
+    spec = all_specializations()[index]
+    module = triton_step if hasattr(triton_step, spec.kernel) else triton_symmetric
+    kernel = getattr(module, spec.kernel)
     start = time.perf_counter()
     try:
         compiled = triton.compile(
-            ASTSource(kernel, spec.signature, spec.constexprs), target=GPUTarget("cuda", arch, 32)
+            ASTSource(kernel, spec.signature, spec.constexprs, spec.attrs),
+            target=GPUTarget("cuda", arch, 32),
+            options=spec.options,
         )
         usage = _resource_usage(compiled.asm["cubin"])
     except Exception as error:  # a variant that fails is reported with the others
@@ -114,15 +117,26 @@ def compile_variant(index: int, arch: int) -> CompileReport:
     )
 
 
+def all_specializations() -> list[Any]:
+    """Every variant the launchers can ask for: the step's kernels
+    (:func:`~torch_mars.kernels.triton_step.launch_specializations`), then Newton-Schulz's
+    symmetric product (:func:`~torch_mars.kernels.triton_symmetric.launch_specializations`)."""
+    from torch_mars.kernels import triton_step, triton_symmetric
+
+    return triton_step.launch_specializations() + triton_symmetric.launch_specializations()
+
+
 def covering_indices() -> list[int]:
     """The default set: every variant with fp32 parameters and state, and for the other dtype
-    pairs each kernel kind (norm, MARS update, AdamW update) with all flags off and all on."""
+    pairs each kernel kind (norm, MARS update, AdamW update) with all flags off and all on;
+    every variant of the symmetric product (a dozen)."""
     from triton import language as tl
 
-    from torch_mars.kernels.triton_step import launch_specializations
-
     chosen = []
-    for index, spec in enumerate(launch_specializations()):
+    for index, spec in enumerate(all_specializations()):
+        if spec.kernel == "_lower_tile_product_kernel":
+            chosen.append(index)
+            continue
         c = spec.constexprs
         fp32 = c.get("P_DTYPE", c["G_DTYPE"]) == tl.float32 and c["S_DTYPE"] == tl.float32
         flags = [value for key, value in c.items() if isinstance(value, bool) and key != "IS_MARS"]
@@ -188,9 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     if not TRITON_AVAILABLE:
         print("triton is not installed (pip install torch-mars[triton])", file=sys.stderr)
         return 2
-    from torch_mars.kernels.triton_step import launch_specializations
-
-    indices = list(range(len(launch_specializations()))) if args.all else covering_indices()
+    indices = list(range(len(all_specializations()))) if args.all else covering_indices()
     reports = compile_all(indices, args.arch, max(1, args.jobs))
     print(summary_table(reports))
     for report in reports:

@@ -24,6 +24,7 @@ under ``TRITON_INTERPRET=1``, which is how CI tests them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Sequence
@@ -345,14 +346,20 @@ class Specialization:
     """One compiled variant of a kernel that :func:`_launch` can ask for.
 
     Attributes:
-        kernel: ``"_mars_norm_kernel"`` or ``"_mars_update_kernel"``.
+        kernel: ``"_mars_norm_kernel"`` or ``"_mars_update_kernel"`` (or another module's
+            kernel, :func:`torch_mars.kernels.triton_symmetric.launch_specializations`).
         signature: Triton type of every argument (``"*fp32"`` for pointers, ``"constexpr"``).
         constexprs: the compile-time arguments, as the launcher passes them.
+        options: the launch's compile options (``num_warps``) where not Triton's defaults.
+        attrs: argument attributes a launch specializes on (``tt.divisibility`` 16 of the
+            pointers and sizes of the shapes it is built for), by argument index.
     """
 
     kernel: str
     signature: dict[str, str]
     constexprs: dict[str, Any]
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    attrs: dict[tuple[int, ...], list] = dataclasses.field(default_factory=dict)
 
 
 _POINTER_ARGS = ("addresses", "numels", "coefficients", "chunk_tensor", "chunk_start")

@@ -113,6 +113,10 @@ class MARS(Optimizer):
             (the same polynomial iterated on the smaller ``X X^T``, restarted every three
             steps: fewer FLOPs for matrices much wider than tall) or ``"polar-express"``
             (Muon's step with each iteration's minimax coefficients); docs/algorithm.md.
+        ns_products: ``"dense"`` (the default: torch's matmuls) or ``"triangle"`` (CUDA
+            tensors, Triton: the Gram matrix and the polynomial's square computed one triangle
+            of tiles at a time and mirrored, about 0.7x the FLOPs;
+            :mod:`torch_mars.kernels.triton_symmetric`).
         transposed_matrices: the group's 2-D weights are stored as ``(in, out)``, as
             transformers' ``Conv1D`` stores them (:func:`mars_param_groups` sets it for those);
             ``mars-shampoo``'s ``sqrt(max(1, rows/cols))`` then takes rows from ``shape[1]``.
@@ -226,6 +230,7 @@ class MARS(Optimizer):
         ns_steps: int = DEFAULTS["ns_steps"],
         ns_dtype: torch.dtype | None = DEFAULTS["ns_dtype"],
         ns_iteration: str = DEFAULTS["ns_iteration"],
+        ns_products: str = DEFAULTS["ns_products"],
         foreach: bool | None = DEFAULTS["foreach"],
         fused: bool | None = DEFAULTS["fused"],
         state_dtype: torch.dtype | None = DEFAULTS["state_dtype"],

@@ -5,6 +5,7 @@ part."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -83,7 +84,11 @@ def default_ns_dtype(matrix: Tensor) -> torch.dtype:
 
 
 def newton_schulz_orthogonalize(
-    matrix: Tensor, steps: int, dtype: torch.dtype | None = None, iteration: str = "quintic"
+    matrix: Tensor,
+    steps: int,
+    dtype: torch.dtype | None = None,
+    iteration: str = "quintic",
+    products: str = "dense",
 ) -> Tensor:
     """Approximate the orthogonal factor ``U V^T`` of ``matrix = U S V^T``.
 
@@ -102,6 +107,11 @@ def newton_schulz_orthogonalize(
             ``G <- P^2 G``, with ``X = Q X`` formed every :data:`GRAM_RESTART` iterations and
             ``G`` recomputed from it. In exact arithmetic the two are equal; the Gram form does
             fewer FLOPs when the long side is well above the short one.
+        products: ``"dense"``: torch's matmuls; ``"triangle"``: the symmetric products
+            (``G = X X^T``, and ``a I + b G + c G G^T``) by
+            :func:`~torch_mars.kernels.triton_symmetric.symmetric_product`, one triangle of
+            tiles each (Triton: CUDA tensors, or CPU ones under ``TRITON_INTERPRET=1``), the
+            identity term folded in; bf16, fp16 or fp32 iterations.
 
     Returns:
         A tensor of the same shape and dtype as ``matrix`` whose singular values lie roughly in
@@ -116,12 +126,17 @@ def newton_schulz_orthogonalize(
         raise ValueError(
             f"matrix must have shape (rows, cols) or (batch, rows, cols), got {tuple(matrix.shape)}"
         )
-    wide = _orthogonalize_wide([matrix], steps, dtype or default_ns_dtype(matrix), iteration)
+    dtype = dtype or default_ns_dtype(matrix)
+    wide = _orthogonalize_wide([matrix], steps, dtype, iteration, products)
     return (wide.mT if matrix.size(-2) > matrix.size(-1) else wide).to(matrix.dtype)
 
 
 def _orthogonalize_wide(
-    stacks: list[Tensor], steps: int, dtype: torch.dtype, iteration: str = "quintic"
+    stacks: list[Tensor],
+    steps: int,
+    dtype: torch.dtype,
+    iteration: str = "quintic",
+    products: str = "dense",
 ) -> Tensor:
     """Newton-Schulz of every matrix of ``stacks`` in one chain of matmuls, in ``dtype``.
 
@@ -129,7 +144,7 @@ def _orthogonalize_wide(
         stacks: tensors of one dtype and device, each a ``(rows, cols)`` matrix or a ``(batch,
             rows, cols)`` stack, ``(rows, cols)`` one ``(short, long)`` shape or its transpose;
             more than one only as stacks.
-        steps, dtype, iteration: as in :func:`newton_schulz_orthogonalize`.
+        steps, dtype, iteration, products: as in :func:`newton_schulz_orthogonalize`.
 
     Returns:
         The orthogonalised matrices as ``(short, long)`` (the transpose of those with more rows
@@ -153,6 +168,8 @@ def _orthogonalize_wide(
             else:
                 _normalized(stack, dtype, out=block)
             start += len(stack)
+    if products == "triangle":
+        return _triangle_iterations(x, steps, iteration)
     if iteration == "gram":
         return _gram_iterations(x, steps)
     schedule = (
@@ -226,21 +243,55 @@ def _minimax_odd_quintic(lower: float, upper: float) -> Tensor:
     return coefficients
 
 
-def _gram_iterations(x: Tensor, steps: int) -> Tensor:
+def _triangle_iterations(x: Tensor, steps: int, iteration: str) -> Tensor:
+    """``steps`` iterations with the symmetric products one triangle each
+    (:func:`~torch_mars.kernels.triton_symmetric.symmetric_product`): ``G = X X^T``,
+    ``P = a I + b G + c G G^T`` (``G`` is symmetric, so ``G^2 = G G^T``), ``X <- P X``; the
+    Gram form (``iteration="gram"``) with its ``G`` and ``P`` made so and the rest dense."""
+    from torch_mars.kernels.triton_symmetric import symmetric_product
+
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(
+            f"ns_products='triangle' runs bf16, fp16 or fp32 iterations, not {x.dtype}: use "
+            "ns_products='dense' (float64 references run there)"
+        )
+    batch = x if x.ndim == 3 else x.unsqueeze(0)
+    if iteration == "gram":
+        return _gram_iterations(batch, steps, symmetric_product).view_as(x)
+    schedule = (
+        polar_express_coefficients(steps)
+        if iteration == "polar-express"
+        else (NS_COEFFICIENTS,) * steps
+    )
+    for a, b, c in schedule:
+        gram = symmetric_product(batch)
+        polynomial = symmetric_product(gram, alpha=c, base=gram, beta=b, diagonal=a)
+        batch = torch.bmm(polynomial, batch)
+    return batch.view_as(x)
+
+
+def _gram_iterations(
+    x: Tensor, steps: int, symmetric: Callable[..., Tensor] | None = None
+) -> Tensor:
     """``steps`` iterations of the quintic polynomial on the Gram matrix of the ``(short,
     long)`` matrices ``x`` (:func:`newton_schulz_orthogonalize`'s ``"gram"``): ``X_k = Q_k X``
     with ``Q`` accumulated from ``P = a I + b G + c G^2`` and ``G <- P^2 G`` (``P`` commutes
-    with ``G``), restarted from ``X = Q X`` every :data:`GRAM_RESTART` iterations."""
+    with ``G``), restarted from ``X = Q X`` every :data:`GRAM_RESTART` iterations.
+    ``symmetric``: :func:`~torch_mars.kernels.triton_symmetric.symmetric_product`, which then
+    forms each ``G`` from ``X`` and each ``P`` (``x`` a batch)."""
     a, b, c = NS_COEFFICIENTS
     product = torch.mm if x.ndim == 2 else torch.bmm
     done = 0
     while done < steps:
         block = min(GRAM_RESTART, steps - done)
-        gram = product(x, x.mT)
+        gram = product(x, x.mT) if symmetric is None else symmetric(x)
         accumulated = None
         for k in range(block):
-            polynomial = _add_product(gram, gram, gram, beta=b, alpha=c)
-            polynomial.diagonal(dim1=-2, dim2=-1).add_(a)
+            if symmetric is None:
+                polynomial = _add_product(gram, gram, gram, beta=b, alpha=c)
+                polynomial.diagonal(dim1=-2, dim2=-1).add_(a)
+            else:
+                polynomial = symmetric(gram, alpha=c, base=gram, beta=b, diagonal=a)
             accumulated = polynomial if accumulated is None else product(polynomial, accumulated)
             if k < block - 1:
                 gram = product(polynomial, product(polynomial, gram))
@@ -289,11 +340,12 @@ def batched_shampoo_directions(
     mars_type: str = "mars-shampoo",
     ns_dtype: torch.dtype | None = None,
     ns_iteration: str = "quintic",
+    ns_products: str = "dense",
 ) -> list[Tensor]:
     """``NS(M) * scale`` of each ``M = m.reshape(shape[0], -1)``, the scale of ``mars_type``
     (:func:`~torch_mars.optim.step_math.orthogonal_update_scale`), the iterations in
-    ``ns_dtype`` (None: the device's, :func:`fast_matmul_dtype`), by ``ns_iteration``
-    (:func:`newton_schulz_orthogonalize`).
+    ``ns_dtype`` (None: the device's, :func:`fast_matmul_dtype`), by ``ns_iteration`` with
+    ``ns_products`` (:func:`newton_schulz_orthogonalize`).
 
     Matrices are orthogonalised as ``(short, long)``: a ``(rows, cols)`` matrix with ``rows >
     cols`` is taken transposed, since Newton-Schulz commutes with transposition. Those of one
@@ -320,7 +372,8 @@ def batched_shampoo_directions(
             continue
         stacks = [_stacked_matrices(exp_avgs, shape, indices) for shape, indices in shapes]
         dtype = ns_dtype or default_ns_dtype(stacks[0])
-        orthogonal = _orthogonalize_wide(stacks, steps, dtype, ns_iteration).to(stacks[0].dtype)
+        orthogonal = _orthogonalize_wide(stacks, steps, dtype, ns_iteration, ns_products)
+        orthogonal = orthogonal.to(stacks[0].dtype)
         start = 0
         for shape, indices in shapes:
             block = orthogonal if len(shapes) == 1 else orthogonal[start : start + len(indices)]
@@ -367,6 +420,7 @@ def apply_shampoo_directions(
             hp.mars_type,
             hp.ns_dtype,
             hp.ns_iteration,
+            hp.ns_products,
         )
 
     for indices in group_by_device_and_dtype(matrices.params):

@@ -10,6 +10,7 @@ This module imports only torch; every other module of ``torch_mars.optim`` may i
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,9 @@ SECOND_MOMENTS: tuple[str, ...] = ("corrected", "gradient")
 STATE_DTYPES: tuple[torch.dtype | None, ...] = (None, torch.float32, torch.bfloat16)
 NS_DTYPES: tuple[torch.dtype | None, ...] = (None, torch.bfloat16, torch.float32, torch.float64)
 NS_ITERATIONS: tuple[str, ...] = ("quintic", "gram", "polar-express")
+# How Newton-Schulz multiplies: torch's dense matmuls, or (CUDA, Triton) its two symmetric
+# products one triangle of tiles at a time (torch_mars.kernels.triton_symmetric).
+NS_PRODUCTS: tuple[str, ...] = ("dense", "triangle")
 # The backends a setting's value may need another path than: the multi-tensor Triton kernels,
 # and a step captured in a CUDA graph (those kernels, in the approximate mode).
 BACKENDS: tuple[str, ...] = ("triton", "cuda_graph")
@@ -57,6 +61,16 @@ def _nonnegative(name: str, value: Any, tensor_ok: bool = False) -> None:
 
 def _nonnegative_or_tensor(name: str, value: Any) -> None:
     _nonnegative(name, value, tensor_ok=True)
+
+
+def _ns_products(name: str, value: Any) -> None:
+    if value not in NS_PRODUCTS:
+        raise ValueError(f"{name} must be one of {NS_PRODUCTS}, got {value!r}")
+    if value == "triangle" and importlib.util.find_spec("triton") is None:
+        raise ValueError(
+            f"{name}='triangle' runs a Triton kernel: pip install 'torch-mars[triton]', or "
+            "keep ns_products='dense'"
+        )
 
 
 def _nonnegative_or_none(name: str, value: Any) -> None:
@@ -162,6 +176,7 @@ SETTINGS: tuple[Setting, ...] = (
         ),
     ),
     Setting("ns_iteration", "quintic", _one_of(NS_ITERATIONS), variant="gram"),
+    Setting("ns_products", "dense", _ns_products),
     Setting(
         "foreach",
         None,

@@ -152,6 +152,7 @@ def shampoo_direction(
     mars_type: str = "mars-shampoo",
     ns_dtype: torch.dtype | None = None,
     ns_iteration: str = "quintic",
+    ns_products: str = "dense",
 ) -> Tensor:
     """``NS(M) * scale`` for ``M = m`` viewed as ``(shape[0], -1)``, with the scale of
     ``mars_type`` (:func:`~torch_mars.optim.step_math.orthogonal_update_scale`), the
@@ -162,7 +163,7 @@ def shampoo_direction(
     if exp_avg.numel() == 0:
         return torch.zeros_like(exp_avg)
     matrix = exp_avg.reshape(matrix_shape(exp_avg.shape))
-    orthogonal = newton_schulz_orthogonalize(matrix, ns_steps, ns_dtype, ns_iteration)
+    orthogonal = newton_schulz_orthogonalize(matrix, ns_steps, ns_dtype, ns_iteration, ns_products)
     scale = orthogonal_update_scale(mars_type, exp_avg.shape, transposed)
     return orthogonal.mul_(scale).view_as(exp_avg)
 
@@ -175,7 +176,13 @@ def shampoo_step_(
     if hp.weight_decay != 0.0:
         param.mul_(k.weight_decay_factor)
     direction = shampoo_direction(
-        m, hp.ns_steps, hp.transposed_matrices, hp.mars_type, hp.ns_dtype, hp.ns_iteration
+        m,
+        hp.ns_steps,
+        hp.transposed_matrices,
+        hp.mars_type,
+        hp.ns_dtype,
+        hp.ns_iteration,
+        hp.ns_products,
     )
     if hp.cautious:
         cautious_(direction, grad)

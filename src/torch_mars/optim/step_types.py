@@ -82,6 +82,8 @@ class MarsHyperparams(AdamWHyperparams):
             ``"gram"`` (the same polynomial iterated on ``G``, restarted every three steps) or
             ``"polar-express"`` (per-iteration minimax ``a, b, c``):
             :func:`~torch_mars.optim.newton_schulz.newton_schulz_orthogonalize`.
+        ns_products: ``"dense"`` (torch's matmuls) or ``"triangle"`` (the symmetric products
+            in Triton, :mod:`torch_mars.kernels.triton_symmetric`).
         transposed_matrices: the 2-D weights are stored as ``(in, out)``; ``mars-shampoo``'s
             scale then reads the output dimension from ``shape[1]``.
         skip_nonfinite: a tensor whose ``||c||`` is not finite keeps its parameter and state
@@ -104,6 +106,7 @@ class MarsHyperparams(AdamWHyperparams):
     ns_steps: int = DEFAULTS["ns_steps"]
     ns_dtype: torch.dtype | None = DEFAULTS["ns_dtype"]
     ns_iteration: str = DEFAULTS["ns_iteration"]
+    ns_products: str = DEFAULTS["ns_products"]
     transposed_matrices: bool = DEFAULTS["transposed_matrices"]
     skip_nonfinite: bool = DEFAULTS["skip_nonfinite"]
     clip: bool = DEFAULTS["clip"]
@@ -149,6 +152,7 @@ def mars_hyperparams(group: Mapping[str, Any]) -> MarsHyperparams:
         ns_steps=group["ns_steps"],
         ns_dtype=group["ns_dtype"],
         ns_iteration=group["ns_iteration"],
+        ns_products=group["ns_products"],
         transposed_matrices=group["transposed_matrices"],
         skip_nonfinite=group["skip_nonfinite"],
         clip=group["clip"],

@@ -90,6 +90,7 @@ MARS_OPTIONS = (
     "state_dtype",
     "ns_dtype",
     "ns_iteration",
+    "ns_products",
     "cautious",
     "clip",
     "one_buffer",
@@ -104,7 +105,7 @@ STATE_DTYPES_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # The keys that give `adamw` and `nadamw` MARS-AdamW's routing: an AdamW path of their settings.
 ADAMW_PATH_KEYS = ("lr_1d", "betas_1d", "weight_decay_1d")
 # The hyperparameters whose value is a name, not a number.
-NAME_VALUED_KEYS = ("state_dtype", "ns_dtype", "ns_iteration", "second_moment")
+NAME_VALUED_KEYS = ("state_dtype", "ns_dtype", "ns_iteration", "ns_products", "second_moment")
 
 # Floor of the schedule where no min_lr is given (the CPU-sized models): a tenth of the peak lr.
 DEFAULT_MIN_LR_RATIO = 0.1
