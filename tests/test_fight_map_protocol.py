@@ -75,3 +75,34 @@ def test_the_map_table_gives_each_points_runs_and_run_hours():
            "trials": {"nadamw": 40, "mars-adamw": 40}, "runs": 630, "hours": 4.41}  # fmt: skip
     (line,) = fight_map.format_map([row]).splitlines()[2:]
     assert line.endswith("| tie | 40 | 630 (4.4) |")
+
+
+def _outcome(name, winner, finals, finished=True):
+    pairs = [[s, d] for d in (1, 2) for s in (3, 4, 5)]
+    return {"optimizer": name, "finished": finished, "winner": winner,
+            "heldout_pairs": pairs, "heldout_finals": finals}  # fmt: skip
+
+
+def test_a_second_search_holds_where_its_paired_interval_holds_zero():
+    """Hand-computed: second - first = 0.01, 0.03, 0.02, 0.01, 0.03, 0.02 has mean 0.02 and
+    std 0.008944, so t(5) 2.5706 gives 0.02 +- 0.00939: it does not hold 0."""
+    base = [1.70, 1.71, 1.72, 1.70, 1.71, 1.72]
+    worse = [b + d for b, d in zip(base, [0.01, 0.03, 0.02, 0.01, 0.03, 0.02], strict=True)]
+    noisy = [b + d for b, d in zip(base, [0.01, -0.01, 0.02, -0.02, 0.0, 0.005], strict=True)]
+    first = {"optimizers": [_outcome("adamw", {"lr": 0.01}, base),
+                            _outcome("muon", {"lr": 0.02}, base),
+                            _outcome("nadamw", {"lr": 0.01}, base),
+                            _outcome("mars-adamw", {"lr": 0.01}, base)]}  # fmt: skip
+    running = _outcome("mars-adamw", {"lr": 0.02}, noisy, finished=False)
+    second = {"optimizers": [_outcome("adamw", {"lr": 0.03}, worse),
+                             _outcome("muon", {"lr": 0.02}, base),
+                             _outcome("nadamw", {"lr": 0.015}, noisy), running]}  # fmt: skip
+    rows = {r["optimizer"]: r for r in fight_map.start_independence(first, second)}
+    assert set(rows) == {"adamw", "muon", "nadamw"}  # an unfinished search is left out
+    assert abs(rows["adamw"]["gap"].mean - 0.02) < 1e-12
+    assert abs(rows["adamw"]["gap"].high - (0.02 + 2.5706 * 0.008944 / 6**0.5)) < 1e-4
+    assert not rows["adamw"]["holds"]
+    assert rows["muon"]["same_point"] and rows["muon"]["holds"]
+    assert rows["nadamw"]["holds"]
+    text = fight_map.format_start_independence("b64-4x", 1, list(rows.values()))
+    assert "| muon | 1.7100 ± 0.0089 | 1.7100 ± 0.0089 | the same point | yes |" in text

@@ -37,7 +37,7 @@ from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
 from torch_mars.train.plots import save_figure
-from torch_mars.train.study.verdict import PairedGap, holm_decisions
+from torch_mars.train.study.verdict import PairedGap, holm_decisions, paired_gap
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "benchmarks" / "results" / "fight-map"
@@ -171,6 +171,64 @@ def format_map(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def start_independence(first: dict, second: dict) -> list[dict]:
+    """Per optimizer finished in both of a point's searches (their ``tune.json`` records): the
+    second search's winner against the first's on the same held-out runs, as a paired gap
+    (second - first) with its 95% interval (None where both found the same point); its answer
+    does not depend on the search's start and order where the interval holds 0."""
+    firsts = {o["optimizer"]: o for o in first["optimizers"]}
+    rows = []
+    for second_outcome in second["optimizers"]:
+        first_outcome = firsts.get(second_outcome["optimizer"])
+        if first_outcome is None or not (first_outcome["finished"] and second_outcome["finished"]):
+            continue
+        if second_outcome["heldout_pairs"] != first_outcome["heldout_pairs"]:
+            raise ValueError("the two searches read their winners on different held-out runs")
+        same = first_outcome["winner"] == second_outcome["winner"]
+        gap = (
+            None
+            if same
+            else paired_gap(second_outcome["heldout_finals"], first_outcome["heldout_finals"])
+        )
+        rows.append(
+            {
+                "optimizer": second_outcome["optimizer"],
+                "same_point": same,
+                "first": first_outcome["heldout_finals"],
+                "second": second_outcome["heldout_finals"],
+                "gap": gap,
+                "holds": gap is None or gap.low <= 0.0 <= gap.high,
+            }
+        )
+    return rows
+
+
+def format_start_independence(point: str, order_seed: int, rows: list[dict]) -> str:
+    """The table of :func:`start_independence` for ``map.md``."""
+    lines = [
+        f"Start independence at {point}: a second search (order seed {order_seed}, "
+        "the defaults of its day as starts) against the first, on the same held-out runs.",
+        "",
+        "| optimizer | first's winner, held out | second's winner, held out | "
+        "second - first [95% interval] | same answer |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        first, second = row["first"], row["second"]
+        lines.append(
+            f"| {row['optimizer']} | {_mean_std(first)} | {_mean_std(second)} | "
+            f"{'the same point' if row['same_point'] else row['gap'].text()} | "
+            f"{'yes' if row['holds'] else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def _mean_std(values: list[float]) -> str:
+    mean = sum(values) / len(values)
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return f"{mean:.4f} ± {std:.4f}"
+
+
 def plot_map(rows: list[dict], out_path: Path) -> Path:
     """The map's figure: per MARS rule, each point's paired gap to its strongest control with
     its 95% interval, against sequences per step (one series per multiple of 20 tokens per
@@ -240,7 +298,14 @@ def main() -> int:
             return code
     if args.report and args.order_seed == 0:
         rows = map_rows()
-        write_text_atomically(FOLDER / "map.md", format_map(rows) + "\n")
+        text = format_map(rows) + "\n"
+        for point in POINTS:
+            for second in sorted((FOLDER / point).glob("order-seed-*/tune.json")):
+                first = json.loads((FOLDER / point / "tune.json").read_text())
+                checked = start_independence(first, json.loads(second.read_text()))
+                seed = int(second.parent.name.removeprefix("order-seed-"))
+                text += "\n" + format_start_independence(point, seed, checked) + "\n"
+        write_text_atomically(FOLDER / "map.md", text)
         print(f"wrote {(FOLDER / 'map.md').relative_to(ROOT)}")
         if rows:
             print(f"wrote {plot_map(rows, FOLDER / 'map.png').relative_to(ROOT)}")
