@@ -27,10 +27,9 @@ COMPARE_STUDY = (
     "(docs/results-history.md; study_compare.py, study_axes.py)"
 )
 MARS_M_STUDY = "the MARS-M study on tiny at 4x20 tokens/parameter, 2026-11 (results-history)"
-TINY_TUNE = "torch-mars tune, the first map's b16-4x, 2026-11-26 (docs/results-history.md)"
 FIGHT_MAP_B16 = (
     "torch-mars tune, the fight map's b16-4x (40 trials each, held out on new seeds and data "
-    "orders), 2026-11-27 (docs/results.md)"
+    "orders), 2026-11-27/28 (docs/results.md)"
 )
 VISION_STUDY = (
     "the tuned vision study at VISION_COMPARE_BUDGET, 2026-11 "
@@ -100,12 +99,9 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 # Per CPU model, on top of those. `tiny`: the winners of `torch-mars tune` at the `compare`
-# budget, b16-4x: AdamW, NAdamW and MARS-AdamW from the fight map (the lr-profiled search, 40
-# trials each; docs/results.md), Muon and MARS-Shampoo still from the first map (coordinate
-# descent with peer starts; docs/results-history.md) until the fight map's b16-4x has them.
+# budget, the fight map's b16-4x (the lr-profiled search, 40 trials each; docs/results.md).
 # AdamW and NAdamW route their 1-D tensors as the MARS rules do, as they were tuned. The other
 # optimizers were not tuned on `tiny`.
-_FIGHT_MAP_TUNED = ("adamw", "nadamw", "mars-adamw")
 _CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     "tiny": {
         "adamw": {
@@ -135,18 +131,18 @@ _CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "muon": {
             "lr": 0.0256,
-            "momentum": 0.9,
+            "momentum": 0.85,
             "weight_decay": 0.0,
-            "adamw_lr": 0.00507,
+            "adamw_lr": 0.00758,
             "adamw_betas": (0.9, 0.95),
             "adamw_weight_decay": 0.01,
         },
         "mars-shampoo": {
-            "lr": 0.0171,
+            "lr": 0.0114,
             "betas": (0.9, 0.95),
-            "weight_decay": 0.0,
+            "weight_decay": 0.01,
             "gamma": 0.05,
-            "lr_1d": 0.00339,
+            "lr_1d": 0.0171,
             "betas_1d": (0.9, 0.95),
             "weight_decay_1d": 0.01,
         },
@@ -246,8 +242,7 @@ def _layers(task: str, model: str, optimizer: str) -> list[tuple[str, dict[str, 
         return [*layers, (PAPER, {"min_lr": lrs.min_lr})]
     cpu_source = MARS_M_STUDY if optimizer == "mars-m" else COMPARE_STUDY
     layers.append((cpu_source, _CPU_SETTINGS[optimizer]))
-    tuned = FIGHT_MAP_B16 if optimizer in _FIGHT_MAP_TUNED else TINY_TUNE
-    layers.append((tuned, _CPU_MODEL_SETTINGS.get(model, {}).get(optimizer, {})))
+    layers.append((FIGHT_MAP_B16, _CPU_MODEL_SETTINGS.get(model, {}).get(optimizer, {})))
     return layers
 
 
