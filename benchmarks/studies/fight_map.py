@@ -19,6 +19,7 @@ finished reruns.
     python benchmarks/studies/fight_map.py --snapshot   # study.log.gz of every point with runs
     python benchmarks/studies/fight_map.py --report     # each point's report, map.md, map.png
     python benchmarks/studies/fight_map.py --points b64-4x --order-seed 1  # a second search
+        [--optimizers nadamw mars-adamw muon mars-shampoo]  # of the optimizers it checks
 
 The command each point runs is printed before it starts; it is the one that reproduces it.
 """
@@ -276,6 +277,13 @@ def main() -> int:
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--snapshot", action="store_true")
     parser.add_argument(
+        "--optimizers",
+        nargs="+",
+        choices=OPTIMIZERS,
+        default=list(OPTIMIZERS),
+        help="a second search's subset (the map's points run all of them)",
+    )
+    parser.add_argument(
         "--order-seed",
         type=int,
         default=0,
@@ -291,7 +299,16 @@ def main() -> int:
         restore(point)
         if args.report and not journal(point, args.order_seed).is_file():
             continue
-        arguments = tune_arguments(point, args.jobs, args.trials, args.report, args.order_seed)
+        if args.order_seed == 0 and tuple(args.optimizers) != OPTIMIZERS:
+            raise SystemExit("--optimizers: only a second search (--order-seed > 0) runs a subset")
+        arguments = tune_arguments(
+            point,
+            args.jobs,
+            args.trials,
+            args.report,
+            args.order_seed,
+            optimizers=tuple(args.optimizers),
+        )
         print("torch-mars tune " + shlex.join(arguments), flush=True)
         code = torch_mars(["tune", *arguments])
         if code:
