@@ -29,7 +29,8 @@ if [ "$mode" = all ]; then
     # A failing test is reported, not fatal: the timings below are still wanted.
     python -m pytest -q -p no:cacheprovider tests/test_fused_parity.py tests/test_compiled_step.py \
         tests/test_foreach_parity.py tests/test_nonfinite_skip.py tests/test_step_host_cost.py \
-        tests/test_newton_schulz.py tests/test_step_plan.py tests/test_cuda_graph.py 2>&1 \
+        tests/test_newton_schulz.py tests/test_step_plan.py tests/test_cuda_graph.py \
+        tests/test_symmetric_products.py 2>&1 \
         | tail -15 | tee "$out/tests.txt" || true
     python benchmarks/reliability/sync_check.py | tee "$out/sync-check.txt"
     python benchmarks/perf/host_calls.py | tee "$out/host-calls.txt"
@@ -37,8 +38,8 @@ fi
 cli bench step --device cuda --model gpt2-small --repeats 50 --warmup 5 \
     --json "$out/step-gpt2-small.json" || echo "bench step failed (above); going on"
 cli bench step --device cuda --model gpt2-large --repeats 20 --warmup 3 \
-    --only adamw-fused muon mars-adamw-default mars-shampoo-default adamw-fused-graph \
-    mars-adamw-graph --json "$out/step-gpt2-large.json" || echo "bench step failed; going on"
+    --only adamw-fused muon mars-adamw-default mars-shampoo-default mars-shampoo-triangle \
+    adamw-fused-graph mars-adamw-graph --json "$out/step-gpt2-large.json" || echo "bench step failed; going on"
 cli bench iteration --device cuda --model gpt2-small --batch-size 16 --repeats 20 --warmup 5 \
     --compile --only adamw mars-adamw --json "$out/iteration-compiled-gpt2-small.json" \
     || echo "bench iteration --compile failed (above); going on"

@@ -64,10 +64,22 @@ TARGETS: tuple[tuple[str, float, str, Figure], ...] = (
         lambda r: float(r[LARGE]["newton_schulz_ms"]),
     ),
     (
+        "the same with ns_products='triangle' (GPT-2 large, ms)",
+        32.0,
+        "max",
+        lambda r: float(r[LARGE]["newton_schulz_triangle_ms"]),
+    ),
+    (
         "mars-shampoo default / torch Muon, GPT-2 large",
         0.55,
         "max",
         _ratio(LARGE, "mars-shampoo-default", "muon"),
+    ),
+    (
+        "mars-shampoo ns_products='triangle' / torch Muon, GPT-2 large",
+        0.55,
+        "max",
+        _ratio(LARGE, "mars-shampoo-triangle", "muon"),
     ),
     (
         "mars-shampoo default / fused AdamW, GPT-2 small",

@@ -110,6 +110,7 @@ def run_step_bench(options: StepBenchOptions) -> int:
         run_step_benchmark,
         uses_newton_schulz,
     )
+    from torch_mars.kernels import TRITON_AVAILABLE
     from torch_mars.models.gpt import GPT, gpt_config
 
     device = _device(options.device)
@@ -149,6 +150,10 @@ def run_step_bench(options: StepBenchOptions) -> int:
         ns_ms = newton_schulz_ms(model, options.warmup, options.repeats)
         print(f"\nNewton-Schulz of the hidden matrices (batched, 5 steps): {ns_ms:.2f} ms")
         record["newton_schulz_ms"] = ns_ms
+        if device.type == "cuda" and TRITON_AVAILABLE:
+            ns_ms = newton_schulz_ms(model, options.warmup, options.repeats, products="triangle")
+            print(f"the same with ns_products='triangle': {ns_ms:.2f} ms")
+            record["newton_schulz_triangle_ms"] = ns_ms
     return _write(record, options.json, "step")
 
 

@@ -337,14 +337,20 @@ def runs_compiled_kernels(optimizer: object) -> bool:
     )
 
 
-def newton_schulz_ms(model: nn.Module, warmup: int, repeats: int, ns_steps: int = 5) -> float:
+def newton_schulz_ms(
+    model: nn.Module, warmup: int, repeats: int, ns_steps: int = 5, products: str = "dense"
+) -> float:
     """Median time of the batched Newton-Schulz directions of ``model``'s hidden matrices (not
-    the embeddings): the non-element-wise part of a MARS-Shampoo step."""
+    the embeddings), with ``products`` (``ns_products``): the non-element-wise part of a
+    MARS-Shampoo step."""
     groups = mars_param_groups(model, embeddings="adamw")
     matrices = [torch.randn_like(p) for g in groups if g["use_mars"] for p in g["params"]]
     device = matrices[0].device
     return time_steps(
-        lambda: batched_shampoo_directions(matrices, ns_steps), device, warmup, repeats
+        lambda: batched_shampoo_directions(matrices, ns_steps, ns_products=products),
+        device,
+        warmup,
+        repeats,
     )
 
 
