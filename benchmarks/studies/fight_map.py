@@ -300,7 +300,7 @@ def main() -> int:
         if args.report and not journal(point, args.order_seed).is_file():
             continue
         if args.order_seed == 0 and tuple(args.optimizers) != OPTIMIZERS:
-            raise SystemExit("--optimizers: only a second search (--order-seed > 0) runs a subset")
+            parser.error("--optimizers: only a second search (--order-seed > 0) runs a subset")
         arguments = tune_arguments(
             point,
             args.jobs,

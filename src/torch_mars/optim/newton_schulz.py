@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -384,6 +385,19 @@ def batched_shampoo_directions(
     return directions  # type: ignore[return-value]
 
 
+def newton_schulz_settings(hp: MarsHyperparams) -> tuple[Any, ...]:
+    """The settings of ``hp`` that a Shampoo direction takes after its momenta, in the order
+    :func:`batched_shampoo_directions` and ``single_tensor.shampoo_direction`` take them."""
+    return (
+        hp.ns_steps,
+        hp.transposed_matrices,
+        hp.mars_type,
+        hp.ns_dtype,
+        hp.ns_iteration,
+        hp.ns_products,
+    )
+
+
 def _stacked_matrices(tensors: list[Tensor], shape: torch.Size, indices: list[int]) -> Tensor:
     """``tensors[i]`` for ``i`` in ``indices``, all of ``shape``, stacked as ``(batch, rows,
     cols)`` matrices (the ``(shape[0], -1)`` view): one view of the stack, not one per tensor."""
@@ -413,15 +427,7 @@ def apply_shampoo_directions(
     whose step is skipped (their ``p`` is left as it is)."""
 
     def directions_of(momenta: list[Tensor]) -> list[Tensor]:
-        return batched_shampoo_directions(
-            momenta,
-            hp.ns_steps,
-            hp.transposed_matrices,
-            hp.mars_type,
-            hp.ns_dtype,
-            hp.ns_iteration,
-            hp.ns_products,
-        )
+        return batched_shampoo_directions(momenta, *newton_schulz_settings(hp))
 
     for indices in group_by_device_and_dtype(matrices.params):
         group = matrices.select(indices)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize
+from torch_mars.optim.newton_schulz import newton_schulz_orthogonalize, newton_schulz_settings
 from torch_mars.optim.step_math import (
     NORM_DTYPE,
     add_scaled_,
@@ -175,15 +175,7 @@ def shampoo_step_(
     ``mars-m``: ``0.2 sqrt(max(rows, cols))``), masked against ``grad`` under ``hp.cautious``."""
     if hp.weight_decay != 0.0:
         param.mul_(k.weight_decay_factor)
-    direction = shampoo_direction(
-        m,
-        hp.ns_steps,
-        hp.transposed_matrices,
-        hp.mars_type,
-        hp.ns_dtype,
-        hp.ns_iteration,
-        hp.ns_products,
-    )
+    direction = shampoo_direction(m, *newton_schulz_settings(hp))
     if hp.cautious:
         cautious_(direction, grad)
     add_scaled_(param, direction, -k.lr)
