@@ -30,6 +30,7 @@ def test_a_second_search_lives_beside_its_point_with_its_order_seed():
     # the same runs otherwise: budget, seeds, data orders, validation set
     for flag in ("--steps", "--batch-size", "--trials", "--eval-tokens", "--heldout-data-seeds"):
         assert first[flag] == second[flag], flag
+    assert first["--finalists"] == second["--finalists"] == "4"
 
 
 def test_the_second_model_keeps_the_protocol_at_four_times_the_parameters():
@@ -50,7 +51,7 @@ def test_the_second_model_keeps_the_protocol_at_four_times_the_parameters():
     assert abs(int(wide["--steps"]) / int(tiny["--steps"]) - ratio) < 0.01
     assert wide["--model"] == "tiny-w64" and wide["--data"] == "corpus.txt"
     assert wide["--storage"].endswith("second-model/b16-4x/study.log")
-    for flag in ("--batch-size", "--eval-tokens", "--seeds", "--heldout-seeds"):
+    for flag in ("--batch-size", "--eval-tokens", "--seeds", "--heldout-seeds", "--finalists"):
         assert wide[flag] == tiny[flag], flag
 
 

@@ -5,8 +5,13 @@ finished in, so a study resumes where it stopped."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import random
+import re
+
+import pytest
 
 from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.selection import Selection
@@ -121,3 +126,66 @@ def test_a_diverged_trial_scores_worst_and_is_never_the_winner():
         objective=diverges_at_large_lr,
     )
     assert state.point["lr"] <= START["lr"]
+
+
+ADAMW_START = start_point("adamw", "tiny")
+LUCKY = {**ADAMW_START, "lr": 10}  # ranks first on the selection seeds by luck
+
+
+def lucky_on_the_selection_seeds(point: dict[str, int], seed: int) -> float:
+    """Best at lr index 9; ``LUCKY`` (lr 10) is 0.05 better on seeds 0-2 and 0.1 worse on
+    every other seed."""
+    luck = (-0.05 if seed in SELECTION.seeds else 0.1) if point == LUCKY else 0.0
+    return 3.0 + 0.01 * abs(point["lr"] - 9) + luck
+
+
+def test_finalists_on_more_seeds_unseat_a_point_that_ranked_first_by_luck():
+    alone, _ = run_search(
+        ProfiledSearch("adamw", (ADAMW_START,), SELECTION, trials=12),
+        objective=lucky_on_the_selection_seeds,
+    )
+    assert alone.point == LUCKY and not alone.finalists
+    with_finalists = Selection(
+        seeds=(0, 1, 2), heldout=(3, 4, 5), heldout_data_seeds=(1, 2), finalists=2,
+        final_seeds=(6, 7),
+    )  # fmt: skip
+    state, trained = run_search(
+        ProfiledSearch("adamw", (ADAMW_START,), with_finalists, trials=12),
+        objective=lucky_on_the_selection_seeds,
+    )
+    assert [p for p, _ in state.trials] == [p for p, _ in alone.trials]  # the same search
+    assert state.point == {**ADAMW_START, "lr": 9}
+    assert [p for p, _ in state.finalists] == [state.point, LUCKY]
+    assert state.finalists[1][1] == pytest.approx((3 * 2.96 + 2 * 3.11) / 5)
+    final_runs = [run for run in trained if run[2] in (6, 7)]
+    assert sorted((parse_point_key(r[1]) == LUCKY, r[2], r[3]) for r in final_runs) == [
+        (False, 6, 0), (False, 7, 0), (True, 6, 0), (True, 7, 0),
+    ]  # fmt: skip
+    heldout = [run for run in trained if run[3] != SELECTION.data_seed]
+    assert {parse_point_key(run[1]) == state.point for run in heldout} == {True}
+    assert len(heldout) == len(SELECTION.heldout_pairs())
+
+
+@pytest.mark.parametrize(
+    ("settings", "names"),
+    [
+        ({"finalists": 2}, "--final-seeds"),
+        ({"final_seeds": (6,)}, "--finalists"),
+        ({"finalists": -1, "final_seeds": (6,)}, "--finalists must be >= 0"),
+        ({"finalists": 2, "final_seeds": (2,)}, "final seeds (2,) must differ"),
+        ({"finalists": 2, "final_seeds": (4,)}, "final seeds (4,) must differ"),
+        ({"finalists": 2, "final_seeds": (6, 6)}, "--final-seeds [6, 6]"),
+    ],
+)
+def test_finalists_without_their_seeds_or_on_a_choosing_seed_are_refused(settings, names):
+    with pytest.raises(ValueError, match=re.escape(names)):
+        Selection(**settings)
+
+
+def test_a_stored_selection_reads_back_and_drops_an_earlier_searchs_field():
+    record = {"seeds": [0, 1, 2], "heldout": [3, 4, 5], "screen_top": None, "data_seed": 0}
+    assert Selection.of_record(record) == Selection()
+    stored = dataclasses.asdict(Selection(finalists=3, final_seeds=(6, 7, 8)))
+    assert Selection.of_record(json.loads(json.dumps(stored))).choosing_seeds == (
+        0, 1, 2, 6, 7, 8,
+    )  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -221,3 +222,24 @@ def test_a_study_keeps_the_starts_it_began_with_when_the_defaults_move(
     assert tune.keep_stored_starts(fresh).starts_of("adamw") == (moved,)
     overwritten = dataclasses.replace(plan, overwrite=True)
     assert tune.keep_stored_starts(overwritten).starts_of("adamw") == (moved,)
+
+
+def test_finalists_given_to_a_finished_study_train_only_their_own_runs(tmp_path, corpus_file):
+    """Finalists are protocol: a finished study reopened with them keeps every run, trains
+    each finalist on the final seed (and the held-out runs of a new winner), and its report
+    lists them."""
+    args = ["tune", *TOY, "--data", str(corpus_file), "--out-dir", str(tmp_path), "--name", "f"]
+    assert main(args) == 0
+    plan = toy_plan(tmp_path, corpus_file, study_dir=tmp_path / "f", study_name="f")
+    before = {t.number: t.user_attrs["point"] for t in trials_of(plan)}
+    assert main([*args, "--finalists", "2", "--final-seeds", "7"]) == 0
+    after = trials_of(plan)
+    assert_each_run_once(after)
+    assert {t.number: t.user_attrs["point"] for t in after[: len(before)]} == before
+    new = [(t.user_attrs["seed"], t.user_attrs["data_seed"]) for t in after[len(before) :]]
+    assert new[:2] == [(7, 0), (7, 0)] and set(new[2:]) <= {(1, 1)}
+    report = json.loads((tmp_path / "f" / "tune.json").read_text())
+    (adamw,) = report["optimizers"]
+    assert len(adamw["finalists"]) == 2 and len(adamw["selection_finals"]) == 2
+    assert adamw["winner"] == adamw["finalists"][0]["point"]
+    assert "re-read on seeds 7" in (tmp_path / "f" / "summary.md").read_text()

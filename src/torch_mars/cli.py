@@ -589,6 +589,20 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "selection's data order)",
     )
     group.add_argument(
+        "--finalists",
+        type=_nonnegative_int,
+        default=0,
+        help="re-read each search's K best points on --final-seeds; the best mean over every "
+        "choosing seed wins (default 0: the search's best wins)",
+    )
+    group.add_argument(
+        "--final-seeds",
+        nargs="+",
+        type=_nonnegative_int,
+        default=[],
+        help="the seeds the finalists are also read on (data order --data-seed)",
+    )
+    group.add_argument(
         "--trials",
         type=_positive_int,
         default=30,
@@ -714,6 +728,8 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
                 heldout=tuple(args.heldout_seeds),
                 data_seed=args.data_seed,
                 heldout_data_seeds=tuple(args.heldout_data_seeds),
+                finalists=args.finalists,
+                final_seeds=tuple(args.final_seeds),
             ),
             study_dir=folder,
             trials=args.trials,
@@ -762,9 +778,16 @@ def _tune(request: TuneRequest) -> int:
             else f"{budget.model}, {budget.steps} steps of "
             f"{budget.batch_size * budget.grad_accum} sequences"
         )
+        finalists = (
+            f" (its {plan.selection.finalists} best also on seeds "
+            f"{list(plan.selection.final_seeds)})"
+            if plan.selection.finalists
+            else ""
+        )
         print(
             f"tune {', '.join(plan.optimizers)} on {what}; {plan.trials} trials each; selection "
-            f"seeds {list(plan.selection.seeds)}, held out {list(plan.selection.heldout)} x "
+            f"seeds {list(plan.selection.seeds)}{finalists}, held out "
+            f"{list(plan.selection.heldout)} x "
             f"data orders {list(plan.selection.heldout_data_seeds)}; study "
             f"{plan.study_name!r} in {describe(spec.url)}; {plan.jobs} worker(s)",
             flush=True,

@@ -236,6 +236,8 @@ def tune(
     heldout_seeds: Sequence[int] = (3, 4, 5),
     data_seed: int = 0,
     heldout_data_seeds: Sequence[int] = (1, 2),
+    finalists: int = 0,
+    final_seeds: Sequence[int] = (),
     out_dir: str | Path = "runs",
     name: str | None = None,
     defaults: str = "tiny",
@@ -243,8 +245,10 @@ def tune(
 ) -> TuneResult:
     """Tune ``optimizers`` on the training function ``train`` by the protocol of
     ``torch-mars tune``: the declared space per optimizer, ``trials`` trials each, selection on
-    ``seeds`` (data order ``data_seed``), each winner read on ``heldout_seeds`` x
-    ``heldout_data_seeds``, paired intervals, tuning curves, and the report files in
+    ``seeds`` (data order ``data_seed``; the ``finalists`` best points of each search also on
+    ``final_seeds``, the best mean over all of them winning), each winner read on
+    ``heldout_seeds`` x ``heldout_data_seeds``, paired intervals, tuning curves, and the report
+    files in
     ``out_dir/name`` (``name``: the function's name). A killed study resumes (call it again).
     ``defaults`` names the GPT config whose tuned recipes start the searches; ``jobs`` > 1
     needs ``train`` importable from its module."""
@@ -266,6 +270,8 @@ def tune(
             heldout=tuple(heldout_seeds),
             data_seed=data_seed,
             heldout_data_seeds=tuple(heldout_data_seeds),
+            finalists=finalists,
+            final_seeds=tuple(final_seeds),
         ),
         study_dir=folder,
         trials=trials,

@@ -25,9 +25,11 @@ The protocol:
    lr-profiled; the first move that gains is taken and the rounds begin again.
 4. The search ends when its trials are spent, no move is left, or after ``max_rounds`` rounds
    where that is set (then it may spend fewer trials: a cap for quick looks, never for a
-   comparison, whose searches all spend their trials); the best point it scored
-   wins, and is read on the held-out runs (:class:`~.selection.Selection`): new
-   initialisations on new data orders.
+   comparison, whose searches all spend their trials).
+5. Finalists (where the selection names them): the best ``finalists`` points it scored are
+   read on the final seeds too, and the best mean over every choosing seed wins; without
+   finalists the best point it scored wins. The winner is read on the held-out runs
+   (:class:`~.selection.Selection`): new initialisations on new data orders.
 
 Every decision reads only runs the search asked for, so replaying it on more results takes the
 same path: a killed study resumes by replaying, and nothing finished reruns.
@@ -67,12 +69,15 @@ class _Spent(Exception):
 class ProfiledState:
     """Where a replay stopped: the runs it needs next (empty once finished), each trial
     ``(point, selection score)`` in the order the search asked for them, the best point so
-    far, the rounds begun and the moves taken (``"start"``, a dimension, or ``"a+b"``)."""
+    far (the winner once finished), the finalists ``(point, mean over every choosing seed)``
+    best first, the rounds begun and the moves taken (``"start"``, a dimension, or
+    ``"a+b"``)."""
 
     optimizer: str
     needed: list[RunId]
     trials: list[tuple[Point, float]] = field(default_factory=list)
     point: Point = field(default_factory=dict)
+    finalists: list[tuple[Point, float]] = field(default_factory=list)
     rounds: int = 0
     moves: list[str] = field(default_factory=list)
     spent: bool = False
@@ -139,6 +144,7 @@ class ProfiledSearch:
             except _Spent:
                 state.spent = True
             if state.trials:
+                self._final(results, state)
                 self.selection.need_heldout(results, self.run, state.point)
         except Needs as needs:
             state.needed = needs.runs
@@ -146,9 +152,26 @@ class ProfiledSearch:
 
     # -- the walk (raises Needs where it must wait, _Spent once the budget is gone)
 
-    def _score(self, results: Mapping[RunId, float], point: Point) -> float:
-        values = [results[self.run(point, s)] for s in self.selection.seeds]
+    def _score(
+        self, results: Mapping[RunId, float], point: Point, seeds: tuple[int, ...] | None = None
+    ) -> float:
+        seeds = self.selection.seeds if seeds is None else seeds
+        values = [results[self.run(point, s)] for s in seeds]
         return math.fsum(values) / len(values)
+
+    def _final(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
+        """The finalists (the best-scored finite trials, ties in search order) read on the
+        final seeds; the best mean over every choosing seed becomes ``state.point``."""
+        count = self.selection.finalists
+        finite = [(p, s) for p, s in state.trials if math.isfinite(badness(s))]
+        ranked = sorted(finite, key=lambda ps: ps[1])[:count]
+        if not ranked:
+            return
+        need(results, [self.run(p, s) for p, _ in ranked for s in self.selection.final_seeds])
+        seeds = self.selection.choosing_seeds
+        scored = [(p, self._score(results, p, seeds)) for p, _ in ranked]
+        state.finalists = sorted(scored, key=lambda ps: badness(ps[1]))
+        state.point = state.finalists[0][0]
 
     def _try(
         self, results: Mapping[RunId, float], state: ProfiledState, points: list[Point]

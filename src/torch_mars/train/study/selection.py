@@ -4,6 +4,7 @@ orders that no selection saw."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,16 +42,18 @@ def _distinct(name: str, values: Sequence[int]) -> None:
 
 @dataclass(frozen=True)
 class Selection:
-    """``seeds`` choose, on the data order ``data_seed``; the winner is then read on every
-    pair of ``heldout`` seeds and ``heldout_data_seeds`` (new initialisations and new data
-    orders); ``screen_top`` (None: every candidate on every selection seed) screens on the
-    first seed (the coordinate descent only)."""
+    """``seeds`` choose, on the data order ``data_seed``; the ``finalists`` best points of a
+    search are then read on ``final_seeds`` too (same data order), and the best mean over all
+    those seeds wins: a second look that a point which ranked first on three seeds by luck
+    does not survive; the winner is read on every pair of ``heldout`` seeds and
+    ``heldout_data_seeds`` (new initialisations and new data orders)."""
 
     seeds: tuple[int, ...] = (0, 1, 2)
     heldout: tuple[int, ...] = (3, 4, 5)
-    screen_top: int | None = None
     data_seed: int = 0
     heldout_data_seeds: tuple[int, ...] = (1, 2)
+    finalists: int = 0
+    final_seeds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -67,8 +70,33 @@ class Selection:
                 f"held-out data seeds {self.heldout_data_seeds} must differ from the selection's "
                 f"data seed {self.data_seed}"
             )
-        if self.screen_top is not None and self.screen_top < 1:
-            raise ValueError(f"screen_top must be >= 1, got {self.screen_top}")
+        _distinct("--final-seeds", self.final_seeds)
+        if self.finalists < 0:
+            raise ValueError(f"--finalists must be >= 0, got {self.finalists}")
+        if bool(self.finalists) != bool(self.final_seeds):
+            raise ValueError(
+                f"--finalists {self.finalists} with --final-seeds {list(self.final_seeds)}: "
+                "finalists need final seeds to be read on, and final seeds need finalists"
+            )
+        if set(self.final_seeds) & (set(self.seeds) | set(self.heldout)):
+            raise ValueError(
+                f"final seeds {self.final_seeds} must differ from selection seeds {self.seeds} "
+                f"and held-out seeds {self.heldout}"
+            )
+
+    @property
+    def choosing_seeds(self) -> tuple[int, ...]:
+        """Every seed a winner is chosen on: the selection's, then the finalists'."""
+        return self.seeds + self.final_seeds
+
+    @classmethod
+    def of_record(cls, record: dict[str, Any]) -> Selection:
+        """The selection a study's stored record describes (fields it lacks take their
+        defaults; ``screen_top``, a field of an earlier search, is dropped)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in fields}
+        )
 
     def heldout_pairs(self) -> list[tuple[int, int]]:
         """The held-out ``(seed, data seed)`` pairs, data orders outer."""

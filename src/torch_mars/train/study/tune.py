@@ -178,9 +178,7 @@ def plan_of_identity(
     return TunePlan(
         base=base,
         optimizers=tuple(search["optimizers"]),
-        selection=Selection(
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in selection.items()}
-        ),
+        selection=Selection.of_record(selection),
         study_dir=study_dir,
         trials=search["trials"],
         order_seed=search["order_seed"],
@@ -218,8 +216,10 @@ def keep_stored_starts(plan: TunePlan) -> TunePlan:
 @dataclass
 class OptimizerOutcome:
     """One optimizer's tuning: its winner, its trials' selection scores in the order the search
-    ran them, the winner's selection and held-out finals (one per held-out pair, NaN where a
-    run has not finished), its rounds, and its lr profiles."""
+    ran them, the winner's finals on every choosing seed (the selection's, then the
+    finalists') and on the held-out pairs (NaN where a run has not finished), its finalists
+    ``(point, search score, mean over every choosing seed)`` best first, its rounds, and its
+    lr profiles."""
 
     optimizer: str
     finished: bool
@@ -229,6 +229,7 @@ class OptimizerOutcome:
     heldout_finals: list[float]
     rounds: int
     lr_profiles: list[list[tuple[float, float]]]
+    finalists: list[tuple[Point, float, float]] = dataclasses.field(default_factory=list)
 
     @property
     def heldout_complete(self) -> bool:
@@ -254,6 +255,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
     for search in plan.searches():
         state: ProfiledState = search.replay(results)
         point = state.point
+        search_scores = {point_key(p): score for p, score in state.trials}
 
         def final(seed: int, data_seed: int, point: Point = point, s=search) -> float:
             return results.get(s.run(point, seed, data_seed), math.nan)
@@ -264,7 +266,9 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 finished=state.finished,
                 winner=point,
                 trial_scores=[score for _, score in state.trials],
-                selection_finals=[final(s, plan.selection.data_seed) for s in plan.selection.seeds]
+                selection_finals=[
+                    final(s, plan.selection.data_seed) for s in plan.selection.choosing_seeds
+                ]
                 if point
                 else [],
                 heldout_finals=[final(s, d) for s, d in plan.selection.heldout_pairs()]
@@ -272,6 +276,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 else [],
                 rounds=state.rounds,
                 lr_profiles=state.lr_profiles,
+                finalists=[(p, search_scores[point_key(p)], final) for p, final in state.finalists],
             )
         )
     return found
@@ -327,7 +332,7 @@ def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
     )
     lines = [
         f"| optimizer | trials | {heldout} | selection (seeds "
-        f"{','.join(map(str, sel.seeds))}, data order {sel.data_seed}) | rounds |",
+        f"{','.join(map(str, sel.choosing_seeds))}, data order {sel.data_seed}) | rounds |",
         "|---|---:|---:|---:|---:|",
     ]
     ranked = sorted(found, key=lambda o: (math.isnan(o.heldout_mean), o.heldout_mean))
@@ -363,6 +368,30 @@ def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
         lines.append(f"| {o.optimizer} | " + " | ".join(cells) + " |")
     lines.append("")
     lines += [f"- {o.optimizer}: {_winner_text(o.winner)}" for o in ranked if o.winner]
+    if sel.finalists:
+        lines += ["", finalists_table(sel, ranked)]
+    return "\n".join(lines)
+
+
+def finalists_table(sel: Selection, found: Sequence[OptimizerOutcome]) -> str:
+    """Each optimizer's finalists: the search's best points, each with its score on the
+    selection seeds and its mean over the finalists' seeds too (the winner first)."""
+    lines = [
+        f"Finalists: each search's {sel.finalists} best points re-read on seeds "
+        f"{','.join(map(str, sel.final_seeds))}; the best mean over seeds "
+        f"{','.join(map(str, sel.choosing_seeds))} wins (the search's own best is marked *).",
+        "",
+        f"| optimizer | point | seeds {','.join(map(str, sel.seeds))} | "
+        f"seeds {','.join(map(str, sel.choosing_seeds))} |",
+        "|---|---|---:|---:|",
+    ]
+    for o in found:
+        best = min((score for _, score, _ in o.finalists), default=math.nan)
+        for point, score, final in o.finalists:
+            mark = "*" if score == best else ""
+            lines.append(
+                f"| {o.optimizer} | {_winner_text(point)} | {score:.4f}{mark} | {final:.4f} |"
+            )
     return "\n".join(lines)
 
 
@@ -447,6 +476,10 @@ def report_json(
                 if o.winner
                 else {},
                 "selection_finals": [number(v) for v in o.selection_finals],
+                "finalists": [
+                    {"point": values_of(p), "search_score": number(score), "score": number(final)}
+                    for p, score, final in o.finalists
+                ],
                 "heldout_pairs": [list(p) for p in plan.selection.heldout_pairs()],
                 "heldout_finals": [number(v) for v in o.heldout_finals],
                 "trial_scores": [number(v) for v in o.trial_scores],
