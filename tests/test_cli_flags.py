@@ -41,6 +41,8 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--heldout-seeds": ["6"],
     "--heldout-data-seeds": ["3"],
     "--trials": ["5"],
+    "--finalists": ["2", "--final-seeds", "9"],  # each needs the other
+    "--final-seeds": ["9", "--finalists", "2"],
     "--order-seed": ["1"],
     "--show-recipe": [],
     "--objective": ["examples.plain_loop:train"],

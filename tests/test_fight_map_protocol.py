@@ -78,10 +78,39 @@ def test_the_map_table_gives_each_points_runs_and_run_hours():
     assert line.endswith("| tie | 40 | 630 (4.4) |")
 
 
-def _outcome(name, winner, finals, finished=True):
+def _outcome(name, winner, finals, finished=True, selection=(1.7, 1.7)):
     pairs = [[s, d] for d in (1, 2) for s in (3, 4, 5)]
     return {"optimizer": name, "finished": finished, "winner": winner,
-            "heldout_pairs": pairs, "heldout_finals": finals}  # fmt: skip
+            "heldout_pairs": pairs, "heldout_finals": finals,
+            "selection_finals": list(selection)}  # fmt: skip
+
+
+def test_two_searches_pooled_take_each_optimizers_better_chosen_winner():
+    """Each optimizer's winner is the one its choosing seeds prefer (never the held-out runs),
+    and the verdicts are read on those: MARS-Shampoo - Muon = 0.02 +- 0.00939 (the
+    hand-computed case above, negated), a win alone."""
+    base = [1.70, 1.71, 1.72, 1.70, 1.71, 1.72]
+    ahead = [b - d for b, d in zip(base, [0.01, 0.03, 0.02, 0.01, 0.03, 0.02], strict=True)]
+    first = {
+        "optimizers": [
+            _outcome("muon", {"lr": 1}, base, selection=(1.6, 1.7)),
+            _outcome("mars-shampoo", {"lr": 1}, base, selection=(1.7, 1.7)),
+        ]
+    }
+    second = {
+        "optimizers": [
+            _outcome("muon", {"lr": 2}, ahead, selection=(1.7, 1.7)),
+            _outcome("mars-shampoo", {"lr": 2}, ahead, selection=(1.6, 1.6)),
+        ]
+    }
+    source, (verdict,) = fight_map.pooled_verdicts(first, second)  # fmt: skip
+    assert source == {"muon": "first", "mars-shampoo": "second"}
+    assert verdict["control"] == "muon" and verdict["decision"] == "win"
+    assert abs(verdict["gap"].mean + 0.02) < 1e-12
+    assert abs(verdict["gap"].low - (-0.02 - 2.5706 * 0.008944 / 6**0.5)) < 1e-4
+    text = fight_map.format_pooled(source, [verdict])
+    assert "muon from the first, mars-shampoo from the second" in text
+    assert "| mars-shampoo | muon | " in text and text.endswith("| win |")
 
 
 def test_a_second_search_holds_where_its_paired_interval_holds_zero():

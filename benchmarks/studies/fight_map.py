@@ -37,6 +37,7 @@ from pathlib import Path
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
+from torch_mars.train.compare import SAME_COST_CONTROLS
 from torch_mars.train.plots import save_figure
 from torch_mars.train.study.verdict import PairedGap, holm_decisions, paired_gap
 
@@ -230,6 +231,59 @@ def format_start_independence(point: str, order_seed: int, rows: list[dict]) -> 
     return "\n".join(lines)
 
 
+def pooled_verdicts(first: dict, second: dict) -> tuple[dict[str, str], list[dict]]:
+    """Both searches of a point read as one search of twice the trials: per optimizer finished
+    in both (their ``tune.json`` records), the winner with the lower mean over its choosing
+    seeds (the selection's and the finalists', the same seeds in both), then each MARS rule
+    against its strongest same-cost control on the held-out runs, decided by Holm's correction
+    over these comparisons. Returns which search each winner came from and the verdicts."""
+    firsts = {o["optimizer"]: o for o in first["optimizers"] if o["finished"]}
+    chosen: dict[str, dict] = {}
+    source: dict[str, str] = {}
+    for outcome in second["optimizers"]:
+        name = outcome["optimizer"]
+        if name not in firsts or not outcome["finished"]:
+            continue
+        if outcome["heldout_pairs"] != firsts[name]["heldout_pairs"]:
+            raise ValueError("the two searches read their winners on different held-out runs")
+        if len(outcome["selection_finals"]) != len(firsts[name]["selection_finals"]):
+            raise ValueError(f"{name}: the two searches chose on different seeds")
+        better = min(
+            (firsts[name], outcome), key=lambda o: sum(o["selection_finals"])
+        )  # ties: the first search
+        chosen[name] = better
+        source[name] = "first" if better is firsts[name] else "second"
+    comparisons = []
+    for rule, controls in SAME_COST_CONTROLS.items():
+        ran = [chosen[c] for c in controls if c in chosen]
+        if rule in chosen and ran:
+            control = min(ran, key=lambda o: sum(o["heldout_finals"]))
+            gap = paired_gap(chosen[rule]["heldout_finals"], control["heldout_finals"])
+            comparisons.append({"rule": rule, "control": control["optimizer"], "gap": gap})
+    decisions = holm_decisions([c["gap"] for c in comparisons])
+    for comparison, decision in zip(comparisons, decisions, strict=True):
+        comparison["decision"] = decision
+    return source, comparisons
+
+
+def format_pooled(source: dict[str, str], comparisons: list[dict]) -> str:
+    """The table of :func:`pooled_verdicts` for ``map.md``."""
+    lines = [
+        "Both searches pooled (each optimizer's winner: the better mean over its choosing seeds "
+        "of the two searches' winners; "
+        + ", ".join(f"{name} from the {which}" for name, which in source.items())
+        + "):",
+        "",
+        "| rule | strongest control | paired gap [95% interval] | p | Holm (these) |",
+        "|---|---|---:|---:|---|",
+    ]
+    lines += [
+        f"| {c['rule']} | {c['control']} | {c['gap'].text()} | {c['gap'].p:.3g} | {c['decision']} |"
+        for c in comparisons
+    ]
+    return "\n".join(lines)
+
+
 def _mean_std(values: list[float]) -> str:
     mean = sum(values) / len(values)
     std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
@@ -325,9 +379,11 @@ def main() -> int:
         for point in POINTS:
             for second in sorted((FOLDER / point).glob("order-seed-*/tune.json")):
                 first = json.loads((FOLDER / point / "tune.json").read_text())
-                checked = start_independence(first, json.loads(second.read_text()))
+                second_record = json.loads(second.read_text())
+                checked = start_independence(first, second_record)
                 seed = int(second.parent.name.removeprefix("order-seed-"))
                 text += "\n" + format_start_independence(point, seed, checked) + "\n"
+                text += "\n" + format_pooled(*pooled_verdicts(first, second_record)) + "\n"
         write_text_atomically(FOLDER / "map.md", text)
         print(f"wrote {(FOLDER / 'map.md').relative_to(ROOT)}")
         if rows:
