@@ -28,8 +28,8 @@ COMPARE_STUDY = (
 )
 MARS_M_STUDY = "the MARS-M study on tiny at 4x20 tokens/parameter, 2026-11 (results-history)"
 FIGHT_MAP_B16 = (
-    "torch-mars tune, the fight map's b16-4x (40 trials each, held out on new seeds and data "
-    "orders), 2026-11-27/28 (docs/results.md)"
+    "torch-mars tune, the fight map's b16-4x (40 trials each, 4 finalists on 3 more seeds, held "
+    "out on new seeds and data orders), 2026-11-27/28 (docs/results.md)"
 )
 VISION_STUDY = (
     "the tuned vision study at VISION_COMPARE_BUDGET, 2026-11 "
@@ -121,19 +121,19 @@ _CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
             "weight_decay_1d": 0.003,
         },
         "mars-adamw": {
-            "lr": 0.0171,
-            "betas": (0.85, 0.95),
+            "lr": 0.0256,
+            "betas": (0.9, 0.95),
             "weight_decay": 0.001,
             "gamma": 0.1,
-            "lr_1d": 0.00226,
+            "lr_1d": 0.00338,
             "betas_1d": (0.9, 0.95),
             "weight_decay_1d": 0.03,
         },
         "muon": {
-            "lr": 0.0256,
+            "lr": 0.0384,
             "momentum": 0.85,
             "weight_decay": 0.0,
-            "adamw_lr": 0.00758,
+            "adamw_lr": 0.017,
             "adamw_betas": (0.9, 0.95),
             "adamw_weight_decay": 0.01,
         },

@@ -230,6 +230,7 @@ class OptimizerOutcome:
     rounds: int
     lr_profiles: list[list[tuple[float, float]]]
     finalists: list[tuple[Point, float, float]] = dataclasses.field(default_factory=list)
+    winner_score: float = math.nan  # on the selection seeds, as its search scored it
 
     @property
     def heldout_complete(self) -> bool:
@@ -277,6 +278,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 rounds=state.rounds,
                 lr_profiles=state.lr_profiles,
                 finalists=[(p, search_scores[point_key(p)], final) for p, final in state.finalists],
+                winner_score=search_scores.get(point_key(point), math.nan),
             )
         )
     return found
@@ -418,9 +420,7 @@ def plot_tune(found: Sequence[OptimizerOutcome], out_path: Path) -> Path | None:
             finite = [(lr, v) for lr, v in profile if math.isfinite(v)]
             if len(finite) < 2:
                 continue
-            mine = any(lr == winner_lr for lr, _ in finite) and min(finite, key=lambda p: p[1])[
-                1
-            ] == min(s for s in o.trial_scores if not math.isnan(s))
+            mine = (winner_lr, o.winner_score) in finite
             left.plot(
                 *zip(*finite, strict=True),
                 color=colour,
