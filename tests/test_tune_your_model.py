@@ -34,10 +34,17 @@ def example(name: str):
 
 def test_tune_on_a_plain_loop_gives_equal_trials_and_reads_winners_on_new_data(tmp_path):
     result = torch_mars.tune(
-        example("plain_loop").train, optimizers=["adamw", "mars-adamw"], out_dir=tmp_path, **SMALL
+        example("plain_loop").train,
+        optimizers=["adamw", "mars-adamw"],
+        out_dir=tmp_path,
+        finalists=2,
+        final_seeds=(5,),
+        **SMALL,
     )
     report = json.loads((tmp_path / "train" / "tune.json").read_text())
     assert [o["trials"] for o in report["optimizers"]] == [2, 2]
+    assert [len(o["finalists"]) for o in report["optimizers"]] == [2, 2]
+    assert all(len(o["selection_finals"]) == 2 for o in report["optimizers"])  # seeds 0 and 5
     assert all(o["heldout_pairs"] == [[1, 1], [2, 1]] for o in report["optimizers"])
     assert all(None not in o["heldout_finals"] for o in report["optimizers"])
     (verdict,) = result.verdicts
