@@ -49,7 +49,8 @@ def train_args(tmp_path, optimizer: str, *flags: str) -> list[str]:
     [
         (["mars-adamw"], []),
         (["mars-adamw", "--exact"], ["--fsdp"]),
-        (["muon"], ["--fsdp"]),
+        # an lr of its own: the shards' bf16 rounding grows with the step (docs/distributed.md)
+        (["muon", "--opt-arg", "lr=0.0256"], ["--fsdp"]),
     ],
     ids=["mars-adamw-ddp", "mars-adamw-exact-fsdp", "muon-fsdp"],
 )
@@ -62,7 +63,7 @@ def test_two_gloo_processes_match_one_process(tmp_path, optimizer, sharding):
     # The harness's muon is torch.optim.Muon, whose bf16 Newton-Schulz runs through DTensor ops
     # on the shards, where bf16 rounding differs from one process: 3% of an update, 3e-5 in
     # the loss here (docs/distributed.md). MARS-Shampoo's owner ranks match to 1e-5.
-    tolerance = 1e-4 if sharding and optimizer == ["muon"] else 2e-5
+    tolerance = 1e-4 if sharding and optimizer[0] == "muon" else 2e-5
     for a, b in zip(one, two, strict=True):
         assert b["train_loss"] == pytest.approx(a["train_loss"], abs=tolerance)
     assert two[-1]["val_loss"] == pytest.approx(one[-1]["val_loss"], abs=tolerance)

@@ -173,9 +173,9 @@ def one_seed_note(rule: str, control: str, gap: float, measured: bool) -> str:
     default `compare` point), and how to get error bars.
 
     >>> one_seed_note("mars-adamw", "nadamw", 0.0249, True).split("; ")[0]
-    'one seed: outside the seed-to-seed spread measured here (2 sd of a difference: 0.0246)'
+    'one seed: outside the seed-to-seed spread measured here (2 sd of a difference: 0.0227)'
     >>> one_seed_note("mars-shampoo", "muon", 0.0069, True).split("; ")[0]
-    'one seed: inside the seed-to-seed spread measured here (2 sd of a difference: 0.0133)'
+    'one seed: inside the seed-to-seed spread measured here (2 sd of a difference: 0.0126)'
     >>> one_seed_note("mars-lion", "lion", 0.1, True).split("; ")[1]
     'error bars: --seeds 0 1 2'
     """
