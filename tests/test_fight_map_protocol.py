@@ -136,3 +136,30 @@ def test_a_second_search_holds_where_its_paired_interval_holds_zero():
     assert rows["nadamw"]["holds"]
     text = fight_map.format_start_independence("b64-4x", 1, list(rows.values()))
     assert "| muon | 1.7100 ± 0.0089 | 1.7100 ± 0.0089 | the same point | yes |" in text
+
+
+def test_the_status_counts_each_studys_finished_runs_against_its_plan(tmp_path):
+    """A tune study's plan per optimizer: 2 trials x 3 seeds + 1 finalist x 2 seeds + 6 held
+    out = 14; a running (unfinished) trial is not counted; nothing is written."""
+    import optuna
+
+    from torch_mars.train.study.store import open_storage
+
+    live = tmp_path / "b64-4x" / "study.log"
+    study = optuna.create_study(
+        study_name="b64-4x", storage=open_storage(f"journal:{live}"), direction="minimize"
+    )
+    selection = {"seeds": [0, 1, 2], "finalists": 1, "final_seeds": [6, 7]}
+    search = {"kind": "tune", "optimizers": ["muon", "mars-shampoo"], "trials": 2,
+              "selection": selection}  # fmt: skip
+    study.set_user_attr("identity", {"search": search})
+    for seed in (0, 1, 2):
+        study.enqueue_trial({}, user_attrs={"optimizer": "muon", "seed": seed})
+        study.tell(study.ask(), 1.7)
+    study.enqueue_trial({}, user_attrs={"optimizer": "mars-shampoo", "seed": 0})
+    study.ask()  # training: not finished
+    before = sorted(p.name for p in live.parent.iterdir())
+    (row,) = fight_map.progress_rows(tmp_path)
+    assert row["study"] == "b64-4x" and row["runs"] == {"muon": 3} and row["planned"] == 14
+    assert "| b64-4x | muon 3/14, mars-shampoo 0/14 |" in fight_map.format_progress([row])
+    assert sorted(p.name for p in live.parent.iterdir()) == before

@@ -17,6 +17,7 @@ finished reruns.
 
     python benchmarks/studies/fight_map.py [--points b64-4x ...] [--jobs 2] [--trials 24]
     python benchmarks/studies/fight_map.py --snapshot   # study.log.gz of every point with runs
+    python benchmarks/studies/fight_map.py --status     # finished runs per study and optimizer
     python benchmarks/studies/fight_map.py --report     # each point's report, map.md, map.png
     python benchmarks/studies/fight_map.py --points b64-4x --order-seed 1  # a second search
         [--optimizers nadamw mars-adamw muon mars-shampoo]  # of the optimizers it checks
@@ -27,6 +28,7 @@ The command each point runs is printed before it starts; it is the one that repr
 from __future__ import annotations
 
 import argparse
+import collections
 import gzip
 import json
 import shlex
@@ -39,6 +41,9 @@ from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
 from torch_mars.train.compare import SAME_COST_CONTROLS
 from torch_mars.train.plots import save_figure
+from torch_mars.train.study.selection import Selection
+from torch_mars.train.study.store import open_storage
+from torch_mars.train.study.tune import run_cost
 from torch_mars.train.study.verdict import PairedGap, holm_decisions, paired_gap
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,6 +144,55 @@ def snapshot(point: str, folder: Path = FOLDER) -> list[Path]:
         partial.replace(target)
         written.append(target)
     return written
+
+
+def progress_rows(folder: Path = FOLDER) -> list[dict]:
+    """Each study under ``folder`` with a live journal (a point's, its second searches', its
+    side studies'): its finished runs per optimizer, their run hours, and, for a tune study,
+    the runs its protocol plans per optimizer (trials x selection seeds + finalists x their
+    seeds + held-out pairs; a best the finalists unseat adds its held-out runs)."""
+    import optuna
+
+    rows = []
+    for live in sorted(folder.glob("*/**/study.log")):
+        storage = open_storage(f"journal:{live}", create=False)
+        (summary,) = optuna.get_all_study_summaries(storage, include_best_trial=False)
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        trials = study.get_trials(deepcopy=False)
+        runs = collections.Counter(
+            t.user_attrs.get("optimizer")
+            for t in trials
+            if t.state == optuna.trial.TrialState.COMPLETE
+        )
+        search = study.user_attrs.get("identity", {}).get("search", {})
+        planned = None
+        if search.get("kind") == "tune":
+            selection = Selection.of_record(search["selection"])
+            planned = (
+                search["trials"] * len(selection.seeds)
+                + selection.finalists * len(selection.final_seeds)
+                + len(selection.heldout_pairs())
+            )
+        rows.append(
+            {
+                "study": str(live.parent.relative_to(folder)),
+                "runs": dict(runs),
+                "planned": planned,
+                "optimizers": search.get("optimizers", sorted(runs)),
+                "hours": sum(c["hours"] for c in run_cost(trials).values()),
+            }
+        )
+    return rows
+
+
+def format_progress(rows: list[dict]) -> str:
+    """The table of :func:`progress_rows`."""
+    lines = ["| study | finished runs per optimizer (of planned) | run hours |", "|---|---|---:|"]
+    for row in rows:
+        of = f"/{row['planned']}" if row["planned"] else ""
+        counts = ", ".join(f"{o} {row['runs'].get(o, 0)}{of}" for o in row["optimizers"])
+        lines.append(f"| {row['study']} | {counts} | {row['hours']:.1f} |")
+    return "\n".join(lines)
 
 
 def map_rows() -> list[dict]:
@@ -337,6 +391,9 @@ def main() -> int:
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--snapshot", action="store_true")
     parser.add_argument(
+        "--status", action="store_true", help="each study's finished runs so far (changes nothing)"
+    )
+    parser.add_argument(
         "--optimizers",
         nargs="+",
         choices=OPTIMIZERS,
@@ -350,6 +407,9 @@ def main() -> int:
         help="> 0: a second search of each point with this order seed, in POINT/order-seed-N/",
     )
     args = parser.parse_args()
+    if args.status:
+        print(format_progress(progress_rows()))
+        return 0
     if args.snapshot:
         for point in args.points:
             for written in snapshot(point):
