@@ -243,3 +243,18 @@ def test_finalists_given_to_a_finished_study_train_only_their_own_runs(tmp_path,
     assert len(adamw["finalists"]) == 2 and len(adamw["selection_finals"]) == 2
     assert adamw["winner"] == adamw["finalists"][0]["point"]
     assert "re-read on seeds 7" in (tmp_path / "f" / "summary.md").read_text()
+
+
+def test_the_cost_line_says_where_threads_were_not_recorded():
+    from torch_mars.train.study.engine import OWNER_ATTR
+
+    def run(threads):
+        owner = {"device": "cpu-x"} | ({} if threads is None else {"threads": threads})
+        return optuna.trial.create_trial(value=1.0, system_attrs={OWNER_ATTR: owner})
+
+    assert tune.devices_note([run(1), run(None)]).endswith(
+        "(2 runs, 0.00 h of run time, 1 thread(s) per run where recorded)"
+    )
+    assert tune.devices_note([run(None)]).endswith("threads per run not recorded)")
+    assert tune.devices_note([run(1), run(2)]).endswith("1/2 thread(s) per run)")
+    assert tune.devices_note([]) == "no runs"

@@ -561,13 +561,14 @@ def run_cost(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[str, dict[str, 
 def devices_note(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
     """The devices the study's finished runs trained on, with their runs and cost: a run's
     floats depend on the kernels its device runs, so a study run on several is said to be."""
-    notes = [
-        f"{device} ({c['runs']} runs, {c['hours']:.2f} h of run time, "
-        + (
-            "threads per run not recorded)"
-            if c["threads"] == ["?"]
-            else f"{'/'.join(c['threads'])} thread(s) per run)"
+    notes = []
+    for device, c in run_cost(trials).items():
+        recorded = [t for t in c["threads"] if t != "?"]
+        threads = (
+            f"{'/'.join(recorded)} thread(s) per run"
+            + (" where recorded" if "?" in c["threads"] else "")
+            if recorded
+            else "threads per run not recorded"
         )
-        for device, c in run_cost(trials).items()
-    ]
+        notes.append(f"{device} ({c['runs']} runs, {c['hours']:.2f} h of run time, {threads})")
     return "; ".join(notes) or "no runs"
