@@ -758,8 +758,9 @@ def _tune(request: TuneRequest) -> int:
 
     plan = request.plan
     if plan is None:
-        _, identity = join_study(storage_url(request.storage, request.study_dir), request.name)
-        plan = plan_of_identity(identity, request.study_dir, request.storage, request.name)
+        joined, identity = join_study(storage_url(request.storage, request.study_dir), request.name)
+        history = joined.user_attrs.get("protocol_history", [])
+        plan = plan_of_identity(identity, request.study_dir, request.storage, request.name, history)
         plan = dataclasses.replace(plan, jobs=request.jobs)
     else:
         plan = keep_stored_starts(plan)
@@ -769,7 +770,8 @@ def _tune(request: TuneRequest) -> int:
     study = open_study(spec, read_only=request.report_only)
     if request.report_only:
         identity = study.user_attrs["identity"]
-        plan = plan_of_identity(identity, plan.study_dir, plan.storage, plan.study_name)
+        history = study.user_attrs.get("protocol_history", [])
+        plan = plan_of_identity(identity, plan.study_dir, plan.storage, plan.study_name, history)
     if not request.report_only:
         budget = plan.base
         what = (

@@ -163,9 +163,14 @@ class TunePlan:
 
 
 def plan_of_identity(
-    identity: dict[str, Any], study_dir: Path, storage: str | None, study_name: str
+    identity: dict[str, Any],
+    study_dir: Path,
+    storage: str | None,
+    study_name: str,
+    history: Sequence[dict[str, Any]] = (),
 ) -> TunePlan:
-    """The plan a tune study's stored identity describes (what ``--worker`` joins)."""
+    """The plan a tune study's stored identity describes (what ``--worker`` joins), its starts
+    the first the study recorded for each optimizer (``history``: its earlier protocols)."""
     search = identity["search"]
     if search.get("kind") != "tune" or search.get("search") != "lr-profiled":
         raise ValueError(
@@ -185,14 +190,24 @@ def plan_of_identity(
         max_rounds=search["max_rounds"],
         storage=storage,
         study_name=study_name,
-        starts=stored_starts(identity),
+        starts=stored_starts(identity, history),
     )
 
 
-def stored_starts(identity: dict[str, Any]) -> dict[str, tuple[Point, ...]]:
-    """The starts recorded in a tune study's identity, per optimizer."""
-    recorded = identity["search"].get("starts") or {}
-    return {name: tuple(parse_point_key(k) for k in keys) for name, keys in recorded.items()}
+def stored_starts(
+    identity: dict[str, Any], history: Sequence[dict[str, Any]] = ()
+) -> dict[str, tuple[Point, ...]]:
+    """Per optimizer, the first starts a tune study recorded for it: in its earlier protocols
+    (``history``, its ``protocol_history``, oldest first), then its identity. A protocol that
+    dropped an optimizer dropped its starts from the identity; the optimizer taken up again
+    must resume from them, not from the defaults of the day."""
+    recorded: dict[str, tuple[Point, ...]] = {}
+    for starts in [past["protocol"].get("starts") for past in history] + [
+        identity["search"].get("starts")
+    ]:
+        for name, keys in (starts or {}).items():
+            recorded.setdefault(name, tuple(parse_point_key(k) for k in keys))
+    return recorded
 
 
 def keep_stored_starts(plan: TunePlan) -> TunePlan:
@@ -204,10 +219,11 @@ def keep_stored_starts(plan: TunePlan) -> TunePlan:
     if plan.overwrite:
         return plan
     try:
-        _, identity = join_study(plan.spec().url, plan.study_name)
+        study, identity = join_study(plan.spec().url, plan.study_name)
     except ValueError:
         return plan  # no such study yet (a storage that cannot open says so when opened)
-    return dataclasses.replace(plan, starts=stored_starts(identity))
+    history = study.user_attrs.get("protocol_history", [])
+    return dataclasses.replace(plan, starts=stored_starts(identity, history))
 
 
 # ---------------------------------------------------------------- the report
