@@ -105,9 +105,10 @@ def test_two_searches_pooled_take_each_optimizers_better_chosen_winner():
     }
     source, (verdict,) = fight_map.pooled_verdicts(first, second)  # fmt: skip
     assert source == {"muon": "first", "mars-shampoo": "second"}
-    assert verdict["control"] == "muon" and verdict["decision"] == "win"
-    assert abs(verdict["gap"].mean + 0.02) < 1e-12
-    assert abs(verdict["gap"].low - (-0.02 - 2.5706 * 0.008944 / 6**0.5)) < 1e-4
+    assert verdict.rule == "mars-shampoo" and verdict.control == "muon"
+    assert verdict.decision == "win"
+    assert abs(verdict.gap.mean + 0.02) < 1e-12
+    assert abs(verdict.gap.low - (-0.02 - 2.5706 * 0.008944 / 6**0.5)) < 1e-4
     text = fight_map.format_pooled(source, [verdict])
     assert "muon from the first, mars-shampoo from the second" in text
     assert "| mars-shampoo | muon | " in text and text.endswith("| win |")

@@ -39,11 +39,10 @@ from pathlib import Path
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
-from torch_mars.train.compare import SAME_COST_CONTROLS
 from torch_mars.train.plots import save_figure
 from torch_mars.train.study.selection import Selection
-from torch_mars.train.study.store import open_storage
-from torch_mars.train.study.tune import run_cost
+from torch_mars.train.study.store import load_study, open_storage, study_names
+from torch_mars.train.study.tune import OptimizerOutcome, Verdict, run_cost, verdicts
 from torch_mars.train.study.verdict import PairedGap, holm_decisions, paired_gap
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,8 +155,8 @@ def progress_rows(folder: Path = FOLDER) -> list[dict]:
     rows = []
     for live in sorted(folder.glob("*/**/study.log")):
         storage = open_storage(f"journal:{live}", create=False)
-        (summary,) = optuna.get_all_study_summaries(storage, include_best_trial=False)
-        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        (name,) = study_names(storage)
+        study = load_study(storage, name)
         trials = study.get_trials(deepcopy=False)
         runs = collections.Counter(
             t.user_attrs.get("optimizer")
@@ -285,14 +284,14 @@ def format_start_independence(point: str, order_seed: int, rows: list[dict]) -> 
     return "\n".join(lines)
 
 
-def pooled_verdicts(first: dict, second: dict) -> tuple[dict[str, str], list[dict]]:
+def pooled_verdicts(first: dict, second: dict) -> tuple[dict[str, str], list[Verdict]]:
     """Both searches of a point read as one search of twice the trials: per optimizer finished
     in both (their ``tune.json`` records), the winner with the lower mean over its choosing
-    seeds (the selection's and the finalists', the same seeds in both), then each MARS rule
-    against its strongest same-cost control on the held-out runs, decided by Holm's correction
-    over these comparisons. Returns which search each winner came from and the verdicts."""
+    seeds (the selection's and the finalists', the same seeds in both), then the study's
+    verdicts (:func:`~torch_mars.train.study.tune.verdicts`) on those winners. Returns which
+    search each winner came from and the verdicts."""
     firsts = {o["optimizer"]: o for o in first["optimizers"] if o["finished"]}
-    chosen: dict[str, dict] = {}
+    chosen: list[OptimizerOutcome] = []
     source: dict[str, str] = {}
     for outcome in second["optimizers"]:
         name = outcome["optimizer"]
@@ -305,22 +304,23 @@ def pooled_verdicts(first: dict, second: dict) -> tuple[dict[str, str], list[dic
         better = min(
             (firsts[name], outcome), key=lambda o: sum(o["selection_finals"])
         )  # ties: the first search
-        chosen[name] = better
         source[name] = "first" if better is firsts[name] else "second"
-    comparisons = []
-    for rule, controls in SAME_COST_CONTROLS.items():
-        ran = [chosen[c] for c in controls if c in chosen]
-        if rule in chosen and ran:
-            control = min(ran, key=lambda o: sum(o["heldout_finals"]))
-            gap = paired_gap(chosen[rule]["heldout_finals"], control["heldout_finals"])
-            comparisons.append({"rule": rule, "control": control["optimizer"], "gap": gap})
-    decisions = holm_decisions([c["gap"] for c in comparisons])
-    for comparison, decision in zip(comparisons, decisions, strict=True):
-        comparison["decision"] = decision
-    return source, comparisons
+        chosen.append(
+            OptimizerOutcome(
+                optimizer=name,
+                finished=True,
+                winner=better["winner"],
+                trial_scores=[],
+                selection_finals=better["selection_finals"],
+                heldout_finals=better["heldout_finals"],
+                rounds=0,
+                lr_profiles=[],
+            )
+        )
+    return source, verdicts(chosen)
 
 
-def format_pooled(source: dict[str, str], comparisons: list[dict]) -> str:
+def format_pooled(source: dict[str, str], found: list[Verdict]) -> str:
     """The table of :func:`pooled_verdicts` for ``map.md``."""
     lines = [
         "Both searches pooled (each optimizer's winner: the better mean over its choosing seeds "
@@ -332,8 +332,7 @@ def format_pooled(source: dict[str, str], comparisons: list[dict]) -> str:
         "|---|---|---:|---:|---|",
     ]
     lines += [
-        f"| {c['rule']} | {c['control']} | {c['gap'].text()} | {c['gap'].p:.3g} | {c['decision']} |"
-        for c in comparisons
+        f"| {v.rule} | {v.control} | {v.gap.text()} | {v.gap.p:.3g} | {v.decision} |" for v in found
     ]
     return "\n".join(lines)
 

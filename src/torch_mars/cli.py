@@ -754,13 +754,12 @@ def _tune(request: TuneRequest) -> int:
     from tqdm import tqdm
 
     from torch_mars.train.study.engine import join_study, open_study, run_workers
-    from torch_mars.train.study.tune import keep_stored_starts, plan_of_identity, write_tune_report
+    from torch_mars.train.study.tune import keep_stored_starts, plan_of_study, write_tune_report
 
     plan = request.plan
     if plan is None:
-        joined, identity = join_study(storage_url(request.storage, request.study_dir), request.name)
-        history = joined.user_attrs.get("protocol_history", [])
-        plan = plan_of_identity(identity, request.study_dir, request.storage, request.name, history)
+        joined, _ = join_study(storage_url(request.storage, request.study_dir), request.name)
+        plan = plan_of_study(joined, request.study_dir, request.storage, request.name)
         plan = dataclasses.replace(plan, jobs=request.jobs)
     else:
         plan = keep_stored_starts(plan)
@@ -769,9 +768,7 @@ def _tune(request: TuneRequest) -> int:
     # and reads the study's own protocol
     study = open_study(spec, read_only=request.report_only)
     if request.report_only:
-        identity = study.user_attrs["identity"]
-        history = study.user_attrs.get("protocol_history", [])
-        plan = plan_of_identity(identity, plan.study_dir, plan.storage, plan.study_name, history)
+        plan = plan_of_study(study, plan.study_dir, plan.storage, plan.study_name)
     if not request.report_only:
         budget = plan.base
         what = (

@@ -248,9 +248,8 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
                 if read_only:
                     return study
                 changed = _differences(_protocol_of(stored, keys), _protocol_of(identity, keys))
-                history = study.user_attrs.get("protocol_history", [])
                 past = {"protocol": _protocol_of(stored, keys), "until": time.time()}
-                study.set_user_attr("protocol_history", [*history, past])
+                study.set_user_attr(_PROTOCOL_HISTORY, [*protocol_history(study), past])
                 study.set_user_attr("identity", identity)
                 print(
                     f"study {spec.study_name!r} takes a new protocol "
@@ -280,6 +279,15 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
         )
         study.set_user_attr("identity", identity)
     return study
+
+
+_PROTOCOL_HISTORY = "protocol_history"
+
+
+def protocol_history(study: optuna.Study) -> list[dict[str, Any]]:
+    """The protocols a study ran under before its current one, oldest first: each
+    ``{"protocol": ..., "until": unix time}``, written by :func:`open_study`."""
+    return list(study.user_attrs.get(_PROTOCOL_HISTORY, []))
 
 
 def join_study(url: str, study_name: str) -> tuple[optuna.Study, dict[str, Any]]:
@@ -638,6 +646,7 @@ __all__ = [
     "finished_results",
     "join_study",
     "open_study",
+    "protocol_history",
     "run_workers",
     "work",
 ]

@@ -29,7 +29,13 @@ import optuna
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.compare import SAME_COST_CONTROLS
 from torch_mars.train.study.curves import best_so_far, expected_best_curve
-from torch_mars.train.study.engine import StudySpec, budget_of, finished_results, join_study
+from torch_mars.train.study.engine import (
+    StudySpec,
+    budget_of,
+    finished_results,
+    join_study,
+    protocol_history,
+)
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.space import (
@@ -194,6 +200,14 @@ def plan_of_identity(
     )
 
 
+def plan_of_study(
+    study: optuna.Study, study_dir: Path, storage: str | None, study_name: str
+) -> TunePlan:
+    """:func:`plan_of_identity` of ``study``'s identity and protocol history."""
+    identity = study.user_attrs["identity"]
+    return plan_of_identity(identity, study_dir, storage, study_name, protocol_history(study))
+
+
 def stored_starts(
     identity: dict[str, Any], history: Sequence[dict[str, Any]] = ()
 ) -> dict[str, tuple[Point, ...]]:
@@ -222,8 +236,7 @@ def keep_stored_starts(plan: TunePlan) -> TunePlan:
         study, identity = join_study(plan.spec().url, plan.study_name)
     except ValueError:
         return plan  # no such study yet (a storage that cannot open says so when opened)
-    history = study.user_attrs.get("protocol_history", [])
-    return dataclasses.replace(plan, starts=stored_starts(identity, history))
+    return dataclasses.replace(plan, starts=stored_starts(identity, protocol_history(study)))
 
 
 # ---------------------------------------------------------------- the report
