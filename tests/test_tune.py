@@ -178,6 +178,34 @@ def test_a_study_takes_a_new_protocol_and_keeps_its_runs(tmp_path, corpus_file):
     assert finished_results(reopened.get_trials()) == {("adamw", "lr:0", 0, 0): 2.5}
 
 
+def test_a_report_reads_any_protocol_the_study_ran_under(tmp_path, corpus_file, capsys):
+    """A study extended from 2 to 3 trials reports either budget on demand, changing nothing;
+    a protocol it never ran under reports its current one and says so."""
+    args = ["tune", *TOY, "--data", str(corpus_file), "--out-dir", str(tmp_path), "--name", "x"]
+    def with_trials(n: int) -> list[str]:
+        at = args.index("--trials") + 1
+        return [*args[:at], str(n), *args[at + 1 :]]
+
+    shorter = with_trials(2)
+    assert main(shorter) == 0 and main(args) == 0
+    plan = toy_plan(tmp_path, corpus_file, study_dir=tmp_path / "x", study_name="x")
+    stored = trials_of(plan)
+
+    def reported_trials(command: list[str]) -> int:
+        capsys.readouterr()
+        assert main([*command, "--report"]) == 0
+        (adamw,) = json.loads((tmp_path / "x" / "tune.json").read_text())["optimizers"]
+        return adamw["trials"]
+
+    assert reported_trials(shorter) == 2 and "never ran" not in capsys.readouterr().err
+    assert reported_trials(args) == 3
+    assert reported_trials(with_trials(7)) == 3
+    assert "never ran under this command line's protocol" in capsys.readouterr().err
+    assert [t.number for t in trials_of(plan)] == [t.number for t in stored]
+    reopened = open_study(plan.spec(), read_only=True)
+    assert reopened.user_attrs["identity"]["search"]["trials"] == 3
+
+
 @pytest.mark.parametrize("name", ["../x", "a/b", ".hidden", ""])
 def test_a_study_name_that_is_a_path_is_refused(tmp_path, name, capsys):
     assert main(["tune", "--name", name, "--out-dir", str(tmp_path), "--report"]) == 2

@@ -754,7 +754,12 @@ def _tune(request: TuneRequest) -> int:
     from tqdm import tqdm
 
     from torch_mars.train.study.engine import join_study, open_study, run_workers
-    from torch_mars.train.study.tune import keep_stored_starts, plan_of_study, write_tune_report
+    from torch_mars.train.study.tune import (
+        keep_stored_starts,
+        plan_of_study,
+        report_plan,
+        write_tune_report,
+    )
 
     plan = request.plan
     if plan is None:
@@ -764,11 +769,10 @@ def _tune(request: TuneRequest) -> int:
     else:
         plan = keep_stored_starts(plan)
     spec = plan.spec()
-    # a report changes no study, whatever else the command line says (--overwrite included),
-    # and reads the study's own protocol
+    # a report changes no study, whatever else the command line says (--overwrite included)
     study = open_study(spec, read_only=request.report_only)
     if request.report_only:
-        plan = plan_of_study(study, plan.study_dir, plan.storage, plan.study_name)
+        plan = report_plan(study, plan)
     if not request.report_only:
         budget = plan.base
         what = (

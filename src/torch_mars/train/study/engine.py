@@ -290,6 +290,15 @@ def protocol_history(study: optuna.Study) -> list[dict[str, Any]]:
     return list(study.user_attrs.get(_PROTOCOL_HISTORY, []))
 
 
+def ran_under(study: optuna.Study, spec: StudySpec) -> bool:
+    """Whether ``study`` ran under ``spec``'s protocol: its current one or one in its history.
+    A report of such a protocol replays that protocol's search over the stored runs."""
+    keys = spec.protocol_keys
+    wanted = _protocol_of(spec.identity(), keys)
+    current = _protocol_of(study.user_attrs.get("identity", {}), keys)
+    return wanted == current or any(past["protocol"] == wanted for past in protocol_history(study))
+
+
 def join_study(url: str, study_name: str) -> tuple[optuna.Study, dict[str, Any]]:
     """An existing study and its identity (for a worker that joins it)."""
     storage = open_storage(url, create=False)

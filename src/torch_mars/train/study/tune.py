@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from torch_mars.train.study.engine import (
     finished_results,
     join_study,
     protocol_history,
+    ran_under,
 )
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import Selection
@@ -206,6 +208,21 @@ def plan_of_study(
     """:func:`plan_of_identity` of ``study``'s identity and protocol history."""
     identity = study.user_attrs["identity"]
     return plan_of_identity(identity, study_dir, storage, study_name, protocol_history(study))
+
+
+def report_plan(study: optuna.Study, plan: TunePlan) -> TunePlan:
+    """The plan a report of ``study`` reads: ``plan`` (the command line's) where the study ran
+    under its protocol, now or before (a study extended to more trials keeps its shorter
+    protocol's report), else the study's current protocol, said on stderr."""
+    if ran_under(study, plan.spec()):
+        return plan
+    current = plan_of_study(study, plan.study_dir, plan.storage, plan.study_name)
+    print(
+        f"study {plan.study_name!r} never ran under this command line's protocol; reporting "
+        f"its own ({', '.join(current.optimizers)}; {current.trials} trials each)",
+        file=sys.stderr,
+    )
+    return current
 
 
 def stored_starts(
