@@ -5,6 +5,7 @@ model's studies with the same protocol at its own size (steps from its parameter
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 
 from PIL import Image
@@ -70,6 +71,40 @@ def test_the_map_figure_draws_every_finished_comparison(tmp_path):
         assert image.mode == "P"  # stored with a palette: a third of the RGBA file
 
 
+def test_another_budget_extends_the_points_study_and_reports_beside_it():
+    at_80 = fight_map.budget_folder("b64-4x", 80)
+    extended = _flags(fight_map.tune_arguments("b64-4x", 2, 80, reports_in=at_80))
+    own = _flags(fight_map.tune_arguments("b64-4x", 2, 40))
+    assert fight_map.budget_folder("b64-4x", fight_map.TRIALS) is None
+    assert extended["--storage"] == own["--storage"] and extended["--name"] == own["--name"]
+    assert extended["--out-dir"].endswith("fight-map/b64-4x/trials-80")
+    assert own["--out-dir"].endswith("fight-map") and extended["--trials"] == "80"
+
+
+def test_each_rule_reads_its_points_report_with_the_most_trials(tmp_path):
+    """A budget extended for the Shampoo pair replaces that pair's verdict only."""
+
+    def record(trials, verdicts, names=("nadamw", "mars-adamw", "muon", "mars-shampoo")):
+        return {"trials": trials, "optimizers": [{"optimizer": n, "trials": trials} for n in names],
+                "cost": {"cpu": {"runs": 10, "hours": 1.0}}, "verdicts": verdicts}  # fmt: skip
+
+    def verdict(rule, gap):
+        control = "muon" if rule == "mars-shampoo" else "nadamw"
+        return {"rule": rule, "control": control, "gap": gap, "interval": [gap - 0.01, gap + 0.01],
+                "p": 0.5, "pairs": 6}  # fmt: skip
+
+    point = tmp_path / "b64-4x"
+    (point / "trials-80" / "b64-4x").mkdir(parents=True)
+    at_40 = record(40, [verdict("mars-adamw", -0.01), verdict("mars-shampoo", 0.0)])
+    at_80 = record(80, [verdict("mars-shampoo", -0.009)], names=("muon", "mars-shampoo"))
+    (point / "tune.json").write_text(json.dumps(at_40))
+    (point / "trials-80" / "b64-4x" / "tune.json").write_text(json.dumps(at_80))
+    assert [t for t, _ in fight_map.point_reports("b64-4x", tmp_path)] == [40, 80]
+    rows = {r["rule"]: r for r in fight_map.map_rows(tmp_path)}
+    assert rows["mars-adamw"]["gap"] == -0.01 and rows["mars-adamw"]["trials"]["nadamw"] == 40
+    assert rows["mars-shampoo"]["gap"] == -0.009 and rows["mars-shampoo"]["trials"]["muon"] == 80
+
+
 def test_the_map_table_gives_each_points_runs_and_run_hours():
     row = {"point": "b64-4x", "rule": "mars-adamw", "control": "nadamw", "gap": -0.0079,
            "interval": [-0.0166, 0.0008], "p": 0.0676, "pairs": 6,
@@ -128,14 +163,14 @@ def test_a_second_search_holds_where_its_paired_interval_holds_zero():
     second = {"optimizers": [_outcome("adamw", {"lr": 0.03}, worse),
                              _outcome("muon", {"lr": 0.02}, base),
                              _outcome("nadamw", {"lr": 0.015}, noisy), running]}  # fmt: skip
-    rows = {r["optimizer"]: r for r in fight_map.start_independence(first, second)}
+    rows = {r["optimizer"]: r for r in fight_map.second_against_first(first, second)}
     assert set(rows) == {"adamw", "muon", "nadamw"}  # an unfinished search is left out
     assert abs(rows["adamw"]["gap"].mean - 0.02) < 1e-12
     assert abs(rows["adamw"]["gap"].high - (0.02 + 2.5706 * 0.008944 / 6**0.5)) < 1e-4
     assert not rows["adamw"]["holds"]
     assert rows["muon"]["same_point"] and rows["muon"]["holds"]
     assert rows["nadamw"]["holds"]
-    text = fight_map.format_start_independence("b64-4x", 1, list(rows.values()))
+    text = fight_map.format_second_against_first("heading", list(rows.values()))
     assert "| muon | 1.7100 ± 0.0089 | 1.7100 ± 0.0089 | the same point | yes |" in text
 
 

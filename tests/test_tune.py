@@ -182,6 +182,7 @@ def test_a_report_reads_any_protocol_the_study_ran_under(tmp_path, corpus_file, 
     """A study extended from 2 to 3 trials reports either budget on demand, changing nothing;
     a protocol it never ran under reports its current one and says so."""
     args = ["tune", *TOY, "--data", str(corpus_file), "--out-dir", str(tmp_path), "--name", "x"]
+
     def with_trials(n: int) -> list[str]:
         at = args.index("--trials") + 1
         return [*args[:at], str(n), *args[at + 1 :]]

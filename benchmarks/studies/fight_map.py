@@ -15,7 +15,9 @@ about 20x smaller), which is what lands; a point whose journal is missing starts
 snapshot. So a map interrupted anywhere resumes, on this machine or another, and nothing
 finished reruns.
 
-    python benchmarks/studies/fight_map.py [--points b64-4x ...] [--jobs 2] [--trials 24]
+    python benchmarks/studies/fight_map.py [--points b64-4x ...] [--jobs 2]
+    python benchmarks/studies/fight_map.py --points b64-4x --trials 80  # the study extended,
+        # its report in b64-4x/trials-80/b64-4x/ (a budget's report never replaces another's)
     python benchmarks/studies/fight_map.py --snapshot   # study.log.gz of every point with runs
     python benchmarks/studies/fight_map.py --status     # finished runs per study and optimizer
     python benchmarks/studies/fight_map.py --report     # each point's report, map.md, map.png
@@ -82,6 +84,13 @@ def study_folder(point: str, order_seed: int = 0) -> Path:
     return FOLDER / point if order_seed == 0 else FOLDER / point / f"order-seed-{order_seed}"
 
 
+def budget_folder(point: str, trials: int, order_seed: int = 0) -> Path | None:
+    """Where the reports of a point's study at ``trials`` other than the map's :data:`TRIALS`
+    land: ``trials-N/`` in the study's folder (the same study and journal, extended or cut, so
+    its first trials are the map's; its report in ``trials-N/NAME/``); None at the map's."""
+    return None if trials == TRIALS else study_folder(point, order_seed) / f"trials-{trials}"
+
+
 def tune_arguments(
     point: str,
     jobs: int,
@@ -90,15 +99,18 @@ def tune_arguments(
     order_seed: int = 0,
     *,
     study: Path | None = None,
+    reports_in: Path | None = None,
     model: str = "tiny",
     data: str = "stdlib",
     optimizers: tuple[str, ...] = OPTIMIZERS,
 ) -> list[str]:
     """The ``torch-mars tune`` arguments of one point of the map (of its second search with
     ``order_seed`` > 0); ``study``, ``model``, ``data``, ``optimizers``: the same protocol at
-    the point for another model and corpus, in the folder ``study``."""
+    the point for another model and corpus, in the folder ``study``; ``reports_in``: the folder
+    its report's folder goes in, where not beside the study's (:func:`budget_folder`)."""
     batch, multiple = POINTS[point]
     study = (study or study_folder(point, order_seed)).relative_to(ROOT)  # run from the root
+    out_dir = reports_in.relative_to(ROOT) if reports_in else study.parent
     steps = 20 * multiple * non_embedding_parameters(model) // (batch * BLOCK)
     arguments = (
         f"--model {model} --data {data} --steps {steps} --batch-size {batch} "
@@ -107,7 +119,7 @@ def tune_arguments(
         f"--seeds 0 1 2 --heldout-seeds 3 4 5 --data-seed 0 --heldout-data-seeds 1 2 "
         f"--finalists {FINALISTS} --final-seeds {' '.join(map(str, FINAL_SEEDS))} "
         f"--jobs {jobs} --name {study.name} --order-seed {order_seed} "
-        f"--out-dir {study.parent} --storage journal:{study / 'study.log'}"
+        f"--out-dir {out_dir} --storage journal:{study / 'study.log'}"
     )
     return shlex.split(arguments) + (["--report"] if report else [])
 
@@ -194,20 +206,35 @@ def format_progress(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def map_rows() -> list[dict]:
-    """Each finished point's verdicts (from its ``tune.json``)."""
+def point_reports(point: str, folder: Path = FOLDER) -> list[tuple[int, dict]]:
+    """A point's reports (``tune.json`` records) at each budget it ran, the map's and those in
+    ``trials-N/``, fewest trials first, each with its trials per optimizer."""
+    paths = [folder / point / "tune.json"]
+    paths += (folder / point).glob(f"trials-*/{point}/tune.json")
+    found = []
+    for path in paths:
+        if path.is_file():
+            record = json.loads(path.read_text())
+            found.append((record["trials"], record))
+    return sorted(found, key=lambda item: item[0])
+
+
+def map_rows(folder: Path = FOLDER) -> list[dict]:
+    """Each point's verdicts, each rule's from the point's report with the most trials that
+    reads it (a budget extended for one pair replaces that pair's verdict only)."""
     rows = []
     for point in POINTS:
-        report = FOLDER / point / "tune.json"
-        if not report.is_file():
-            continue
-        data = json.loads(report.read_text())
-        trials = {o["optimizer"]: o["trials"] for o in data["optimizers"]}
-        cost = data.get("cost", {}).values()
-        runs = sum(c["runs"] for c in cost)
-        hours = sum(c["hours"] for c in cost)
-        for verdict in data["verdicts"]:
-            rows.append({"point": point, "trials": trials, "runs": runs, "hours": hours, **verdict})
+        by_rule: dict[str, dict] = {}
+        for _, record in point_reports(point, folder):
+            trials = {o["optimizer"]: o["trials"] for o in record["optimizers"]}
+            cost = record.get("cost", {}).values()
+            runs = sum(c["runs"] for c in cost)
+            hours = sum(c["hours"] for c in cost)
+            for verdict in record["verdicts"]:
+                by_rule[verdict["rule"]] = {
+                    "point": point, "trials": trials, "runs": runs, "hours": hours, **verdict,
+                }  # fmt: skip
+        rows += by_rule.values()
     return rows
 
 
@@ -232,11 +259,11 @@ def format_map(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def start_independence(first: dict, second: dict) -> list[dict]:
-    """Per optimizer finished in both of a point's searches (their ``tune.json`` records): the
-    second search's winner against the first's on the same held-out runs, as a paired gap
-    (second - first) with its 95% interval (None where both found the same point); its answer
-    does not depend on the search's start and order where the interval holds 0."""
+def second_against_first(first: dict, second: dict) -> list[dict]:
+    """Per optimizer finished in both of two searches of a point (their ``tune.json`` records;
+    another order seed, or another trial budget): the second's winner against the first's on
+    the same held-out runs, as a paired gap (second - first) with its 95% interval (None where
+    both found the same point); the answer holds where the interval holds 0."""
     firsts = {o["optimizer"]: o for o in first["optimizers"]}
     rows = []
     for second_outcome in second["optimizers"]:
@@ -264,11 +291,10 @@ def start_independence(first: dict, second: dict) -> list[dict]:
     return rows
 
 
-def format_start_independence(point: str, order_seed: int, rows: list[dict]) -> str:
-    """The table of :func:`start_independence` for ``map.md``."""
+def format_second_against_first(heading: str, rows: list[dict]) -> str:
+    """The table of :func:`second_against_first` for ``map.md``, under ``heading``."""
     lines = [
-        f"Start independence at {point}: a second search (order seed {order_seed}, "
-        "the defaults of its day as starts) against the first, on the same held-out runs.",
+        heading,
         "",
         "| optimizer | first's winner, held out | second's winner, held out | "
         "second - first [95% interval] | same answer |",
@@ -397,7 +423,7 @@ def main() -> int:
         nargs="+",
         choices=OPTIMIZERS,
         default=list(OPTIMIZERS),
-        help="a second search's subset (the map's points run all of them)",
+        help="a second search's or another budget's subset (the map's points run all of them)",
     )
     parser.add_argument(
         "--order-seed",
@@ -418,14 +444,18 @@ def main() -> int:
         restore(point)
         if args.report and not journal(point, args.order_seed).is_file():
             continue
-        if args.order_seed == 0 and tuple(args.optimizers) != OPTIMIZERS:
-            parser.error("--optimizers: only a second search (--order-seed > 0) runs a subset")
+        if args.order_seed == 0 and args.trials == TRIALS and tuple(args.optimizers) != OPTIMIZERS:
+            parser.error(
+                "--optimizers: the map's own budget runs all of them; a subset is a second "
+                "search's (--order-seed > 0) or another budget's (--trials)"
+            )
         arguments = tune_arguments(
             point,
             args.jobs,
             args.trials,
             args.report,
             args.order_seed,
+            reports_in=budget_folder(point, args.trials, args.order_seed),
             optimizers=tuple(args.optimizers),
         )
         print("torch-mars tune " + shlex.join(arguments), flush=True)
@@ -436,12 +466,24 @@ def main() -> int:
         rows = map_rows()
         text = format_map(rows) + "\n"
         for point in POINTS:
+            reports = point_reports(point)
+            for budget, record in reports[1:]:
+                heading = (
+                    f"Budget at {point}: the same search extended to {budget} trials (second) "
+                    f"against its {reports[0][0]} (first), on the same held-out runs."
+                )
+                checked = second_against_first(reports[0][1], record)
+                text += "\n" + format_second_against_first(heading, checked) + "\n"
             for second in sorted((FOLDER / point).glob("order-seed-*/tune.json")):
                 first = json.loads((FOLDER / point / "tune.json").read_text())
                 second_record = json.loads(second.read_text())
-                checked = start_independence(first, second_record)
+                checked = second_against_first(first, second_record)
                 seed = int(second.parent.name.removeprefix("order-seed-"))
-                text += "\n" + format_start_independence(point, seed, checked) + "\n"
+                heading = (
+                    f"Start independence at {point}: a second search (order seed {seed}, the "
+                    "defaults of its day as starts) against the first, on the same held-out runs."
+                )
+                text += "\n" + format_second_against_first(heading, checked) + "\n"
                 text += "\n" + format_pooled(*pooled_verdicts(first, second_record)) + "\n"
         write_text_atomically(FOLDER / "map.md", text)
         print(f"wrote {(FOLDER / 'map.md').relative_to(ROOT)}")
