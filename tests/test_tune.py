@@ -188,17 +188,24 @@ def test_a_report_reads_any_protocol_the_study_ran_under(tmp_path, corpus_file, 
         return [*args[:at], str(n), *args[at + 1 :]]
 
     shorter = with_trials(2)
-    assert main(shorter) == 0 and main(args) == 0
+    assert main(shorter) == 0
     plan = toy_plan(tmp_path, corpus_file, study_dir=tmp_path / "x", study_name="x")
+    trained_at_2 = len(trials_of(plan))
+    assert main(args) == 0
     stored = trials_of(plan)
+    assert len(stored) > trained_at_2
 
     def reported_trials(command: list[str]) -> int:
         capsys.readouterr()
         assert main([*command, "--report"]) == 0
-        (adamw,) = json.loads((tmp_path / "x" / "tune.json").read_text())["optimizers"]
+        report = json.loads((tmp_path / "x" / "tune.json").read_text())
+        (adamw,) = report["optimizers"]
         return adamw["trials"]
 
     assert reported_trials(shorter) == 2 and "never ran" not in capsys.readouterr().err
+    # its cost is the runs that budget read, not the study's
+    (cost,) = json.loads((tmp_path / "x" / "tune.json").read_text())["cost"].values()
+    assert cost["runs"] == trained_at_2
     assert reported_trials(args) == 3
     assert reported_trials(with_trials(7)) == 3
     assert "never ran under this command line's protocol" in capsys.readouterr().err

@@ -311,7 +311,8 @@ def join_study(url: str, study_name: str) -> tuple[optuna.Study, dict[str, Any]]
     return study, identity
 
 
-def _run_of(trial: optuna.trial.FrozenTrial) -> RunId | None:
+def run_of(trial: optuna.trial.FrozenTrial) -> RunId | None:
+    """The run a trial trained (None for a trial of no run)."""
     attrs = trial.user_attrs
     if "point" not in attrs:
         return None
@@ -322,7 +323,7 @@ def finished_results(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, 
     """Each finished run's final metric (NaN for a diverged run)."""
     results: dict[RunId, float] = {}
     for trial in trials:
-        run = _run_of(trial)
+        run = run_of(trial)
         failed_itself = trial.state == TrialState.FAIL and "error" in trial.user_attrs
         if run is not None and (trial.state == TrialState.COMPLETE or failed_itself):
             final = trial.user_attrs.get("final")
@@ -433,7 +434,7 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
             if _owner_is_gone(trial, stale_after_s):
                 fail_trial(study, trial)
                 _remove_work_dir(spec.work_dir(trial.number))
-            elif (run := _run_of(trial)) is not None:
+            elif (run := run_of(trial)) is not None:
                 running.add(run)
         results = finished_results(trials)
         needed = [run for search in spec.searches for run in search.replay(results).needed]

@@ -20,7 +20,7 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,12 +31,14 @@ from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.compare import SAME_COST_CONTROLS
 from torch_mars.train.study.curves import best_so_far, expected_best_curve
 from torch_mars.train.study.engine import (
+    RunId,
     StudySpec,
     budget_of,
     finished_results,
     join_study,
     protocol_history,
     ran_under,
+    run_of,
 )
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import Selection
@@ -277,6 +279,7 @@ class OptimizerOutcome:
     lr_profiles: list[list[tuple[float, float]]]
     finalists: list[tuple[Point, float, float]] = dataclasses.field(default_factory=list)
     winner_score: float = math.nan  # on the selection seeds, as its search scored it
+    runs: frozenset[RunId] = frozenset()  # the finished runs this outcome reads
 
     @property
     def heldout_complete(self) -> bool:
@@ -295,16 +298,42 @@ class OptimizerOutcome:
         return expected_best_curve(self.trial_scores)
 
 
+class _AskedFor(Mapping[RunId, float]):
+    """Finished results that keep each run a replay asks for: the runs its protocol reads,
+    not the study's others (another budget's, another protocol's)."""
+
+    def __init__(self, results: Mapping[RunId, float]) -> None:
+        self._results = results
+        self.asked: set[RunId] = set()
+
+    def __getitem__(self, run: RunId) -> float:
+        self.asked.add(run)
+        return self._results[run]
+
+    def __contains__(self, run: object) -> bool:
+        self.asked.add(run)  # type: ignore[arg-type]
+        return run in self._results
+
+    def __iter__(self) -> Iterator[RunId]:
+        return iter(self._results)
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+
 def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list[OptimizerOutcome]:
     """Each optimizer's outcome from the study's trials (as far as it has got)."""
-    results = finished_results(trials)
+    finished = finished_results(trials)
     found = []
     for search in plan.searches():
+        results = _AskedFor(finished)
         state: ProfiledState = search.replay(results)
         point = state.point
         search_scores = {point_key(p): score for p, score in state.trials}
 
-        def final(seed: int, data_seed: int, point: Point = point, s=search) -> float:
+        def final(
+            seed: int, data_seed: int, point: Point = point, s=search, results=results
+        ) -> float:
             return results.get(s.run(point, seed, data_seed), math.nan)
 
         found.append(
@@ -325,9 +354,18 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 lr_profiles=state.lr_profiles,
                 finalists=[(p, search_scores[point_key(p)], final) for p, final in state.finalists],
                 winner_score=search_scores.get(point_key(point), math.nan),
+                runs=frozenset(results.asked & finished.keys()),
             )
         )
     return found
+
+
+def read_trials(
+    found: Sequence[OptimizerOutcome], trials: Sequence[optuna.trial.FrozenTrial]
+) -> list[optuna.trial.FrozenTrial]:
+    """The finished trials of the runs ``found`` reads: what its protocol cost."""
+    read = frozenset().union(*(o.runs for o in found))
+    return [t for t in trials if run_of(t) in read and t.state == optuna.trial.TrialState.COMPLETE]
 
 
 @dataclass(frozen=True)
@@ -499,7 +537,8 @@ def report_json(
     trials: Sequence[optuna.trial.FrozenTrial] = (),
 ) -> dict[str, Any]:
     """The report's record: the protocol, each optimizer's trials, winner, held-out finals and
-    tuning curve, the verdicts, and the cost of ``trials`` (the study's) per device."""
+    tuning curve, the verdicts, and the cost of ``trials`` (the runs the report reads) per
+    device."""
 
     def number(value: float) -> float | None:
         return value if math.isfinite(value) else None
@@ -551,8 +590,8 @@ def report_json(
 
 def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
     """``summary.md``, ``tune.json`` and ``tune.png`` in the study folder."""
-    trials = study.get_trials(deepcopy=False)
-    found = outcomes(plan, trials)
+    found = outcomes(plan, study.get_trials(deepcopy=False))
+    trials = read_trials(found, study.get_trials(deepcopy=False))
     folder = Path(plan.study_dir)
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomically(
