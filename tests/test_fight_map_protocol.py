@@ -75,7 +75,8 @@ def test_another_budget_extends_the_points_study_and_reports_beside_it():
     at_80 = fight_map.budget_folder("b64-4x", 80)
     extended = _flags(fight_map.tune_arguments("b64-4x", 2, 80, reports_in=at_80))
     own = _flags(fight_map.tune_arguments("b64-4x", 2, 40))
-    assert fight_map.budget_folder("b64-4x", fight_map.TRIALS) is None
+    assert fight_map.budget_folder("b64-4x", fight_map.FIRST_TRIALS) is None
+    assert fight_map.budget_folder("b64-4x", fight_map.TRIALS) == at_80
     assert extended["--storage"] == own["--storage"] and extended["--name"] == own["--name"]
     assert extended["--out-dir"].endswith("fight-map/b64-4x/trials-80")
     assert own["--out-dir"].endswith("fight-map") and extended["--trials"] == "80"
