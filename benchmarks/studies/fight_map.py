@@ -378,8 +378,8 @@ def _mean_std(values: list[float]) -> str:
 
 def plot_map(rows: list[dict], out_path: Path) -> Path:
     """The map's figure: per MARS rule, each point's paired gap to its strongest control with
-    its 95% interval, against sequences per step (one series per multiple of 20 tokens per
-    parameter); below zero MARS is ahead."""
+    its 95% interval and the trials it was searched with, against sequences per step (one
+    series per multiple of 20 tokens per parameter); below zero MARS is ahead."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -403,6 +403,12 @@ def plot_map(rows: list[dict], out_path: Path) -> Path:
                 batches, gaps, yerr=[below, above], marker="o", capsize=3,
                 label=f"{multiple}x20 tokens/param",
             )  # fmt: skip
+            for batch, row in points:  # the budget each verdict was searched with
+                if row.get("trials"):
+                    axis.annotate(
+                        f"{max(row['trials'].values())} trials", (batch, row["gap"]),
+                        textcoords="offset points", xytext=(6, 4), fontsize=7,
+                    )  # fmt: skip
         controls = sorted({row["control"] for row in rows if row["rule"] == rule})
         axis.axhline(0.0, color="grey", linewidth=0.8)
         axis.set_xscale("log", base=2)
