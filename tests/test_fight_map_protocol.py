@@ -200,3 +200,56 @@ def test_the_status_counts_each_studys_finished_runs_against_its_plan(tmp_path):
     assert row["study"] == "b64-4x" and row["runs"] == {"muon": 3} and row["planned"] == 14
     assert "| b64-4x | muon 3/14, mars-shampoo 0/14 |" in fight_map.format_progress([row])
     assert sorted(p.name for p in live.parent.iterdir()) == before
+
+
+def test_an_ablation_reads_the_winner_of_the_most_trials_and_pairs_its_runs(tmp_path):
+    """The ablation retrains the 80-trial winner on its held-out pairs, one sweep per data
+    order; each ablated point is a paired gap to the winner as retrained (hand-computed: +0.01,
+    +0.03, +0.02, +0.02: mean +0.02) and to the control."""
+    fight_ablation = load_benchmark_script("studies/fight_ablation.py")
+    pairs = [[3, 1], [4, 1], [3, 2], [4, 2]]
+    winner = {"lr": 0.05, "gamma": 0.1}
+
+    def record(trials, lr):
+        outcome = {"optimizer": "mars-adamw", "finished": True, "trials": trials,
+                   "hyperparams": {**winner, "lr": lr}, "heldout_pairs": pairs,
+                   "heldout_finals": [1.70, 1.71, 1.72, 1.73]}  # fmt: skip
+        control = {"optimizer": "nadamw", "finished": True, "trials": trials,
+                   "heldout_pairs": pairs, "heldout_finals": [1.72, 1.72, 1.72, 1.72]}  # fmt: skip
+        return {"trials": trials, "budget": {"steps": 10}, "optimizers": [outcome, control],
+                "verdicts": [{"rule": "mars-adamw", "control": "nadamw"}]}  # fmt: skip
+
+    point = tmp_path / "b64-4x"
+    (point / "trials-80" / "b64-4x").mkdir(parents=True)
+    (point / "tune.json").write_text(json.dumps(record(40, 0.03)))
+    (point / "trials-80" / "b64-4x" / "tune.json").write_text(json.dumps(record(80, 0.05)))
+    found = fight_ablation.winner_of("b64-4x", "mars-adamw", tmp_path)
+    assert found["trials"] == 80 and found["hyperparams"]["lr"] == 0.05
+    assert fight_ablation.data_seeds("b64-4x", "mars-adamw", tmp_path) == [1, 2]
+    ablated = [1.71, 1.74, 1.74, 1.75]
+    for data_seed, rows in ((1, (0, 1)), (2, (2, 3))):
+        points = [
+            {"hyperparams": {**winner, "clip": clip},
+             "finals": {str(pairs[i][0]): finals[i] for i in rows}}
+            for clip, finals in ((True, [1.70, 1.71, 1.72, 1.73]), (False, ablated))
+        ]  # fmt: skip
+        folder = point / fight_ablation.sweep_name("mars-adamw", "", data_seed)
+        folder.mkdir()
+        (folder / "sweep.json").write_text(json.dumps({"points": points}))
+    rows = fight_ablation.ablation_rows("b64-4x", "mars-adamw", tmp_path)
+    (own,) = [r for r in rows if r["winner"]]
+    (off,) = [r for r in rows if not r["winner"]]
+    assert own["finals"] == [1.70, 1.71, 1.72, 1.73] and off["values"]["clip"] is False
+    assert abs(off["to_winner"].mean - 0.02) < 1e-12
+    assert abs(off["to_control"].mean - (sum(ablated) / 4 - 1.72)) < 1e-12
+    text = fight_ablation.format_ablation("b64-4x", "mars-adamw", rows, tmp_path)
+    assert "(80 trials)" in text and "tune study's runs: 0." in text
+    assert "| the winner |" in text
+
+
+def test_an_ablation_sweeps_each_data_order_on_its_held_out_seeds():
+    fight_ablation = load_benchmark_script("studies/fight_ablation.py")
+    flags = _flags(fight_ablation.sweep_arguments("b64-4x", "mars-adamw", "", 2, 1))
+    assert flags["--data-seed"] == "2" and flags["--eval-tokens"] == "131072"
+    assert flags["--name"] == "ablate-mars-adamw-data2"
+    assert flags["--storage"].endswith("fight-map/b64-4x/ablate-mars-adamw-data2/study.log")

@@ -70,9 +70,9 @@ ABLATIONS: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
 UNSET = {**DEFAULTS, "nesterov": True}
 
 
-def _value(value: object) -> str:
+def flag_value(value: object) -> str:
     if isinstance(value, list | tuple):
-        return "(" + ",".join(_value(v) for v in value) + ")"
+        return "(" + ",".join(flag_value(v) for v in value) + ")"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -100,11 +100,11 @@ def sweep_arguments(point: str, rule: str, suffix: str, jobs: int) -> list[str]:
         part
         for key, flag in BUDGET_FLAGS.items()
         if budget.get(key) is not None
-        for part in (flag, _value(budget[key]))
+        for part in (flag, flag_value(budget[key]))
     ]
-    grid = {key: (_value(value),) for key, value in winner.items()}
+    grid = {key: (flag_value(value),) for key, value in winner.items()}
     for key, values in ABLATIONS[rule][suffix].items():
-        grid[key] = tuple(_value(winner[key]) if v == WINNER else v for v in values)
+        grid[key] = tuple(flag_value(winner[key]) if v == WINNER else v for v in values)
     for key, values in grid.items():
         arguments += ["--grid", f"{rule}:{key}={','.join(values)}"]
     name = f"ablate-{rule}{suffix}"
@@ -150,7 +150,7 @@ def ablation_table(point: str, rule: str) -> str:
     ]
     for values, mean, std, seeds in rows:
         lines.append(
-            f"| {' | '.join('auto' if v is None else _value(v) for v in values)} | "
+            f"| {' | '.join('auto' if v is None else flag_value(v) for v in values)} | "
             f"{mean:.4f} ± {std:.4f} | "
             f"{mean - reference:+.4f} | {seeds} |"
         )
