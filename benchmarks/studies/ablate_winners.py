@@ -88,17 +88,21 @@ def tuned_winner(point: str, rule: str) -> tuple[dict, dict]:
     return report["budget"], winner["hyperparams"]
 
 
-def sweep_arguments(point: str, rule: str, suffix: str, jobs: int) -> list[str]:
-    """The ``torch-mars sweep`` arguments of ``rule``'s ablation sweep ``suffix`` at ``point``."""
-    budget, winner = tuned_winner(point, rule)
+def ablation_flags(
+    rule: str, suffix: str, budget: dict, winner: dict, flags: dict[str, str], ignored=()
+) -> list[str]:
+    """The budget's flags (``flags``: field to flag; ``ignored`` fields left to the caller) and
+    the grid of ``rule``'s ablation ``suffix`` around ``winner``."""
     unsupported = {
-        k for k, v in budget.items() if k not in BUDGET_FLAGS and v not in (None, False, "auto")
+        k
+        for k, v in budget.items()
+        if k not in flags and k not in ignored and v not in (None, False, "auto")
     }
     if unsupported:
         raise ValueError(f"the budget sets {sorted(unsupported)}, which this script cannot pass on")
     arguments = [
         part
-        for key, flag in BUDGET_FLAGS.items()
+        for key, flag in flags.items()
         if budget.get(key) is not None
         for part in (flag, flag_value(budget[key]))
     ]
@@ -107,6 +111,13 @@ def sweep_arguments(point: str, rule: str, suffix: str, jobs: int) -> list[str]:
         grid[key] = tuple(flag_value(winner[key]) if v == WINNER else v for v in values)
     for key, values in grid.items():
         arguments += ["--grid", f"{rule}:{key}={','.join(values)}"]
+    return arguments
+
+
+def sweep_arguments(point: str, rule: str, suffix: str, jobs: int) -> list[str]:
+    """The ``torch-mars sweep`` arguments of ``rule``'s ablation sweep ``suffix`` at ``point``."""
+    budget, winner = tuned_winner(point, rule)
+    arguments = ablation_flags(rule, suffix, budget, winner, BUDGET_FLAGS)
     name = f"ablate-{rule}{suffix}"
     study = FOLDER / point / name / "study.log"
     return [

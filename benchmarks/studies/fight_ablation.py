@@ -23,7 +23,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from ablate_winners import ABLATIONS, BUDGET_FLAGS, UNSET, WINNER, flag_value
+from ablate_winners import ABLATIONS, BUDGET_FLAGS, UNSET, ablation_flags, flag_value
 from fight_map import FOLDER, ROOT, point_reports
 
 from torch_mars.atomic_files import write_text_atomically
@@ -68,26 +68,10 @@ def sweep_arguments(point: str, rule: str, suffix: str, data_seed: int, jobs: in
     """The ``torch-mars sweep`` arguments of ``rule``'s ablation ``suffix`` at ``point`` on the
     held-out seeds of data order ``data_seed``."""
     found = winner_of(point, rule)
-    budget, winner = found["budget"], found["hyperparams"]
-    unsupported = {
-        k
-        for k, v in budget.items()
-        if k not in FLAGS and k != "data_seed" and v not in (None, False, "auto")
-    }
-    if unsupported:
-        raise ValueError(f"the budget sets {sorted(unsupported)}, which this script cannot pass on")
-    arguments = [
-        part
-        for key, flag in FLAGS.items()
-        if budget.get(key) is not None
-        for part in (flag, flag_value(budget[key]))
-    ]
+    arguments = ablation_flags(
+        rule, suffix, found["budget"], found["hyperparams"], FLAGS, ignored=("data_seed",)
+    )
     arguments += ["--data-seed", str(data_seed)]
-    grid = {key: (flag_value(value),) for key, value in winner.items()}
-    for key, values in ABLATIONS[rule][suffix].items():
-        grid[key] = tuple(flag_value(winner[key]) if v == WINNER else v for v in values)
-    for key, values in grid.items():
-        arguments += ["--grid", f"{rule}:{key}={','.join(values)}"]
     seeds = [str(s) for s, d in found["pairs"] if d == data_seed]
     name = sweep_name(rule, suffix, data_seed)
     study = FOLDER / point / name / "study.log"
