@@ -182,3 +182,26 @@ def test_framework_no_decay_groups_decay_nothing_and_the_1d_lr_follows_lr():
     assert paper.learning_rate(matrices[0]) == pytest.approx(3e-3)
     with pytest.raises(ValueError, match="not a parameter of this optimizer"):
         paper.learning_rate(torch.zeros(1))
+
+
+@pytest.mark.parametrize("paths", [{"foreach": False}, {"foreach": True}, {"fused": True}])
+def test_a_first_step_on_bf16_state_takes_c_equal_to_g_on_every_eager_path(paths):
+    """``g_tilde = g`` on a tensor's first step, so ``c = g``: with ``g_tilde`` stored in bf16,
+    ``g + s (g - g_tilde)`` would keep ``s (g - bf16(g))``; the step equals gamma 0's bit for
+    bit, and the second step (a real correction) does not."""
+    generator = torch.Generator().manual_seed(3)
+    grads = [torch.randn(8, 8, generator=generator) * 0.01 for _ in range(2)]
+    start = torch.randn(8, 8, generator=generator)
+
+    def run(gamma: float, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+        param = torch.nn.Parameter(start.clone())
+        opt = MARS([param], lr=1e-2, gamma=gamma, state_dtype=torch.bfloat16, **paths)
+        for grad in grads[:steps]:
+            param.grad = grad.clone()
+            opt.step()
+        return param.detach(), opt.state[param]["exp_avg"]
+
+    corrected, uncorrected = run(0.5, 1), run(0.0, 1)
+    assert torch.equal(corrected[0], uncorrected[0])
+    assert torch.equal(corrected[1], uncorrected[1])
+    assert not torch.equal(run(0.5, 2)[1], run(0.0, 2)[1])

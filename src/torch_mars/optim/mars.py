@@ -8,6 +8,7 @@ once per group."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from torch_mars.optim.step_plan import (
     step_path,
 )
 from torch_mars.optim.step_types import (
+    MarsHyperparams,
     StepTensors,
     adamw_1d_hyperparams,
     group_indices,
@@ -629,15 +631,15 @@ class MARS(Optimizer):
                 group, plan.sharding, plan.adamw_path, mars_tensors, adamw_tensors, inv_grad_scale
             )
             return
-        if mars_tensors.params:
+        for tensors, hp in _first_steps_apart(mars_tensors, group):
             gates = mars_step(
-                mars_tensors,
-                mars_hyperparams(group),
+                tensors,
+                hp,
                 store_last_grad=group["is_approx"],
                 implementation=plan.path,
                 inv_grad_scale=inv_grad_scale,
             )
-            self._count_skips(mars_tensors.params, gates)
+            self._count_skips(tensors.params, gates)
         if adamw_tensors.params:
             adamw_step(
                 adamw_tensors,
@@ -656,9 +658,10 @@ class MARS(Optimizer):
         """The tensors ``group["params"][i]`` for ``i`` in ``indices`` (the plan's MARS-routed
         ones when ``use_mars``, else its AdamW-routed ones), with their gradients, state and
         incremented step counts. On a MARS tensor's first step (``step == 0``) its
-        ``last_grad`` takes the gradient itself: ``g_tilde = g``, so ``c = g`` (the paper's
-        ``x_1 = x_0``); under ``cuda_graph`` the kernels do that on the device, and the step
-        counts, device tensors, advance in one multi-tensor add."""
+        ``last_grad`` takes the gradient itself: ``g_tilde = g`` (the paper's ``x_1 = x_0``),
+        which a skipped first step leaves for the next, and the step runs with ``gamma = 0``
+        (:func:`_first_steps_apart`), so ``c = g``; under ``cuda_graph`` the kernels do both on
+        the device, and the step counts, device tensors, advance in one multi-tensor add."""
         tensors = StepTensors([], [], [], [])
         on_device_steps = group["cuda_graph"]
         for i in indices:
@@ -699,11 +702,11 @@ class MARS(Optimizer):
         """A group of ``DTensor``s: the MARS tensors on the sharding's path (local shards with
         whole-tensor collectives, or ``DTensor`` ops); the AdamW tensors on the group's path over
         the same local tensors (gradients unscaled by the sharding, not by a kernel)."""
-        if mars_tensors.params:
-            local, whole = sharding.local(mars_tensors, inv_grad_scale)
+        for tensors, hp in _first_steps_apart(mars_tensors, group):
+            local, whole = sharding.local(tensors, inv_grad_scale)
             gates = mars_step(
                 local,
-                mars_hyperparams(group),
+                hp,
                 store_last_grad=group["is_approx"],
                 implementation=sharding.mars_implementation,
                 whole=whole,
@@ -712,10 +715,29 @@ class MARS(Optimizer):
                 from torch_mars.distributed.layout import local_tensor
 
                 gates = [local_tensor(gate) for gate in gates]  # DTensor ops give DTensor gates
-            self._count_skips(mars_tensors.params, gates)
+            self._count_skips(tensors.params, gates)
         if adamw_tensors.params:
             local, _ = sharding.local(adamw_tensors, inv_grad_scale)
             adamw_step(local, adamw_1d_hyperparams(group), implementation=adamw_path)
+
+
+def _first_steps_apart(
+    tensors: StepTensors, group: dict[str, Any]
+) -> list[tuple[StepTensors, MarsHyperparams]]:
+    """A group's MARS tensors in the parts that step alike, each with its hyperparameters:
+    those on their first step apart, with ``gamma = 0``. Their ``g_tilde`` is ``g``, so
+    ``c = g``; computed as ``g + s (g - g_tilde)`` it would keep ``s (g - bf16(g))`` where
+    ``g_tilde`` is stored in bf16. Under ``cuda_graph`` (steps on the device) the kernels zero
+    ``s`` there instead; under ``one_buffer`` the first step has its own coefficients."""
+    hp = mars_hyperparams(group)
+    if not tensors.params:
+        return []
+    if group["cuda_graph"] or hp.one_buffer:
+        return [(tensors, hp)]
+    first = [i for i, step in enumerate(tensors.steps) if step == 1]
+    later = [i for i, step in enumerate(tensors.steps) if step != 1]
+    parts = [(tensors.select(first), dataclasses.replace(hp, gamma=0.0))] if first else []
+    return parts + ([(tensors.select(later), hp)] if later else [])
 
 
 def _tensors_of(params: list[Any]) -> list[Tensor]:
