@@ -12,7 +12,7 @@ import pytest
 from torch_mars.cli import main
 from torch_mars.models import GPT_CONFIGS
 from torch_mars.train.optimizers import OPTIMIZER_NAMES, default_hyperparams
-from torch_mars.train.recipes import FIGHT_MAP_B16, PAPER, recipe
+from torch_mars.train.recipes import FIGHT_MAP_B16, FIGHT_MAP_B16_80, PAPER, recipe
 from torch_mars.train.vision import vision_hyperparams
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "torch_mars"
@@ -34,7 +34,7 @@ def test_every_value_of_every_row_names_its_source():
         assert vision_hyperparams(optimizer, {}).items() >= vision.settings.items()
     tiny = recipe("text", "tiny", "mars-adamw")
     assert tiny.sources["gamma"] == tiny.sources["lr"] == FIGHT_MAP_B16
-    assert recipe("text", "tiny", "muon").sources["momentum"] == FIGHT_MAP_B16
+    assert recipe("text", "tiny", "muon").sources["momentum"] == FIGHT_MAP_B16_80
     assert recipe("text", "gpt2-small", "adamw").sources["lr"] == PAPER
 
 

@@ -31,6 +31,10 @@ FIGHT_MAP_B16 = (
     "torch-mars tune, the fight map's b16-4x (40 trials each, 4 finalists on 3 more seeds, held "
     "out on new seeds and data orders), 2026-11-27/28 (docs/results.md)"
 )
+FIGHT_MAP_B16_80 = (
+    "torch-mars tune, the fight map's b16-4x at 80 trials (the Shampoo pair; 4 finalists on 3 "
+    "more seeds, held out on new seeds and data orders), 2026-11-28 (docs/results.md)"
+)
 VISION_STUDY = (
     "the tuned vision study at VISION_COMPARE_BUDGET, 2026-11 "
     "(docs/results-history.md; study_vision.py)"
@@ -98,54 +102,70 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Per CPU model, on top of those. `tiny`: the winners of `torch-mars tune` at the `compare`
-# budget, the fight map's b16-4x (the lr-profiled search, 40 trials each; docs/results.md).
-# AdamW and NAdamW route their 1-D tensors as the MARS rules do, as they were tuned. The other
-# optimizers were not tuned on `tiny`.
-_CPU_MODEL_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
+# Per CPU model, on top of those, each with its source. `tiny`: the winners of `torch-mars
+# tune` at the `compare` budget, the fight map's b16-4x (the lr-profiled search), each at the
+# most trials its optimizer has there (docs/results.md). AdamW and NAdamW route their 1-D
+# tensors as the MARS rules do, as they were tuned. The other optimizers were not tuned on
+# `tiny`.
+_CPU_MODEL_SETTINGS: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
     "tiny": {
-        "adamw": {
-            "lr": 0.00759,
-            "betas": (0.9, 0.99),
-            "weight_decay": 0.03,
-            "lr_1d": 0.00506,
-            "betas_1d": (0.9, 0.95),
-            "weight_decay_1d": 0.001,
-        },
-        "nadamw": {
-            "lr": 0.0114,
-            "betas": (0.9, 0.99),
-            "weight_decay": 0.03,
-            "lr_1d": 0.0114,
-            "betas_1d": (0.9, 0.95),
-            "weight_decay_1d": 0.003,
-        },
-        "mars-adamw": {
-            "lr": 0.0256,
-            "betas": (0.9, 0.95),
-            "weight_decay": 0.001,
-            "gamma": 0.1,
-            "lr_1d": 0.00338,
-            "betas_1d": (0.9, 0.95),
-            "weight_decay_1d": 0.03,
-        },
-        "muon": {
-            "lr": 0.0384,
-            "momentum": 0.85,
-            "weight_decay": 0.0,
-            "adamw_lr": 0.017,
-            "adamw_betas": (0.9, 0.95),
-            "adamw_weight_decay": 0.01,
-        },
-        "mars-shampoo": {
-            "lr": 0.0114,
-            "betas": (0.9, 0.95),
-            "weight_decay": 0.01,
-            "gamma": 0.05,
-            "lr_1d": 0.0171,
-            "betas_1d": (0.9, 0.95),
-            "weight_decay_1d": 0.01,
-        },
+        "adamw": (
+            FIGHT_MAP_B16,
+            {
+                "lr": 0.00759,
+                "betas": (0.9, 0.99),
+                "weight_decay": 0.03,
+                "lr_1d": 0.00506,
+                "betas_1d": (0.9, 0.95),
+                "weight_decay_1d": 0.001,
+            },
+        ),
+        "nadamw": (
+            FIGHT_MAP_B16,
+            {
+                "lr": 0.0114,
+                "betas": (0.9, 0.99),
+                "weight_decay": 0.03,
+                "lr_1d": 0.0114,
+                "betas_1d": (0.9, 0.95),
+                "weight_decay_1d": 0.003,
+            },
+        ),
+        "mars-adamw": (
+            FIGHT_MAP_B16,
+            {
+                "lr": 0.0256,
+                "betas": (0.9, 0.95),
+                "weight_decay": 0.001,
+                "gamma": 0.1,
+                "lr_1d": 0.00338,
+                "betas_1d": (0.9, 0.95),
+                "weight_decay_1d": 0.03,
+            },
+        ),
+        "muon": (
+            FIGHT_MAP_B16_80,
+            {
+                "lr": 0.0171,
+                "momentum": 0.9,
+                "weight_decay": 0.0,
+                "adamw_lr": 0.0171,
+                "adamw_betas": (0.9, 0.95),
+                "adamw_weight_decay": 0.001,
+            },
+        ),
+        "mars-shampoo": (
+            FIGHT_MAP_B16_80,
+            {
+                "lr": 0.0171,
+                "betas": (0.98, 0.95),
+                "weight_decay": 0.03,
+                "gamma": 0.05,
+                "lr_1d": 0.0256,
+                "betas_1d": (0.9, 0.95),
+                "weight_decay_1d": 0.0,
+            },
+        ),
     },
 }
 
@@ -242,8 +262,8 @@ def _layers(task: str, model: str, optimizer: str) -> list[tuple[str, dict[str, 
         return [*layers, (PAPER, {"min_lr": lrs.min_lr})]
     cpu_source = MARS_M_STUDY if optimizer == "mars-m" else COMPARE_STUDY
     layers.append((cpu_source, _CPU_SETTINGS[optimizer]))
-    layers.append((FIGHT_MAP_B16, _CPU_MODEL_SETTINGS.get(model, {}).get(optimizer, {})))
-    return layers
+    tuned = _CPU_MODEL_SETTINGS.get(model, {}).get(optimizer)
+    return [*layers, tuned] if tuned else layers
 
 
 def recipe(task: str, model: str, optimizer: str) -> Recipe:
