@@ -14,6 +14,7 @@ and the Shampoo pair when there is time. Each point is one study,
 
     python benchmarks/studies/second_model.py [--points b16-4x b64-4x] [--jobs 2] [--trials 16]
     python benchmarks/studies/second_model.py --snapshot
+    python benchmarks/studies/second_model.py --status
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ from pathlib import Path
 from torch_mars.cli import main as torch_mars
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fight_map import POINTS, ROOT, restore, snapshot, tune_arguments
+from fight_map import (
+    POINTS,
+    ROOT,
+    format_progress,
+    progress_rows,
+    restore,
+    snapshot,
+    tune_arguments,
+)
 
 FOLDER = ROOT / "benchmarks" / "results" / "second-model"
 MODEL = "tiny-w64"
@@ -47,7 +56,13 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--snapshot", action="store_true")
+    parser.add_argument(
+        "--status", action="store_true", help="each study's finished runs so far (changes nothing)"
+    )
     args = parser.parse_args()
+    if args.status:
+        print(format_progress(progress_rows(FOLDER)))
+        return 0
     for point in args.points:
         if args.snapshot:
             for written in snapshot(point, FOLDER):
