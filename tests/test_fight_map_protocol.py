@@ -8,6 +8,7 @@ import itertools
 import json
 import sys
 
+import pytest
 from PIL import Image
 
 from benchmark_scripts import BENCHMARKS, load_benchmark_script
@@ -253,3 +254,41 @@ def test_an_ablation_sweeps_each_data_order_on_its_held_out_seeds():
     assert flags["--data-seed"] == "2" and flags["--eval-tokens"] == "131072"
     assert flags["--name"] == "ablate-mars-adamw-data2"
     assert flags["--storage"].endswith("fight-map/b64-4x/ablate-mars-adamw-data2/study.log")
+
+
+def test_an_edge_probe_reads_only_the_selection_runs_and_pairs_them(tmp_path):
+    """An edge probe retrains the winner of the most trials with one setting past the ladder's
+    end on the seeds that chose it (data order 0, no held-out run), its own value first; each
+    probed value is a paired gap to the report's runs (hand-computed: -0.01, -0.02, 0.0: mean
+    -0.01)."""
+    edge_probe = load_benchmark_script("studies/edge_probe.py")
+    flags = edge_probe.sweep_arguments("b64-4x", "nadamw", "betas", ["(0.85,0.8)"], 1)
+    assert "nadamw:betas=(0.85,0.9),(0.85,0.8)" in flags
+    assert flags[flags.index("--seeds") + 1 : flags.index("--jobs")] == list("012678")
+    assert _flags(flags)["--data-seed"] == "0" and "--heldout-seeds" not in flags
+    assert _flags(flags)["--storage"].endswith("fight-map/b64-4x/edge-nadamw-betas/study.log")
+
+    selection = {"seeds": [0, 1, 2], "heldout": [3], "data_seed": 0, "heldout_data_seeds": [1],
+                 "finalists": 0, "final_seeds": []}  # fmt: skip
+    outcome = {
+        "optimizer": "nadamw",
+        "finished": True,
+        "trials": 80,
+        "hyperparams": {"betas": [0.85, 0.9]},
+        "selection_finals": [1.75, 1.76, 1.74],
+    }
+    record = {"trials": 80, "budget": {"steps": 10}, "selection": selection,
+              "optimizers": [outcome]}  # fmt: skip
+    point = tmp_path / "b64-4x"
+    (point / "edge-nadamw-betas").mkdir(parents=True)
+    (point / "tune.json").write_text(json.dumps(record))
+    points = [
+        {"hyperparams": {"betas": betas}, "finals": dict(zip("012", finals, strict=True))}
+        for betas, finals in (([0.85, 0.9], [1.75, 1.76, 1.74]), ([0.85, 0.8], [1.74, 1.74, 1.74]))
+    ]
+    (point / "edge-nadamw-betas" / "sweep.json").write_text(json.dumps({"points": points}))
+    text = edge_probe.format_probe("b64-4x", "nadamw", "betas", tmp_path)
+    assert "| (0.85,0.9) | 1.7500 | retrained: largest difference 0 | 3 |" in text
+    assert "| (0.85,0.8) | 1.7400 | -0.0100 [" in text
+    with pytest.raises(ValueError, match="not 'gamma'"):
+        edge_probe.sweep_arguments("b64-4x", "nadamw", "gamma", ["0.1"], 1)
