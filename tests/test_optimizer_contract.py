@@ -205,3 +205,24 @@ def test_a_first_step_on_bf16_state_takes_c_equal_to_g_on_every_eager_path(paths
     assert torch.equal(corrected[0], uncorrected[0])
     assert torch.equal(corrected[1], uncorrected[1])
     assert not torch.equal(run(0.5, 2)[1], run(0.0, 2)[1])
+
+
+def test_a_tensor_whose_first_step_comes_later_in_its_group_also_takes_c_equal_to_g():
+    """A tensor without a gradient on the group's first step has its own first step later,
+    beside tensors on their second: it alone is stepped with gamma 0 (bf16 state, foreach)."""
+    generator = torch.Generator().manual_seed(5)
+    start = [torch.randn(6, 6, generator=generator) for _ in range(2)]
+    grads = [torch.randn(6, 6, generator=generator) * 0.01 for _ in range(3)]
+    params = [torch.nn.Parameter(s.clone()) for s in start]
+    opt = MARS(params, lr=1e-2, gamma=0.5, state_dtype=torch.bfloat16, foreach=True)
+    params[0].grad = grads[0].clone()
+    opt.step()
+    params[0].grad, params[1].grad = grads[1].clone(), grads[2].clone()
+    opt.step()
+    alone = torch.nn.Parameter(start[1].clone())
+    uncorrected = MARS([alone], lr=1e-2, gamma=0.0, state_dtype=torch.bfloat16, foreach=True)
+    alone.grad = grads[2].clone()
+    uncorrected.step()
+    assert opt.state[params[0]]["step"] == 2 and opt.state[params[1]]["step"] == 1
+    assert torch.equal(params[1].detach(), alone.detach())
+    assert torch.equal(opt.state[params[1]]["exp_avg"], uncorrected.state[alone]["exp_avg"])

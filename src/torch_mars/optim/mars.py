@@ -735,8 +735,10 @@ def _first_steps_apart(
     if group["cuda_graph"] or hp.one_buffer:
         return [(tensors, hp)]
     first = [i for i, step in enumerate(tensors.steps) if step == 1]
+    if not first:
+        return [(tensors, hp)]
     later = [i for i, step in enumerate(tensors.steps) if step != 1]
-    parts = [(tensors.select(first), dataclasses.replace(hp, gamma=0.0))] if first else []
+    parts = [(tensors.select(first), dataclasses.replace(hp, gamma=0.0))]
     return parts + ([(tensors.select(later), hp)] if later else [])
 
 
