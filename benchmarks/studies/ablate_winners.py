@@ -24,6 +24,7 @@ import os
 import shlex
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from torch_mars.atomic_files import write_text_atomically
@@ -88,11 +89,9 @@ def tuned_winner(point: str, rule: str) -> tuple[dict, dict]:
     return report["budget"], winner["hyperparams"]
 
 
-def ablation_flags(
-    rule: str, suffix: str, budget: dict, winner: dict, flags: dict[str, str], ignored=()
-) -> list[str]:
-    """The budget's flags (``flags``: field to flag; ``ignored`` fields left to the caller) and
-    the grid of ``rule``'s ablation ``suffix`` around ``winner``."""
+def budget_flags(budget: dict, flags: dict[str, str], ignored=()) -> list[str]:
+    """A study's budget as a sweep's command line (``flags``: field to flag; ``ignored`` fields
+    left to the caller); a field set that has no flag here is a ``ValueError``."""
     unsupported = {
         k
         for k, v in budget.items()
@@ -100,12 +99,40 @@ def ablation_flags(
     }
     if unsupported:
         raise ValueError(f"the budget sets {sorted(unsupported)}, which this script cannot pass on")
-    arguments = [
+    return [
         part
         for key, flag in flags.items()
         if budget.get(key) is not None
         for part in (flag, flag_value(budget[key]))
     ]
+
+
+def sweep_study_flags(folder: Path, name: str, seeds: Sequence[str], jobs: int) -> list[str]:
+    """The flags of a plain-grid sweep named ``name`` in ``folder`` (under ``ROOT``): every
+    point on ``seeds``, its journal ``folder/name/study.log``."""
+    study = folder / name / "study.log"
+    return [
+        "--search-seeds",
+        *seeds,
+        "--seeds",
+        *seeds,
+        "--jobs",
+        str(jobs),
+        "--name",
+        name,
+        "--out-dir",
+        str(folder.relative_to(ROOT)),
+        "--storage",
+        f"journal:{study.relative_to(ROOT)}",
+    ]
+
+
+def ablation_flags(
+    rule: str, suffix: str, budget: dict, winner: dict, flags: dict[str, str], ignored=()
+) -> list[str]:
+    """The budget's flags (:func:`budget_flags`) and the grid of ``rule``'s ablation
+    ``suffix`` around ``winner``."""
+    arguments = budget_flags(budget, flags, ignored)
     grid = {key: (flag_value(value),) for key, value in winner.items()}
     for key, values in ABLATIONS[rule][suffix].items():
         grid[key] = tuple(flag_value(winner[key]) if v == WINNER else v for v in values)
@@ -119,22 +146,7 @@ def sweep_arguments(point: str, rule: str, suffix: str, jobs: int) -> list[str]:
     budget, winner = tuned_winner(point, rule)
     arguments = ablation_flags(rule, suffix, budget, winner, BUDGET_FLAGS)
     name = f"ablate-{rule}{suffix}"
-    study = FOLDER / point / name / "study.log"
-    return [
-        *arguments,
-        "--search-seeds",
-        *HELDOUT_SEEDS,
-        "--seeds",
-        *HELDOUT_SEEDS,
-        "--jobs",
-        str(jobs),
-        "--name",
-        name,
-        "--out-dir",
-        str((FOLDER / point).relative_to(ROOT)),
-        "--storage",
-        f"journal:{study.relative_to(ROOT)}",
-    ]
+    return [*arguments, *sweep_study_flags(FOLDER / point, name, HELDOUT_SEEDS, jobs)]
 
 
 def ablation_table(point: str, rule: str) -> str:

@@ -22,20 +22,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from ablate_winners import BUDGET_FLAGS, flag_value
+from ablate_winners import budget_flags, flag_value, sweep_study_flags
+from fight_ablation import FLAGS
 from fight_map import FOLDER, ROOT, point_reports
 
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.verdict import paired_gap
-
-# The budget's fields a sweep's command line takes (the data order is the selection's).
-FLAGS = {
-    **{k: v for k, v in BUDGET_FLAGS.items() if k != "data_seed"},
-    "block_size": "--block-size",
-    "eval_tokens": "--eval-tokens",
-}
 
 
 def winner_at(point: str, optimizer: str, folder: Path = FOLDER) -> dict:
@@ -71,18 +65,7 @@ def sweep_arguments(
         raise ValueError(
             f"{optimizer}'s winner sets {sorted(found['hyperparams'])}, not {setting!r}"
         )
-    budget = found["budget"]
-    unsupported = {
-        k for k, v in budget.items() if k not in FLAGS and v not in (None, False, "auto")
-    }
-    if unsupported:
-        raise ValueError(f"the budget sets {sorted(unsupported)}, which this script cannot pass on")
-    arguments = [
-        part
-        for key, flag in FLAGS.items()
-        if budget.get(key) is not None
-        for part in (flag, flag_value(budget[key]))
-    ]
+    arguments = budget_flags(found["budget"], FLAGS)
     arguments += ["--data-seed", str(found["data_seed"])]
     grid = {key: flag_value(value) for key, value in found["hyperparams"].items()}
     grid[setting] = ",".join([grid[setting], *values])  # the winner's own runs, to check
@@ -90,22 +73,7 @@ def sweep_arguments(
         arguments += ["--grid", f"{optimizer}:{key}={value}"]
     seeds = [str(s) for s in found["seeds"]]
     name = sweep_name(optimizer, setting)
-    study = FOLDER / point / name / "study.log"
-    return [
-        *arguments,
-        "--search-seeds",
-        *seeds,
-        "--seeds",
-        *seeds,
-        "--jobs",
-        str(jobs),
-        "--name",
-        name,
-        "--out-dir",
-        str((FOLDER / point).relative_to(ROOT)),
-        "--storage",
-        f"journal:{study.relative_to(ROOT)}",
-    ]
+    return [*arguments, *sweep_study_flags(FOLDER / point, name, seeds, jobs)]
 
 
 def format_probe(point: str, optimizer: str, setting: str, folder: Path = FOLDER) -> str:

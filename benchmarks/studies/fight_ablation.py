@@ -23,7 +23,14 @@ import statistics
 import sys
 from pathlib import Path
 
-from ablate_winners import ABLATIONS, BUDGET_FLAGS, UNSET, ablation_flags, flag_value
+from ablate_winners import (
+    ABLATIONS,
+    BUDGET_FLAGS,
+    UNSET,
+    ablation_flags,
+    flag_value,
+    sweep_study_flags,
+)
 from fight_map import FOLDER, ROOT, point_reports
 
 from torch_mars.atomic_files import write_text_atomically
@@ -74,22 +81,7 @@ def sweep_arguments(point: str, rule: str, suffix: str, data_seed: int, jobs: in
     arguments += ["--data-seed", str(data_seed)]
     seeds = [str(s) for s, d in found["pairs"] if d == data_seed]
     name = sweep_name(rule, suffix, data_seed)
-    study = FOLDER / point / name / "study.log"
-    return [
-        *arguments,
-        "--search-seeds",
-        *seeds,
-        "--seeds",
-        *seeds,
-        "--jobs",
-        str(jobs),
-        "--name",
-        name,
-        "--out-dir",
-        str((FOLDER / point).relative_to(ROOT)),
-        "--storage",
-        f"journal:{study.relative_to(ROOT)}",
-    ]
+    return [*arguments, *sweep_study_flags(FOLDER / point, name, seeds, jobs)]
 
 
 def data_seeds(point: str, rule: str, folder: Path = FOLDER) -> list[int]:
