@@ -176,14 +176,13 @@ def test_a_second_search_holds_where_its_paired_interval_holds_zero():
     assert "| muon | 1.7100 ± 0.0089 | 1.7100 ± 0.0089 | the same point | yes |" in text
 
 
-def test_the_status_counts_each_studys_finished_runs_against_its_plan(tmp_path):
-    """A tune study's plan per optimizer: 2 trials x 3 seeds + 1 finalist x 2 seeds + 6 held
-    out = 14; a running (unfinished) trial is not counted; nothing is written."""
+def _live_tune_study(live):
+    """A live tune journal at ``live``: Muon's 3 selection runs finished, MARS-Shampoo's first
+    still training."""
     import optuna
 
     from torch_mars.train.study.store import open_storage
 
-    live = tmp_path / "b64-4x" / "study.log"
     study = optuna.create_study(
         study_name="b64-4x", storage=open_storage(f"journal:{live}"), direction="minimize"
     )
@@ -196,10 +195,30 @@ def test_the_status_counts_each_studys_finished_runs_against_its_plan(tmp_path):
         study.tell(study.ask(), 1.7)
     study.enqueue_trial({}, user_attrs={"optimizer": "mars-shampoo", "seed": 0})
     study.ask()  # training: not finished
+
+
+def test_the_status_counts_each_studys_finished_runs_against_its_plan(tmp_path):
+    """A tune study's plan per optimizer: 2 trials x 3 seeds + 1 finalist x 2 seeds + 6 held
+    out = 14; a running (unfinished) trial is not counted; nothing is written."""
+    live = tmp_path / "b64-4x" / "study.log"
+    _live_tune_study(live)
     before = sorted(p.name for p in live.parent.iterdir())
     (row,) = fight_map.progress_rows(tmp_path)
     assert row["study"] == "b64-4x" and row["runs"] == {"muon": 3} and row["planned"] == 14
     assert "| b64-4x | muon 3/14, mars-shampoo 0/14 |" in fight_map.format_progress([row])
+    assert sorted(p.name for p in live.parent.iterdir()) == before
+
+
+def test_the_second_models_status_prints_its_own_studies_and_runs_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    live = tmp_path / "b16-4x" / "study.log"
+    _live_tune_study(live)
+    before = sorted(p.name for p in live.parent.iterdir())
+    monkeypatch.setattr(second_model, "FOLDER", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["second_model.py", "--status"])
+    assert second_model.main() == 0
+    assert "| b16-4x | muon 3/14, mars-shampoo 0/14 |" in capsys.readouterr().out
     assert sorted(p.name for p in live.parent.iterdir()) == before
 
 
