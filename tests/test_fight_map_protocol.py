@@ -281,7 +281,7 @@ def test_an_edge_probe_reads_only_the_selection_runs_and_pairs_them(tmp_path):
     probed value is a paired gap to the report's runs (hand-computed: -0.01, -0.02, 0.0: mean
     -0.01)."""
     edge_probe = load_benchmark_script("studies/edge_probe.py")
-    flags = edge_probe.sweep_arguments("b64-4x", "nadamw", "betas", ["(0.85,0.8)"], 1)
+    flags = edge_probe.sweep_arguments("b64-4x", "nadamw", {"betas": ["(0.85,0.8)"]}, 1)
     assert "nadamw:betas=(0.85,0.9),(0.85,0.8)" in flags
     assert flags[flags.index("--seeds") + 1 : flags.index("--jobs")] == list("012678")
     assert _flags(flags)["--data-seed"] == "0" and "--heldout-seeds" not in flags
@@ -306,8 +306,49 @@ def test_an_edge_probe_reads_only_the_selection_runs_and_pairs_them(tmp_path):
         for betas, finals in (([0.85, 0.9], [1.75, 1.76, 1.74]), ([0.85, 0.8], [1.74, 1.74, 1.74]))
     ]
     (point / "edge-nadamw-betas" / "sweep.json").write_text(json.dumps({"points": points}))
-    text = edge_probe.format_probe("b64-4x", "nadamw", "betas", tmp_path)
+    text = edge_probe.format_probe("b64-4x", "nadamw", ["betas"], tmp_path)
     assert "| (0.85,0.9) | 1.7500 | retrained: largest difference 0 | 3 |" in text
     assert "| (0.85,0.8) | 1.7400 | -0.0100 [" in text
     with pytest.raises(ValueError, match="not 'gamma'"):
-        edge_probe.sweep_arguments("b64-4x", "nadamw", "gamma", ["0.1"], 1)
+        edge_probe.sweep_arguments("b64-4x", "nadamw", {"gamma": ["0.1"]}, 1)
+
+
+def test_a_ridge_probe_moves_two_settings_together_in_one_grid(tmp_path):
+    """``--with`` moves a second setting beside the first: the grid holds every combination,
+    the winner's own values first; the table has a column per setting and pairs each
+    combination with the winner's runs (hand-computed: -0.01, -0.03, -0.02: mean -0.02)."""
+    edge_probe = load_benchmark_script("studies/edge_probe.py")
+    moves = {"betas": ["(0.99,0.95)"], "gamma": ["0.025"]}
+    flags = edge_probe.sweep_arguments("b16-4x", "mars-shampoo", moves, 1)
+    assert "mars-shampoo:betas=(0.98,0.95),(0.99,0.95)" in flags
+    assert "mars-shampoo:gamma=0.05,0.025" in flags
+    assert _flags(flags)["--name"] == "edge-mars-shampoo-betas-gamma"
+
+    selection = {"seeds": [0, 1, 2], "heldout": [3], "data_seed": 0, "heldout_data_seeds": [1],
+                 "finalists": 0, "final_seeds": []}  # fmt: skip
+    outcome = {
+        "optimizer": "mars-shampoo",
+        "finished": True,
+        "trials": 80,
+        "hyperparams": {"betas": [0.98, 0.95], "gamma": 0.05},
+        "selection_finals": [1.66, 1.65, 1.66],
+    }
+    record = {"trials": 80, "budget": {"steps": 10}, "selection": selection,
+              "optimizers": [outcome]}  # fmt: skip
+    folder = tmp_path / "b16-4x" / "edge-mars-shampoo-betas-gamma"
+    folder.mkdir(parents=True)
+    (folder.parent / "tune.json").write_text(json.dumps(record))
+    runs = (([0.98, 0.95], 0.05, [1.66, 1.65, 1.66]), ([0.99, 0.95], 0.025, [1.65, 1.62, 1.64]))
+    points = [
+        {
+            "hyperparams": {"betas": betas, "gamma": gamma},
+            "finals": dict(zip("012", finals, strict=True)),
+        }
+        for betas, gamma, finals in runs
+    ]
+    (folder / "sweep.json").write_text(json.dumps({"points": points}))
+    text = edge_probe.format_probe("b16-4x", "mars-shampoo", ["betas", "gamma"], tmp_path)
+    assert "(80 trials, betas (0.98,0.95), gamma 0.05) against betas and gamma" in text
+    assert "| betas | gamma | mean | - winner [95% interval] | seeds |" in text
+    assert "| (0.98,0.95) | 0.05 | 1.6567 | retrained: largest difference 0 | 3 |" in text
+    assert "| (0.99,0.95) | 0.025 | 1.6367 | -0.0200 [" in text
