@@ -176,6 +176,33 @@ def test_a_second_search_holds_where_its_paired_interval_holds_zero():
     assert "| muon | 1.7100 ± 0.0089 | 1.7100 ± 0.0089 | the same point | yes |" in text
 
 
+def test_start_independence_pairs_each_second_search_budget_with_the_firsts(tmp_path):
+    """A second search extended to more trials is checked against the first search at the
+    same trials, at each budget both ran; a budget only the second ran is left out."""
+    base = [1.70, 1.71, 1.72, 1.70, 1.71, 1.72]
+    better = [b - 0.01 for b in base]
+
+    def write(path, trials, finals, lr):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        outcomes = [_outcome("muon", {"lr": lr}, finals), _outcome("mars-shampoo", {"lr": 1}, base)]
+        path.write_text(json.dumps({"trials": trials, "optimizers": outcomes}))
+
+    point = tmp_path / "b64-4x"
+    write(point / "tune.json", 40, base, 1)
+    write(point / "trials-80" / "b64-4x" / "tune.json", 80, better, 2)
+    second = point / "order-seed-1"
+    write(second / "tune.json", 40, base, 3)
+    write(second / "trials-80" / "order-seed-1" / "tune.json", 80, better, 4)
+    write(second / "trials-120" / "order-seed-1" / "tune.json", 120, better, 5)
+    sections = fight_map.start_independence_sections("b64-4x", tmp_path)
+    assert len(sections) == 4  # each budget's check and its pooled verdicts, 40 and 80
+    assert sections[0].startswith("Start independence at b64-4x, 40 trials: a second search")
+    assert sections[2].startswith("Start independence at b64-4x, 80 trials: a second search")
+    for check in (sections[0], sections[2]):  # the same finals at each budget: a zero gap
+        assert "| muon | " in check and "+0.0000 [+0.0000, +0.0000] | yes |" in check
+    assert sections[1].startswith("Both searches pooled") and "120" not in "".join(sections)
+
+
 def _live_tune_study(live):
     """A live tune journal at ``live``: Muon's 3 selection runs finished, MARS-Shampoo's first
     still training."""

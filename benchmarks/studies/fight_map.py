@@ -213,17 +213,44 @@ def format_progress(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def point_reports(point: str, folder: Path = FOLDER) -> list[tuple[int, dict]]:
-    """A point's reports (``tune.json`` records) at each budget it ran, the map's and those in
+def study_reports(study: Path) -> list[tuple[int, dict]]:
+    """A study's reports (``tune.json`` records) at each budget it ran, its own and those in
     ``trials-N/``, fewest trials first, each with its trials per optimizer."""
-    paths = [folder / point / "tune.json"]
-    paths += (folder / point).glob(f"trials-*/{point}/tune.json")
+    paths = [study / "tune.json", *study.glob(f"trials-*/{study.name}/tune.json")]
     found = []
     for path in paths:
         if path.is_file():
             record = json.loads(path.read_text())
             found.append((record["trials"], record))
     return sorted(found, key=lambda item: item[0])
+
+
+def point_reports(point: str, folder: Path = FOLDER) -> list[tuple[int, dict]]:
+    """The reports of a point's study (the map's) at each budget it ran (:func:`study_reports`)."""
+    return study_reports(folder / point)
+
+
+def start_independence_sections(point: str, folder: Path = FOLDER) -> list[str]:
+    """``map.md``'s start-independence check at ``point``: for each second search
+    (``order-seed-N/``) at each budget where the first search has a report of the same trials,
+    the second's winners against the first's (:func:`second_against_first`), then both
+    searches pooled (:func:`pooled_verdicts`)."""
+    firsts = dict(point_reports(point, folder))
+    sections = []
+    for second in sorted((folder / point).glob("order-seed-*")):
+        seed = int(second.name.removeprefix("order-seed-"))
+        for budget, record in study_reports(second):
+            if budget not in firsts:
+                continue
+            heading = (
+                f"Start independence at {point}, {budget} trials: a second search (order seed "
+                f"{seed}, the defaults of its day as starts) against the first, on the same "
+                "held-out runs."
+            )
+            checked = second_against_first(firsts[budget], record)
+            sections.append(format_second_against_first(heading, checked))
+            sections.append(format_pooled(*pooled_verdicts(firsts[budget], record)))
+    return sections
 
 
 def map_rows(folder: Path = FOLDER) -> list[dict]:
@@ -483,17 +510,8 @@ def main() -> int:
                 )
                 checked = second_against_first(reports[0][1], record)
                 text += "\n" + format_second_against_first(heading, checked) + "\n"
-            for second in sorted((FOLDER / point).glob("order-seed-*/tune.json")):
-                first = json.loads((FOLDER / point / "tune.json").read_text())
-                second_record = json.loads(second.read_text())
-                checked = second_against_first(first, second_record)
-                seed = int(second.parent.name.removeprefix("order-seed-"))
-                heading = (
-                    f"Start independence at {point}: a second search (order seed {seed}, the "
-                    "defaults of its day as starts) against the first, on the same held-out runs."
-                )
-                text += "\n" + format_second_against_first(heading, checked) + "\n"
-                text += "\n" + format_pooled(*pooled_verdicts(first, second_record)) + "\n"
+            for section in start_independence_sections(point):
+                text += "\n" + section + "\n"
         write_text_atomically(FOLDER / "map.md", text)
         print(f"wrote {(FOLDER / 'map.md').relative_to(ROOT)}")
         if rows:
