@@ -203,6 +203,17 @@ def test_start_independence_pairs_each_second_search_budget_with_the_firsts(tmp_
     assert sections[1].startswith("Both searches pooled") and "120" not in "".join(sections)
 
 
+@pytest.mark.parametrize("extra", [["--with", "gamma"], ["--with", "betas", "(0.9,0.9)"]])
+def test_a_ridge_probe_refuses_a_setting_without_values_or_moved_twice(extra, monkeypatch, capsys):
+    edge_probe = load_benchmark_script("studies/edge_probe.py")
+    argv = ["edge_probe.py", "b16-4x", "mars-shampoo", "betas", "(0.99,0.95)", *extra]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as stopped:
+        edge_probe.main()
+    assert stopped.value.code == 2
+    assert f"--with {extra[1]}: a setting not moved yet, then its values" in capsys.readouterr().err
+
+
 def _live_tune_study(live):
     """A live tune journal at ``live``: Muon's 3 selection runs finished, MARS-Shampoo's first
     still training."""
