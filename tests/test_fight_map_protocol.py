@@ -313,6 +313,27 @@ def test_an_ablation_sweeps_each_data_order_on_its_held_out_seeds():
     assert flags["--storage"].endswith("fight-map/b64-4x/ablate-mars-adamw-data2/study.log")
 
 
+def _write_edge_probe(point, optimizer, winner, probed):
+    """A point's 80-trial report with ``optimizer``'s winner (its hyperparameters and finals on
+    selection seeds 0-2, data order 0), and its edge probe's sweep record of ``probed``
+    (hyperparameters and finals per point), in the folder the probe's settings name."""
+    hyperparams, finals = winner
+    selection = {"seeds": [0, 1, 2], "heldout": [3], "data_seed": 0, "heldout_data_seeds": [1],
+                 "finalists": 0, "final_seeds": []}  # fmt: skip
+    outcome = {"optimizer": optimizer, "finished": True, "trials": 80,
+               "hyperparams": hyperparams, "selection_finals": finals}  # fmt: skip
+    record = {"trials": 80, "budget": {"steps": 10}, "selection": selection,
+              "optimizers": [outcome]}  # fmt: skip
+    folder = point / "-".join(["edge", optimizer, *hyperparams])
+    folder.mkdir(parents=True)
+    (point / "tune.json").write_text(json.dumps(record))
+    points = [
+        {"hyperparams": values, "finals": dict(zip("012", runs, strict=True))}
+        for values, runs in probed
+    ]
+    (folder / "sweep.json").write_text(json.dumps({"points": points}))
+
+
 def test_an_edge_probe_reads_only_the_selection_runs_and_pairs_them(tmp_path):
     """An edge probe retrains the winner of the most trials with one setting past the ladder's
     end on the seeds that chose it (data order 0, no held-out run), its own value first; each
@@ -325,25 +346,13 @@ def test_an_edge_probe_reads_only_the_selection_runs_and_pairs_them(tmp_path):
     assert _flags(flags)["--data-seed"] == "0" and "--heldout-seeds" not in flags
     assert _flags(flags)["--storage"].endswith("fight-map/b64-4x/edge-nadamw-betas/study.log")
 
-    selection = {"seeds": [0, 1, 2], "heldout": [3], "data_seed": 0, "heldout_data_seeds": [1],
-                 "finalists": 0, "final_seeds": []}  # fmt: skip
-    outcome = {
-        "optimizer": "nadamw",
-        "finished": True,
-        "trials": 80,
-        "hyperparams": {"betas": [0.85, 0.9]},
-        "selection_finals": [1.75, 1.76, 1.74],
-    }
-    record = {"trials": 80, "budget": {"steps": 10}, "selection": selection,
-              "optimizers": [outcome]}  # fmt: skip
-    point = tmp_path / "b64-4x"
-    (point / "edge-nadamw-betas").mkdir(parents=True)
-    (point / "tune.json").write_text(json.dumps(record))
-    points = [
-        {"hyperparams": {"betas": betas}, "finals": dict(zip("012", finals, strict=True))}
-        for betas, finals in (([0.85, 0.9], [1.75, 1.76, 1.74]), ([0.85, 0.8], [1.74, 1.74, 1.74]))
-    ]
-    (point / "edge-nadamw-betas" / "sweep.json").write_text(json.dumps({"points": points}))
+    _write_edge_probe(
+        tmp_path / "b64-4x",
+        "nadamw",
+        winner=({"betas": [0.85, 0.9]}, [1.75, 1.76, 1.74]),
+        probed=[({"betas": [0.85, 0.9]}, [1.75, 1.76, 1.74]),
+                ({"betas": [0.85, 0.8]}, [1.74, 1.74, 1.74])],
+    )  # fmt: skip
     text = edge_probe.format_probe("b64-4x", "nadamw", ["betas"], tmp_path)
     assert "| (0.85,0.9) | 1.7500 | retrained: largest difference 0 | 3 |" in text
     assert "| (0.85,0.8) | 1.7400 | -0.0100 [" in text
@@ -362,29 +371,13 @@ def test_a_ridge_probe_moves_two_settings_together_in_one_grid(tmp_path):
     assert "mars-shampoo:gamma=0.05,0.025" in flags
     assert _flags(flags)["--name"] == "edge-mars-shampoo-betas-gamma"
 
-    selection = {"seeds": [0, 1, 2], "heldout": [3], "data_seed": 0, "heldout_data_seeds": [1],
-                 "finalists": 0, "final_seeds": []}  # fmt: skip
-    outcome = {
-        "optimizer": "mars-shampoo",
-        "finished": True,
-        "trials": 80,
-        "hyperparams": {"betas": [0.98, 0.95], "gamma": 0.05},
-        "selection_finals": [1.66, 1.65, 1.66],
-    }
-    record = {"trials": 80, "budget": {"steps": 10}, "selection": selection,
-              "optimizers": [outcome]}  # fmt: skip
-    folder = tmp_path / "b16-4x" / "edge-mars-shampoo-betas-gamma"
-    folder.mkdir(parents=True)
-    (folder.parent / "tune.json").write_text(json.dumps(record))
-    runs = (([0.98, 0.95], 0.05, [1.66, 1.65, 1.66]), ([0.99, 0.95], 0.025, [1.65, 1.62, 1.64]))
-    points = [
-        {
-            "hyperparams": {"betas": betas, "gamma": gamma},
-            "finals": dict(zip("012", finals, strict=True)),
-        }
-        for betas, gamma, finals in runs
-    ]
-    (folder / "sweep.json").write_text(json.dumps({"points": points}))
+    _write_edge_probe(
+        tmp_path / "b16-4x",
+        "mars-shampoo",
+        winner=({"betas": [0.98, 0.95], "gamma": 0.05}, [1.66, 1.65, 1.66]),
+        probed=[({"betas": [0.98, 0.95], "gamma": 0.05}, [1.66, 1.65, 1.66]),
+                ({"betas": [0.99, 0.95], "gamma": 0.025}, [1.65, 1.62, 1.64])],
+    )  # fmt: skip
     text = edge_probe.format_probe("b16-4x", "mars-shampoo", ["betas", "gamma"], tmp_path)
     assert "(80 trials, betas (0.98,0.95), gamma 0.05) against betas and gamma" in text
     assert "| betas | gamma | mean | - winner [95% interval] | seeds |" in text
