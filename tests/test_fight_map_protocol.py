@@ -11,9 +11,8 @@ import sys
 import pytest
 from PIL import Image
 
-from benchmark_scripts import BENCHMARKS, load_benchmark_script
+from benchmark_scripts import load_benchmark_script
 
-sys.path.insert(0, str(BENCHMARKS / "studies"))  # second_model.py loads fight_map.py beside it
 fight_map = load_benchmark_script("studies/fight_map.py")
 second_model = load_benchmark_script("studies/second_model.py")
 

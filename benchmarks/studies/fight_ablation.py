@@ -23,34 +23,28 @@ import statistics
 import sys
 from pathlib import Path
 
-from ablate_winners import (
-    ABLATIONS,
-    BUDGET_FLAGS,
-    UNSET,
-    ablation_flags,
-    flag_value,
-    sweep_study_flags,
-)
-from fight_map import FOLDER, ROOT, point_reports
-
 from torch_mars.atomic_files import write_text_atomically
+from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
 from torch_mars.train.optimizers import MARS_RULE_OF
 from torch_mars.train.study.verdict import paired_gap
 
+ablate_winners = load_script(Path(__file__).with_name("ablate_winners.py"))
+fight_map = load_script(Path(__file__).with_name("fight_map.py"))
+
 # The budget's fields a sweep's command line takes (the data order is each sweep's own).
 FLAGS = {
-    **{k: v for k, v in BUDGET_FLAGS.items() if k != "data_seed"},
+    **{k: v for k, v in ablate_winners.BUDGET_FLAGS.items() if k != "data_seed"},
     "block_size": "--block-size",
     "eval_tokens": "--eval-tokens",
 }
 
 
-def winner_of(point: str, rule: str, folder: Path = FOLDER) -> dict:
+def winner_of(point: str, rule: str, folder: Path = fight_map.FOLDER) -> dict:
     """``rule``'s finished winner at ``point`` in the point's report with the most trials that
     has one: its budget, hyperparameters, held-out pairs and finals, and its strongest
     control's name and held-out finals on the same pairs."""
-    for _, record in reversed(point_reports(point, folder)):
+    for _, record in reversed(fight_map.point_reports(point, folder)):
         outcomes = {o["optimizer"]: o for o in record["optimizers"]}
         verdict = next((v for v in record["verdicts"] if v["rule"] == rule), None)
         if verdict is not None and outcomes.get(rule, {}).get("finished"):
@@ -75,38 +69,47 @@ def sweep_arguments(point: str, rule: str, suffix: str, data_seed: int, jobs: in
     """The ``torch-mars sweep`` arguments of ``rule``'s ablation ``suffix`` at ``point`` on the
     held-out seeds of data order ``data_seed``."""
     found = winner_of(point, rule)
-    arguments = ablation_flags(
+    arguments = ablate_winners.ablation_flags(
         rule, suffix, found["budget"], found["hyperparams"], FLAGS, ignored=("data_seed",)
     )
     arguments += ["--data-seed", str(data_seed)]
     seeds = [str(s) for s, d in found["pairs"] if d == data_seed]
     name = sweep_name(rule, suffix, data_seed)
-    return [*arguments, *sweep_study_flags(FOLDER / point, name, seeds, jobs)]
+    return [
+        *arguments,
+        *ablate_winners.sweep_study_flags(fight_map.FOLDER / point, name, seeds, jobs),
+    ]
 
 
-def data_seeds(point: str, rule: str, folder: Path = FOLDER) -> list[int]:
+def data_seeds(point: str, rule: str, folder: Path = fight_map.FOLDER) -> list[int]:
     return sorted({d for _, d in winner_of(point, rule, folder)["pairs"]})
 
 
-def ablation_rows(point: str, rule: str, folder: Path = FOLDER) -> list[dict]:
+def ablation_rows(point: str, rule: str, folder: Path = fight_map.FOLDER) -> list[dict]:
     """Every point of ``rule``'s ablation sweeps at ``point``: its ablated values, its finals on
     the winner's held-out pairs (NaN where a run has not finished), and paired gaps to the
     winner as the sweeps retrained it and to the strongest control."""
     found = winner_of(point, rule, folder)
     first = ("gamma",) if rule in MARS_RULE_OF else ()
-    axes = list(dict.fromkeys(a for grid in ABLATIONS[rule].values() for a in (*first, *grid)))
+    axes = list(
+        dict.fromkeys(
+            a for grid in ablate_winners.ABLATIONS[rule].values() for a in (*first, *grid)
+        )
+    )
     finals: dict[tuple, dict[tuple[int, int], float]] = {}
-    for suffix in ABLATIONS[rule]:
+    for suffix in ablate_winners.ABLATIONS[rule]:
         for data_seed in data_seeds(point, rule, folder):
             path = folder / point / sweep_name(rule, suffix, data_seed) / "sweep.json"
             if not path.is_file():
                 continue
             for entry in json.loads(path.read_text())["points"]:
-                values = tuple(entry["hyperparams"].get(a, UNSET.get(a)) for a in axes)
+                values = tuple(
+                    entry["hyperparams"].get(a, ablate_winners.UNSET.get(a)) for a in axes
+                )
                 runs = finals.setdefault(values, {})
                 for seed, value in entry["finals"].items():
                     runs[(int(seed), data_seed)] = value
-    winner_values = tuple(found["hyperparams"].get(a, UNSET.get(a)) for a in axes)
+    winner_values = tuple(found["hyperparams"].get(a, ablate_winners.UNSET.get(a)) for a in axes)
     retrained = [finals.get(winner_values, {}).get(p, float("nan")) for p in found["pairs"]]
     rows = []
     for values, runs in finals.items():
@@ -125,7 +128,9 @@ def ablation_rows(point: str, rule: str, folder: Path = FOLDER) -> list[dict]:
     return rows
 
 
-def format_ablation(point: str, rule: str, rows: list[dict], folder: Path = FOLDER) -> str:
+def format_ablation(
+    point: str, rule: str, rows: list[dict], folder: Path = fight_map.FOLDER
+) -> str:
     """The table of :func:`ablation_rows`, with whether the sweeps reproduce the tune study's
     held-out runs of the winner."""
     found = winner_of(point, rule, folder)
@@ -149,7 +154,9 @@ def format_ablation(point: str, rule: str, rows: list[dict], folder: Path = FOLD
         mean = (
             f"{statistics.fmean(done):.4f} ± {statistics.stdev(done):.4f}" if len(done) > 1 else "—"
         )
-        values = " | ".join("auto" if v is None else flag_value(v) for v in row["values"].values())
+        values = " | ".join(
+            "auto" if v is None else ablate_winners.flag_value(v) for v in row["values"].values()
+        )
         to_winner = "the winner" if row["winner"] else (row["to_winner"] or "—")
         lines.append(
             f"| {values} | {mean} | "
@@ -162,14 +169,14 @@ def format_ablation(point: str, rule: str, rows: list[dict], folder: Path = FOLD
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("point")
-    parser.add_argument("rule", choices=[r for r in ABLATIONS if r in MARS_RULE_OF])
+    parser.add_argument("rule", choices=[r for r in ablate_winners.ABLATIONS if r in MARS_RULE_OF])
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args()
-    os.chdir(ROOT)
+    os.chdir(fight_map.ROOT)
     try:
         sweeps = [
             sweep_arguments(args.point, args.rule, suffix, data_seed, args.jobs)
-            for suffix in ABLATIONS[args.rule]
+            for suffix in ablate_winners.ABLATIONS[args.rule]
             for data_seed in data_seeds(args.point, args.rule)
         ]
     except ValueError as error:
@@ -180,7 +187,7 @@ def main() -> int:
         if code:
             return code
     table = format_ablation(args.point, args.rule, ablation_rows(args.point, args.rule))
-    write_text_atomically(FOLDER / args.point / f"ablation-{args.rule}.md", table + "\n")
+    write_text_atomically(fight_map.FOLDER / args.point / f"ablation-{args.rule}.md", table + "\n")
     print(table)
     return 0
 

@@ -23,11 +23,12 @@ import sys
 from pathlib import Path
 
 from torch_mars.atomic_files import write_text_atomically
+from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
 
+fight_map = load_script(Path(__file__).with_name("fight_map.py"))
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fight_map import EVAL_TOKENS, FOLDER, OPTIMIZERS, restore, tune_arguments  # noqa: E402
 
 SEEDS = ("0", "1", "2")
 
@@ -40,17 +41,17 @@ def _value(value: object) -> str:
 
 def sweep_arguments(point: str, jobs: int) -> list[str]:
     old = json.loads((ROOT / "benchmarks/results/regime-map" / point / "tune.json").read_text())
-    tune = tune_arguments(point, jobs, trials=1)
+    tune = fight_map.tune_arguments(point, jobs, trials=1)
     budget = tune[: tune.index("--optimizers")]
     grids = []
     for entry in old["optimizers"]:
         for key, value in entry["hyperparams"].items():
             grids += ["--grid", f"{entry['optimizer']}:{key}={_value(value)}"]
-    folder = (FOLDER / point).relative_to(ROOT)
+    folder = (fight_map.FOLDER / point).relative_to(ROOT)
     return [
         *budget,
         "--optimizers",
-        *OPTIMIZERS,
+        *fight_map.OPTIMIZERS,
         *grids,
         "--search-seeds",
         *SEEDS,
@@ -69,11 +70,12 @@ def sweep_arguments(point: str, jobs: int) -> list[str]:
 
 def compare(point: str) -> str:
     """The first map's winners against the new search's, on the selection seeds."""
-    new = json.loads((FOLDER / point / "tune.json").read_text())
-    old = json.loads((FOLDER / point / "first-map-winners" / "sweep.json").read_text())
+    new = json.loads((fight_map.FOLDER / point / "tune.json").read_text())
+    old = json.loads((fight_map.FOLDER / point / "first-map-winners" / "sweep.json").read_text())
     old_means = {s["optimizer"]: s["final"] for s in old["summaries"]}
     lines = [
-        f"Selection seeds 0-2, data order 0, {EVAL_TOKENS:,} validation tokens (lower is better).",
+        f"Selection seeds 0-2, data order 0, {fight_map.EVAL_TOKENS:,} validation tokens "
+        "(lower is better).",
         "",
         "| optimizer | first map's winner | new search's winner | new - first |",
         "|---|---:|---:|---:|",
@@ -92,15 +94,15 @@ def main() -> int:
     parser.add_argument("point")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
-    restore(args.point)
+    fight_map.restore(args.point)
     arguments = sweep_arguments(args.point, args.jobs)
     print("torch-mars sweep " + shlex.join(arguments), flush=True)
     code = torch_mars(["sweep", *arguments])
     if code:
         return code
-    if (FOLDER / args.point / "tune.json").is_file():
+    if (fight_map.FOLDER / args.point / "tune.json").is_file():
         table = compare(args.point)
-        write_text_atomically(FOLDER / args.point / "first-map-winners.md", table)
+        write_text_atomically(fight_map.FOLDER / args.point / "first-map-winners.md", table)
         print(table)
     return 0
 

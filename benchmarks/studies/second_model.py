@@ -24,22 +24,14 @@ import shlex
 import sys
 from pathlib import Path
 
+from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fight_map import (
-    POINTS,
-    ROOT,
-    format_progress,
-    progress_rows,
-    restore,
-    snapshot,
-    tune_arguments,
-)
+fight_map = load_script(Path(__file__).with_name("fight_map.py"))
 
-FOLDER = ROOT / "benchmarks" / "results" / "second-model"
+FOLDER = fight_map.ROOT / "benchmarks" / "results" / "second-model"
 MODEL = "tiny-w64"
-DATA = ROOT.parent / "shared" / "data" / "text" / "python311-docs.txt.gz"
+DATA = fight_map.ROOT.parent / "shared" / "data" / "text" / "python311-docs.txt.gz"
 # The compare point, then the point where MARS leads most on ``tiny`` (b64-4x, the one where it
 # leads at all so far: docs/results.md).
 SECOND_POINTS = ("b16-4x", "b64-4x")
@@ -49,7 +41,9 @@ TRIALS = 16
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--points", nargs="+", choices=list(POINTS), default=list(SECOND_POINTS))
+    parser.add_argument(
+        "--points", nargs="+", choices=list(fight_map.POINTS), default=list(SECOND_POINTS)
+    )
     parser.add_argument("--optimizers", nargs="+", default=list(ADAM_PAIR))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--trials", type=int, default=TRIALS)
@@ -61,15 +55,15 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.status:
-        print(format_progress(progress_rows(FOLDER)))
+        print(fight_map.format_progress(fight_map.progress_rows(FOLDER)))
         return 0
     for point in args.points:
         if args.snapshot:
-            for written in snapshot(point, FOLDER):
-                print(f"wrote {written.relative_to(ROOT)}")
+            for written in fight_map.snapshot(point, FOLDER):
+                print(f"wrote {written.relative_to(fight_map.ROOT)}")
             continue
-        restore(point, FOLDER)
-        arguments = tune_arguments(
+        fight_map.restore(point, FOLDER)
+        arguments = fight_map.tune_arguments(
             point,
             args.jobs,
             args.trials,
