@@ -30,7 +30,7 @@ import optuna
 
 from torch_mars.bench.table import markdown_table
 from torch_mars.train.study.engine import RunId, finished_results
-from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState, _Spent
+from torch_mars.train.study.profiled import BudgetSpent, ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import badness, need
 from torch_mars.train.study.space import Point, point_key
 from torch_mars.train.study.store import open_storage
@@ -47,7 +47,7 @@ class RacingSearch(ProfiledSearch):
     margin: float = 0.03
     trained: list[int] = dataclasses.field(default_factory=list)
 
-    def _try(
+    def score_points(
         self, results: Mapping[RunId, float], state: ProfiledState, points: list[Point]
     ) -> list[tuple[Point, float]]:
         known = {point_key(p): s for p, s in state.trials}
@@ -74,7 +74,7 @@ class RacingSearch(ProfiledSearch):
                 state.point = p
         self.trained.append(len(taken) + len(rest) * len(raced))
         if len(taken) < len(fresh):
-            raise _Spent
+            raise BudgetSpent
         return [(p, known[point_key(p)]) for p in points if point_key(p) in known]
 
 

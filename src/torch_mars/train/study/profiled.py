@@ -61,8 +61,9 @@ from torch_mars.train.study.space import (
 )
 
 
-class _Spent(Exception):
-    """The trial budget is spent."""
+class BudgetSpent(Exception):
+    """Raised by :meth:`ProfiledSearch.score_points` once the trial budget is spent: the replay
+    ends the walk there."""
 
 
 @dataclass
@@ -141,7 +142,7 @@ class ProfiledSearch:
         try:
             try:
                 self._search(results, state)
-            except _Spent:
+            except BudgetSpent:
                 state.spent = True
             if state.trials:
                 self._final(results, state)
@@ -150,7 +151,7 @@ class ProfiledSearch:
             state.needed = needs.runs
         return state
 
-    # -- the walk (raises Needs where it must wait, _Spent once the budget is gone)
+    # -- the walk (raises Needs where it must wait, BudgetSpent once the budget is gone)
 
     def _score(
         self, results: Mapping[RunId, float], point: Point, seeds: tuple[int, ...] | None = None
@@ -173,11 +174,13 @@ class ProfiledSearch:
         state.finalists = sorted(scored, key=lambda ps: badness(ps[1]))
         state.point = state.finalists[0][0]
 
-    def _try(
+    def score_points(
         self, results: Mapping[RunId, float], state: ProfiledState, points: list[Point]
     ) -> list[tuple[Point, float]]:
         """Score ``points`` (new ones spend trials, in order, until the budget is gone);
-        returns those scored, the budget's last ones included."""
+        returns those scored, the budget's last ones included. The one step a variant of the
+        search overrides to read a trial's score another way (the seed racing of
+        ``benchmarks/studies/seed_racing.py``)."""
         known = {point_key(p): s for p, s in state.trials}
         fresh = [p for p in dict((point_key(p), p) for p in points).values()]
         fresh = [p for p in fresh if point_key(p) not in known]
@@ -192,7 +195,7 @@ class ProfiledSearch:
                 state.point = p  # the first trial, then any better one
         scored = [(p, known[point_key(p)]) for p in points if point_key(p) in known]
         if len(taken) < len(fresh):
-            raise _Spent
+            raise BudgetSpent
         return scored
 
     def _best_score(self, state: ProfiledState) -> float:
@@ -207,7 +210,7 @@ class ProfiledSearch:
         here = point["lr"]
         positions = [here - 1, here, here + 1]
         for _ in range(self.max_extensions + 1):
-            scored = self._try(results, state, [{**point, "lr": j} for j in positions])
+            scored = self.score_points(results, state, [{**point, "lr": j} for j in positions])
             best, score = min(scored, key=lambda ps: badness(ps[1]))
             j = best["lr"]
             if j == positions[0]:
