@@ -242,7 +242,10 @@ def test_the_status_counts_each_studys_finished_runs_against_its_plan(tmp_path):
     before = sorted(p.name for p in live.parent.iterdir())
     (row,) = fight_map.progress_rows(tmp_path)
     assert row["study"] == "b64-4x" and row["runs"] == {"muon": 3} and row["planned"] == 14
+    assert row["runs_left"] == 11 + 14
+    assert row["hours_left"] == pytest.approx(25 * row["hours"] / 3)
     assert "| b64-4x | muon 3/14, mars-shampoo 0/14 |" in fight_map.format_progress([row])
+    assert "| 25 |" in fight_map.format_progress([row])
     assert sorted(p.name for p in live.parent.iterdir()) == before
 
 

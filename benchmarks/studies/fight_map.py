@@ -20,7 +20,7 @@ finished reruns.
         # a pair first; the study's report at 80 in b16-4x/trials-80/b16-4x/, at 40 (the
         # first budget, --trials 40) in b16-4x/: a budget's report never replaces another's
     python benchmarks/studies/fight_map.py --snapshot   # study.log.gz of every point with runs
-    python benchmarks/studies/fight_map.py --status     # finished runs per study and optimizer
+    python benchmarks/studies/fight_map.py --status     # each study's runs per optimizer, time left
     python benchmarks/studies/fight_map.py --report     # each point's report, map.md, map.png
     python benchmarks/studies/fight_map.py --points b64-4x --order-seed 1  # a second search
         [--optimizers nadamw mars-adamw muon mars-shampoo]  # of the optimizers it checks
@@ -167,7 +167,8 @@ def snapshot(point: str, folder: Path = FOLDER) -> list[Path]:
 def progress_rows(folder: Path = FOLDER) -> list[dict]:
     """Each study under ``folder`` with a live journal (a point's, its second searches', its
     side studies'): its finished runs per optimizer, their run hours, and, for a tune study,
-    the runs its protocol plans per optimizer (trials x selection seeds + finalists x their
+    the runs left and their run hours at the mean so far, and the runs its protocol plans per
+    optimizer (trials x selection seeds + finalists x their
     seeds + held-out pairs; a best the finalists unseat adds its held-out runs)."""
     import optuna
 
@@ -191,25 +192,38 @@ def progress_rows(folder: Path = FOLDER) -> list[dict]:
                 + selection.finalists * len(selection.final_seeds)
                 + len(selection.heldout_pairs())
             )
+        optimizers = search.get("optimizers", sorted(runs))
+        hours = sum(c["hours"] for c in run_cost(trials).values())
+        left = sum(max(planned - runs[o], 0) for o in optimizers) if planned else None
+        finished = sum(runs.values())
         rows.append(
             {
                 "study": str(live.parent.relative_to(folder)),
                 "runs": dict(runs),
                 "planned": planned,
-                "optimizers": search.get("optimizers", sorted(runs)),
-                "hours": sum(c["hours"] for c in run_cost(trials).values()),
+                "optimizers": optimizers,
+                "hours": hours,
+                "runs_left": left,
+                "hours_left": left * hours / finished if left is not None and finished else None,
             }
         )
     return rows
 
 
 def format_progress(rows: list[dict]) -> str:
-    """The table of :func:`progress_rows`."""
-    lines = ["| study | finished runs per optimizer (of planned) | run hours |", "|---|---|---:|"]
+    """The table of :func:`progress_rows`; the run hours left are the planned runs not yet
+    finished at the study's mean run time so far (divide by the workers for wall time)."""
+    lines = [
+        "| study | finished runs per optimizer (of planned) | run hours | runs left "
+        "| run hours left |",
+        "|---|---|---:|---:|---:|",
+    ]
     for row in rows:
         of = f"/{row['planned']}" if row["planned"] else ""
         counts = ", ".join(f"{o} {row['runs'].get(o, 0)}{of}" for o in row["optimizers"])
-        lines.append(f"| {row['study']} | {counts} | {row['hours']:.1f} |")
+        left = "—" if row["runs_left"] is None else str(row["runs_left"])
+        hours_left = "—" if row["hours_left"] is None else f"{row['hours_left']:.1f}"
+        lines.append(f"| {row['study']} | {counts} | {row['hours']:.1f} | {left} | {hours_left} |")
     return "\n".join(lines)
 
 
@@ -456,7 +470,9 @@ def main() -> int:
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--snapshot", action="store_true")
     parser.add_argument(
-        "--status", action="store_true", help="each study's finished runs so far (changes nothing)"
+        "--status",
+        action="store_true",
+        help="each study's finished runs so far and its run hours left (changes nothing)",
     )
     parser.add_argument(
         "--optimizers",

@@ -51,7 +51,9 @@ def main() -> int:
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--snapshot", action="store_true")
     parser.add_argument(
-        "--status", action="store_true", help="each study's finished runs so far (changes nothing)"
+        "--status",
+        action="store_true",
+        help="each study's finished runs so far and its run hours left (changes nothing)",
     )
     args = parser.parse_args()
     if args.status:
