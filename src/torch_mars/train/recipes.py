@@ -266,6 +266,17 @@ def _layers(task: str, model: str, optimizer: str) -> list[tuple[str, dict[str, 
     return [*layers, tuned] if tuned else layers
 
 
+def with_1d_following_group(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with the 1-D tensors' lr and weight decay (``lr_1d``, ``weight_decay_1d``)
+    at the group's ``lr`` and ``weight_decay`` where it leaves them out: how a recipe without
+    them is read where the 1-D tensors are routed apart (a MARS rule on images, a search's
+    start point)."""
+    filled = dict(settings)
+    filled.setdefault("lr_1d", settings["lr"])
+    filled.setdefault("weight_decay_1d", settings["weight_decay"])
+    return filled
+
+
 def recipe(task: str, model: str, optimizer: str) -> Recipe:
     """The row of ``(task, model, optimizer)`` (the caller checks the names)."""
     settings: dict[str, Any] = {}

@@ -33,7 +33,7 @@ from torch_mars.data.images import (
 from torch_mars.models.resnet import ResNet, ResNetConfig
 from torch_mars.train.checkpoint import CheckpointError
 from torch_mars.train.optimizers import MARS_RULE_OF, OPTIMIZER_NAMES, build_optimizer
-from torch_mars.train.recipes import recipe
+from torch_mars.train.recipes import recipe, with_1d_following_group
 from torch_mars.train.run_record import TASK_METRICS, RunResult
 from torch_mars.train.run_shell import RUN_CONTROL_FIELDS, check_run_controls, run_loop
 from torch_mars.train.runtime import Processes, resolve_device
@@ -64,10 +64,7 @@ def vision_hyperparams(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     if name not in OPTIMIZER_NAMES:
         raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {name!r}")
     settings = {**recipe("vision", "*", name).settings, **overrides}
-    if name in MARS_RULE_OF:
-        settings.setdefault("lr_1d", settings["lr"])
-        settings.setdefault("weight_decay_1d", settings["weight_decay"])
-    return settings
+    return with_1d_following_group(settings) if name in MARS_RULE_OF else settings
 
 
 def load_vision_data(spec: str) -> tuple[ImageDataset, ImageDataset]:

@@ -37,6 +37,7 @@ from typing import Any
 from optuna.distributions import BaseDistribution, FloatDistribution
 
 from torch_mars.train.optimizers import default_hyperparams
+from torch_mars.train.recipes import with_1d_following_group
 
 Point = dict[str, int]
 FIXED_1D_BETAS: tuple[float, float] = (0.9, 0.95)
@@ -154,9 +155,7 @@ def start_point(optimizer: str, model: str) -> Point:
     An optimizer whose defaults do not route the 1-D tensors starts with them at its own lr,
     weight decay and the fixed 1-D betas."""
     _check_known(optimizer)
-    settings = default_hyperparams(optimizer, model)
-    settings.setdefault("lr_1d", settings["lr"])
-    settings.setdefault("weight_decay_1d", settings["weight_decay"])
+    settings = with_1d_following_group(default_hyperparams(optimizer, model))
     point: Point = {}
     for dimension in dimensions_of(optimizer):
         key, index = SPELLING[optimizer][dimension]
