@@ -189,3 +189,13 @@ def test_a_stored_selection_reads_back_and_drops_an_earlier_searchs_field():
     assert Selection.of_record(json.loads(json.dumps(stored))).choosing_seeds == (
         0, 1, 2, 6, 7, 8,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("trials", [1, 12])
+def test_a_finished_search_trained_exactly_its_planned_runs(trials):
+    """Every trial on seeds 0-2, its two finalists (one where a single trial ran) on seeds 6-7,
+    the winner's six held-out runs."""
+    selection = dataclasses.replace(SELECTION, finalists=2, final_seeds=(6, 7))
+    search = ProfiledSearch("adamw", (ADAMW_START,), selection, trials=trials)
+    _, trained = run_search(search, objective=lucky_on_the_selection_seeds)
+    assert len(trained) == search.planned_runs == 3 * trials + 2 * min(2, trials) + 6

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -129,6 +130,9 @@ def test_the_cli_sweeps_two_stages_and_writes_table_json_and_figures(tmp_path, c
     assert (
         "| optimizer | best point | seeds | final val loss | vs adamw | seeds 1 only |" in printed
     )
+    # each run's line counts it against the plan: 2 + 2 points on seed 0, each winner on seed 1
+    counted = re.findall(r"^(\d+)/(\d+) runs · ", printed, flags=re.M)
+    assert counted == [(str(k), "6") for k in range(1, 7)]
     report = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert len(report["points"]) == 4 and report["search_seeds"] == [0]
     winner = report["winners"]["mars-adamw"]

@@ -8,6 +8,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -289,6 +290,17 @@ def test_finalists_given_to_a_finished_study_train_only_their_own_runs(tmp_path,
     assert len(adamw["finalists"]) == 2 and len(adamw["selection_finals"]) == 2
     assert adamw["winner"] == adamw["finalists"][0]["point"]
     assert "re-read on seeds 7" in (tmp_path / "f" / "summary.md").read_text()
+
+
+def test_each_runs_line_counts_it_against_the_studys_planned_runs(tmp_path, corpus_file, capsys):
+    """3 trials on seed 0 and the winner's held-out run: 4 planned, and a resumed study counts
+    on from the runs it holds."""
+    args = ["tune", *TOY, "--data", str(corpus_file), "--out-dir", str(tmp_path), "--name", "c"]
+    assert main([*args, "--max-trials", "2"]) == 0
+    first = re.findall(r"^(\d+)/(\d+) runs · adamw ", capsys.readouterr().out, flags=re.M)
+    assert main(args) == 0
+    rest = re.findall(r"^(\d+)/(\d+) runs · adamw ", capsys.readouterr().out, flags=re.M)
+    assert first + rest == [(str(k), "4") for k in range(1, 5)]
 
 
 def test_the_cost_line_says_where_threads_were_not_recorded():

@@ -43,6 +43,7 @@ from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
 from torch_mars.train.plots import save_figure
+from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.store import load_study, open_storage, study_names
 from torch_mars.train.study.tune import OptimizerOutcome, Verdict, run_cost, verdicts
@@ -168,8 +169,7 @@ def progress_rows(folder: Path = FOLDER) -> list[dict]:
     """Each study under ``folder`` with a live journal (a point's, its second searches', its
     side studies'): its finished runs per optimizer, their run hours, and, for a tune study,
     the runs left and their run hours at the mean so far, and the runs its protocol plans per
-    optimizer (trials x selection seeds + finalists x their
-    seeds + held-out pairs; a best the finalists unseat adds its held-out runs)."""
+    optimizer (at least: :func:`~torch_mars.train.study.profiled.planned_runs`)."""
     import optuna
 
     rows = []
@@ -186,12 +186,7 @@ def progress_rows(folder: Path = FOLDER) -> list[dict]:
         search = study.user_attrs.get("identity", {}).get("search", {})
         planned = None
         if search.get("kind") == "tune":
-            selection = Selection.of_record(search["selection"])
-            planned = (
-                search["trials"] * len(selection.seeds)
-                + selection.finalists * len(selection.final_seeds)
-                + len(selection.heldout_pairs())
-            )
+            planned = planned_runs(search["trials"], Selection.of_record(search["selection"]))
         optimizers = search.get("optimizers", sorted(runs))
         hours = sum(c["hours"] for c in run_cost(trials).values())
         left = sum(max(planned - runs[o], 0) for o in optimizers) if planned else None

@@ -753,7 +753,7 @@ def _run_tune(request: TuneRequest) -> int:
 def _tune(request: TuneRequest) -> int:
     from tqdm import tqdm
 
-    from torch_mars.train.study.engine import join_study, open_study, run_workers
+    from torch_mars.train.study.engine import join_study, open_study, run_workers, study_progress
     from torch_mars.train.study.tune import (
         keep_stored_starts,
         plan_of_study,
@@ -795,7 +795,14 @@ def _tune(request: TuneRequest) -> int:
             f"{plan.study_name!r} in {describe(spec.url)}; {plan.jobs} worker(s)",
             flush=True,
         )
-        bar = tqdm(unit="run", desc="tune", disable=not sys.stderr.isatty() or plan.jobs > 1)
+        done, planned = study_progress(spec, study.get_trials(deepcopy=False))
+        bar = tqdm(
+            total=planned,
+            initial=done,
+            unit="run",
+            desc="tune",
+            disable=not sys.stderr.isatty() or plan.jobs > 1,
+        )
 
         def progress(line: str) -> None:
             bar.update()

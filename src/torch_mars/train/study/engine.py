@@ -118,6 +118,12 @@ class Search(Protocol):
 
     def label(self, key: str) -> str: ...
 
+    @property
+    def planned_runs(self) -> int:
+        """The runs the search trains at least, with every trial's budget spent (what a
+        progress line counts against)."""
+        ...
+
 
 @dataclass(frozen=True)
 class StudySpec:
@@ -329,6 +335,15 @@ def finished_results(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, 
             final = trial.user_attrs.get("final")
             results[run] = math.nan if final is None else final
     return results
+
+
+def study_progress(spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial]) -> tuple[int, int]:
+    """``(finished, planned)``: the study's finished runs of its searches' optimizers, and the
+    runs its searches plan at least (:attr:`Search.planned_runs`; a search can add a few, so
+    the first may pass the second)."""
+    optimizers = {search.optimizer for search in spec.searches}
+    finished = sum(1 for run in finished_results(trials) if run[0] in optimizers)
+    return finished, sum(search.planned_runs for search in spec.searches)
 
 
 # ---------------------------------------------------------------- owners
@@ -581,7 +596,10 @@ def work(
             )
             optimizer, key, seed, data_seed = claimed.run
             label = spec.search_of(optimizer).label(key)
-            progress(f"{optimizer} {label} seed {seed} data {data_seed}: {final}")
+            done, planned = study_progress(spec, study.get_trials(deepcopy=False))
+            progress(
+                f"{done}/{planned} runs · {optimizer} {label} seed {seed} data {data_seed}: {final}"
+            )
         pause_if_asked(PAUSE_AFTER_VARIABLE, trained, "finished trials")
     return trained
 

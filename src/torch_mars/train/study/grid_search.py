@@ -37,6 +37,13 @@ class GridSearch:
     lower_is_better: bool = True
     data_seed: int = 0
 
+    @property
+    def planned_runs(self) -> int:
+        """Every point on the search seeds, then the winner on the final seeds it lacks."""
+        return len(self.points) * len(self.search_seeds) + len(
+            set(self.seeds) - set(self.search_seeds)
+        )
+
     def hyperparams(self, key: str) -> dict[str, Any]:
         return dict(dict(self.points)[key])
 

@@ -98,6 +98,17 @@ class ProfiledState:
         return [sorted(p) for p in profiles.values()]
 
 
+def planned_runs(trials: int, selection: Selection) -> int:
+    """The runs a search of ``trials`` trains at least: every trial on the selection seeds,
+    the finalists on the final seeds and the winner's held-out runs."""
+    finalists = min(selection.finalists, trials)
+    return (
+        trials * len(selection.seeds)
+        + finalists * len(selection.final_seeds)
+        + len(selection.heldout_pairs())
+    )
+
+
 @dataclass(frozen=True)
 class ProfiledSearch:
     """The search of one optimizer (lower metric is better) on the GPT config ``model``
@@ -121,6 +132,10 @@ class ProfiledSearch:
         for start in self.starts:
             if set(start) != set(dimensions_of(self.optimizer)):
                 raise ValueError(f"start point of {self.optimizer} lacks a dimension: {start}")
+
+    @property
+    def planned_runs(self) -> int:
+        return planned_runs(self.trials, self.selection)
 
     def hyperparams(self, key: str) -> dict[str, Any]:
         return hyperparams_of(self.optimizer, parse_point_key(key), self.model)
