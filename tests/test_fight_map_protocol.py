@@ -385,3 +385,28 @@ def test_a_ridge_probe_moves_two_settings_together_in_one_grid(tmp_path):
     assert "| betas | gamma | mean | - winner [95% interval] | seeds |" in text
     assert "| (0.98,0.95) | 0.05 | 1.6567 | retrained: largest difference 0 | 3 |" in text
     assert "| (0.99,0.95) | 0.025 | 1.6367 | -0.0200 [" in text
+
+
+def test_the_second_models_winners_stand_beside_tinys_from_its_most_trials(tmp_path):
+    """tiny's winner comes from the report with the most trials that finished it (NAdamW's at
+    80, MARS-AdamW's at 40 where the 80-trial study has not finished it); an optimizer the
+    second model has not finished gets a dash."""
+
+    def report(trials, outcomes):
+        return {"trials": trials, "optimizers": [
+            {"optimizer": n, "finished": done, "winner": {"lr": lr, "gamma": 0.1}}
+            for n, done, lr in outcomes]}  # fmt: skip
+
+    first, second = tmp_path / "fight-map", tmp_path / "second-model"
+    (first / "b16-4x" / "trials-80" / "b16-4x").mkdir(parents=True)
+    (second / "b16-4x").mkdir(parents=True)
+    at_40 = report(40, [("nadamw", True, 0.005), ("mars-adamw", True, 0.0256)])
+    at_80 = report(80, [("nadamw", True, 0.0076), ("mars-adamw", False, 0.1)])
+    (first / "b16-4x" / "tune.json").write_text(json.dumps(at_40))
+    (first / "b16-4x" / "trials-80" / "b16-4x" / "tune.json").write_text(json.dumps(at_80))
+    mine = report(16, [("nadamw", True, 0.00506), ("mars-adamw", False, 0.01)])
+    (second / "b16-4x" / "tune.json").write_text(json.dumps(mine))
+    lines = second_model.beside_first_model("b16-4x", second, first).splitlines()
+    assert "| nadamw (80 / 16 trials) | lr | 0.0076 | 0.00506 |" in lines
+    assert "|  | gamma | 0.1 | 0.1 |" in lines
+    assert "| mars-adamw | — | finished at 40 trials | not finished |" in lines

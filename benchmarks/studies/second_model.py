@@ -13,6 +13,8 @@ and the Shampoo pair when there is time. Each point is one study,
 (``--snapshot`` gzips its journal).
 
     python benchmarks/studies/second_model.py [--points b16-4x b64-4x] [--jobs 2] [--trials 16]
+    python benchmarks/studies/second_model.py --report  # also beside-tiny.md: the winners
+                                                        # beside tiny's at the point
     python benchmarks/studies/second_model.py --snapshot
     python benchmarks/studies/second_model.py --status
 """
@@ -20,10 +22,12 @@ and the Shampoo pair when there is time. Each point is one study,
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
 
+from torch_mars.atomic_files import write_text_atomically
 from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
 
@@ -37,6 +41,39 @@ DATA = fight_map.ROOT.parent / "shared" / "data" / "text" / "python311-docs.txt.
 SECOND_POINTS = ("b16-4x", "b64-4x")
 ADAM_PAIR = ("nadamw", "mars-adamw")
 TRIALS = 16
+
+
+def beside_first_model(point: str, folder: Path = FOLDER, first: Path | None = None) -> str:
+    """Each optimizer's winner at ``point`` on the second model beside its winner on ``tiny``
+    (the map's report with the most trials that finished it), dimension by dimension, with the
+    trials each search spent: where the tuned values carry across width and corpus."""
+    second = json.loads((folder / point / "tune.json").read_text())
+    firsts = fight_map.point_reports(point, first or fight_map.FOLDER)
+    lines = [
+        f"Winners at {point}: `tiny` on the stdlib corpus (the map) against `{MODEL}` on the "
+        "Python documentation (this study).",
+        "",
+        "| optimizer | dimension | tiny | " + MODEL + " |",
+        "|---|---|---:|---:|",
+    ]
+    for outcome in second["optimizers"]:
+        name = outcome["optimizer"]
+        mine = outcome["winner"] if outcome["finished"] else None
+        theirs, trials = None, None
+        for count, record in reversed(firsts):
+            found = {o["optimizer"]: o for o in record["optimizers"]}.get(name)
+            if found and found["finished"]:
+                theirs, trials = found["winner"], count
+                break
+        if mine is None or theirs is None:
+            left = "not finished" if theirs is None else f"finished at {trials} trials"
+            right = "not finished" if mine is None else "finished"
+            lines.append(f"| {name} | — | {left} | {right} |")
+            continue
+        for i, dimension in enumerate(mine):
+            label = f"{name} ({trials} / {second['trials']} trials)" if i == 0 else ""
+            lines.append(f"| {label} | {dimension} | {theirs[dimension]:g} | {mine[dimension]:g} |")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -79,6 +116,10 @@ def main() -> int:
         code = torch_mars(["tune", *arguments])
         if code:
             return code
+        if args.report:
+            table = beside_first_model(point)
+            write_text_atomically(FOLDER / point / "beside-tiny.md", table + "\n")
+            print(table)
     return 0
 
 
