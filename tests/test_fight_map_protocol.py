@@ -410,3 +410,33 @@ def test_the_second_models_winners_stand_beside_tinys_from_its_most_trials(tmp_p
     assert "| nadamw (80 / 16 trials) | lr | 0.0076 | 0.00506 |" in lines
     assert "|  | gamma | 0.1 | 0.1 |" in lines
     assert "| mars-adamw | — | finished at 40 trials | not finished |" in lines
+
+
+def test_the_second_models_report_writes_each_points_winners_and_its_holm_verdicts(
+    tmp_path, monkeypatch
+):
+    """The report step (tune's own report stubbed: it is tested with tune) writes
+    beside-tiny.md at the point and verdicts.md over the model's comparisons."""
+    first, second = tmp_path / "fight-map", tmp_path / "second-model"
+    verdict = {"rule": "mars-adamw", "control": "nadamw", "gap": -0.02, "interval": [-0.03, -0.01],
+               "p": 0.004, "pairs": 6}  # fmt: skip
+    for folder, trials in ((first, 80), (second, 16)):
+        (folder / "b16-4x").mkdir(parents=True)
+        outcomes = [{"optimizer": n, "finished": True, "trials": trials, "winner": {"lr": 0.01}}
+                    for n in ("nadamw", "mars-adamw")]  # fmt: skip
+        record = {"trials": trials, "optimizers": outcomes, "verdicts": [verdict]}
+        (folder / "b16-4x" / "tune.json").write_text(json.dumps(record))
+    monkeypatch.setattr(fight_map, "ROOT", tmp_path)
+    monkeypatch.setattr(fight_map, "FOLDER", first)
+    monkeypatch.setattr(second_model, "FOLDER", second)
+    monkeypatch.setattr(second_model, "torch_mars", lambda arguments: 0)
+    monkeypatch.setattr(sys, "argv", ["second_model.py", "--report", "--points", "b16-4x"])
+    assert second_model.main() == 0
+    assert (
+        "| nadamw (80 / 16 trials) | lr | 0.01 | 0.01 |"
+        in (second / "b16-4x" / "beside-tiny.md").read_text()
+    )
+    verdicts = (second / "verdicts.md").read_text()
+    assert "Holm over its 1 comparison(s)" in verdicts
+    (row,) = verdicts.splitlines()[4:]
+    assert row.startswith("| b16-4x | mars-adamw | nadamw |") and "| win |" in row

@@ -13,8 +13,8 @@ and the Shampoo pair when there is time. Each point is one study,
 (``--snapshot`` gzips its journal).
 
     python benchmarks/studies/second_model.py [--points b16-4x b64-4x] [--jobs 2] [--trials 16]
-    python benchmarks/studies/second_model.py --report  # also beside-tiny.md: the winners
-                                                        # beside tiny's at the point
+    python benchmarks/studies/second_model.py --report  # also beside-tiny.md (the winners
+        # beside tiny's at each point) and verdicts.md (Holm over the model's comparisons)
     python benchmarks/studies/second_model.py --snapshot
     python benchmarks/studies/second_model.py --status
 """
@@ -117,9 +117,15 @@ def main() -> int:
         if code:
             return code
         if args.report:
-            table = beside_first_model(point)
+            table = beside_first_model(point, FOLDER)
             write_text_atomically(FOLDER / point / "beside-tiny.md", table + "\n")
             print(table)
+    rows = fight_map.map_rows(FOLDER) if args.report else []
+    if rows:
+        table = fight_map.format_map(rows)
+        text = f"The second model's verdicts, Holm over its {len(rows)} comparison(s).\n\n{table}\n"
+        write_text_atomically(FOLDER / "verdicts.md", text)
+        print(text, end="")
     return 0
 
 
