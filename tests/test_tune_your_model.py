@@ -32,7 +32,7 @@ def example(name: str):
     return module
 
 
-def test_tune_on_a_plain_loop_gives_equal_trials_and_reads_winners_on_new_data(tmp_path):
+def test_tune_on_a_plain_loop_gives_equal_trials_and_reads_winners_on_new_data(tmp_path, capsys):
     result = torch_mars.tune(
         example("plain_loop").train,
         optimizers=["adamw", "mars-adamw"],
@@ -53,6 +53,8 @@ def test_tune_on_a_plain_loop_gives_equal_trials_and_reads_winners_on_new_data(t
     assert "gamma" in result.winners["mars-adamw"]
     assert tmp_path / "train" / "summary.md" in result.paths
     assert "| mars-adamw |" in result.table or "| adamw |" in result.table
+    # the bar counts every run against the plan: (2 trials + 2 finalists + 2 held out) x 2
+    assert "12/12" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["hf_trainer", "lightning_module"])

@@ -242,6 +242,7 @@ def tune(
     name: str | None = None,
     defaults: str = "tiny",
     jobs: int = 1,
+    progress: bool = True,
 ) -> TuneResult:
     """Tune ``optimizers`` on the training function ``train`` by the protocol of
     ``torch-mars tune``: the declared space per optimizer, ``trials`` trials each, selection on
@@ -251,8 +252,12 @@ def tune(
     files in
     ``out_dir/name`` (``name``: the function's name). A killed study resumes (call it again).
     ``defaults`` names the GPT config whose tuned recipes start the searches; ``jobs`` > 1
-    needs ``train`` importable from its module."""
-    from torch_mars.train.study.engine import open_study, run_workers
+    needs ``train`` importable from its module. ``progress``: a bar on stderr counting the
+    runs against those the study plans (with ``jobs`` > 1, each worker prints a line per run
+    instead)."""
+    from tqdm import tqdm
+
+    from torch_mars.train.study.engine import open_study, run_workers, study_progress
     from torch_mars.train.study.selection import Selection
     from torch_mars.train.study.space import hyperparams_of
     from torch_mars.train.study.tune import TunePlan, report_json, write_tune_report
@@ -281,7 +286,16 @@ def tune(
     )
     spec = plan.spec()
     study = open_study(spec)
-    run_workers(spec)
+    done, planned = study_progress(spec, study.get_trials(deepcopy=False))
+    bar = tqdm(
+        total=planned,
+        initial=done,
+        unit="run",
+        desc=f"tune {plan.study_name}",
+        disable=not progress or jobs > 1,
+    )
+    run_workers(spec, lambda line: bar.update())
+    bar.close()
     paths = write_tune_report(plan, study)
     from torch_mars.train.study.tune import outcomes
 
