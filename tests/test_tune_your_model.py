@@ -57,6 +57,14 @@ def test_tune_on_a_plain_loop_gives_equal_trials_and_reads_winners_on_new_data(t
     assert "12/12" in capsys.readouterr().err
 
 
+def test_progress_false_hides_the_bar(tmp_path, capsys):
+    small = {**SMALL, "trials": 1}
+    torch_mars.tune(
+        example("plain_loop").train, ["adamw"], out_dir=tmp_path, progress=False, **small
+    )
+    assert "tune train" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", ["hf_trainer", "lightning_module"])
 def test_the_examples_where_users_already_train_run(tmp_path, name):
     pytest.importorskip("transformers" if name == "hf_trainer" else "lightning")
