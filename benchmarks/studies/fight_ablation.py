@@ -19,13 +19,13 @@ import argparse
 import json
 import os
 import shlex
-import statistics
 import sys
 from pathlib import Path
 
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
+from torch_mars.train.compare import mean_std_text
 from torch_mars.train.optimizers import MARS_RULE_OF
 from torch_mars.train.study.verdict import paired_gap
 
@@ -150,10 +150,7 @@ def format_ablation(
         "|" + "---|" * len(axes) + "---:|---:|---:|",
     ]
     for row in rows:
-        done = [v for v in row["finals"] if v == v]
-        mean = (
-            f"{statistics.fmean(done):.4f} ± {statistics.stdev(done):.4f}" if len(done) > 1 else "—"
-        )
+        mean = mean_std_text(row["finals"])
         values = " | ".join(
             "auto" if v is None else ablate_winners.flag_value(v) for v in row["values"].values()
         )

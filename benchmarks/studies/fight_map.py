@@ -42,6 +42,7 @@ from pathlib import Path
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.models import GPT, gpt_config
+from torch_mars.train.compare import mean_std_text
 from torch_mars.train.plots import save_figure
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import Selection
@@ -346,7 +347,7 @@ def format_second_against_first(heading: str, rows: list[dict]) -> str:
     for row in rows:
         first, second = row["first"], row["second"]
         lines.append(
-            f"| {row['optimizer']} | {_mean_std(first)} | {_mean_std(second)} | "
+            f"| {row['optimizer']} | {mean_std_text(first)} | {mean_std_text(second)} | "
             f"{'the same point' if row['same_point'] else row['gap'].text()} | "
             f"{'yes' if row['holds'] else 'no'} |"
         )
@@ -404,12 +405,6 @@ def format_pooled(source: dict[str, str], found: list[Verdict]) -> str:
         f"| {v.rule} | {v.control} | {v.gap.text()} | {v.gap.p:.3g} | {v.decision} |" for v in found
     ]
     return "\n".join(lines)
-
-
-def _mean_std(values: list[float]) -> str:
-    mean = sum(values) / len(values)
-    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
-    return f"{mean:.4f} ± {std:.4f}"
 
 
 def plot_map(rows: list[dict], out_path: Path) -> Path:

@@ -61,6 +61,21 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def mean_std_text(values: Sequence[float]) -> str:
+    """``mean ± std`` of the values that are not NaN (unfinished or diverged runs), to four
+    decimals; the value alone where there is one, "—" where there is none.
+
+    >>> mean_std_text([1.0, 2.0, float("nan")]), mean_std_text([1.5]), mean_std_text([])
+    ('1.5000 ± 0.7071', '1.5000', '—')
+    """
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f}"
+
+
 def summarise(results: Sequence[RunResult]) -> list[OptimizerSummary]:
     """Group run results by optimizer, in first-seen order, with mean and std over seeds."""
     summaries = []

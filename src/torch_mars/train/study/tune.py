@@ -28,7 +28,7 @@ from typing import Any
 import optuna
 
 from torch_mars.atomic_files import write_text_atomically
-from torch_mars.train.compare import SAME_COST_CONTROLS
+from torch_mars.train.compare import SAME_COST_CONTROLS, mean_std_text
 from torch_mars.train.study.curves import best_so_far, expected_best_curve
 from torch_mars.train.study.engine import (
     RunId,
@@ -399,15 +399,6 @@ def progress_label(finished: bool, runs: int) -> str:
     return "" if finished else "unfinished" if runs else "not started"
 
 
-def _mean_std(values: Sequence[float]) -> str:
-    values = [v for v in values if not math.isnan(v)]
-    if not values:
-        return "—"
-    if len(values) == 1:
-        return f"{values[0]:.4f}"
-    return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f}"
-
-
 def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
     """The report: per optimizer its trials, held-out mean ± std, selection mean and winner;
     each MARS rule's paired gap to its strongest control; the tuning curves."""
@@ -426,8 +417,9 @@ def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
         progress = progress_label(o.finished, len(o.trial_scores))
         status = f" ({progress})" if progress else ""
         lines.append(
-            f"| {o.optimizer}{status} | {len(o.trial_scores)} | {_mean_std(o.heldout_finals)} | "
-            f"{_mean_std(o.selection_finals)} | {o.rounds} |"
+            f"| {o.optimizer}{status} | {len(o.trial_scores)} | "
+            f"{mean_std_text(o.heldout_finals)} | {mean_std_text(o.selection_finals)} | "
+            f"{o.rounds} |"
         )
     found_verdicts = verdicts(found)
     if found_verdicts:
