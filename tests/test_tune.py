@@ -303,6 +303,26 @@ def test_each_runs_line_counts_it_against_the_studys_planned_runs(tmp_path, corp
     assert first + rest == [(str(k), "4") for k in range(1, 5)]
 
 
+@pytest.mark.parametrize("asked", [True, False])
+def test_worker_processes_print_their_runs_only_when_progress_is_asked(
+    tmp_path, corpus_file, capfd, asked
+):
+    """Two worker processes, 2 trials of one optimizer and its held-out run: a line per run,
+    counted against the 3 planned runs, or none."""
+    from torch_mars.train.study.engine import run_workers
+
+    spec = toy_plan(tmp_path, corpus_file, trials=2, jobs=2).spec()
+    open_study(spec)
+    capfd.readouterr()
+    assert run_workers(spec, (lambda line: None) if asked else None) == 3
+    printed = capfd.readouterr().out
+    counted = sorted(re.findall(r"^\[worker \d\] (\d)/3 runs · adamw ", printed, flags=re.M))
+    if asked:  # two workers that finish together may both count the later total
+        assert len(counted) == 3 and set(counted) <= {"1", "2", "3"} and counted[-1] == "3"
+    else:
+        assert "[worker" not in printed
+
+
 def test_the_cost_line_says_where_threads_were_not_recorded():
     from torch_mars.train.study.engine import OWNER_ATTR
 

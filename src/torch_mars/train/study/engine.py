@@ -616,7 +616,7 @@ def _die_with_parent() -> None:
 
 
 def _worker_process(
-    spec: StudySpec, index: int, threads: int, gpus: int, max_trials: int | None
+    spec: StudySpec, index: int, threads: int, gpus: int, max_trials: int | None, lines: bool
 ) -> None:
     _die_with_parent()
     torch.set_num_threads(threads)
@@ -624,7 +624,7 @@ def _worker_process(
         os.environ["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
     work(
         spec,
-        progress=lambda line: print(f"[worker {index}] {line}", flush=True),
+        progress=(lambda line: print(f"[worker {index}] {line}", flush=True)) if lines else None,
         max_trials=max_trials,
     )
 
@@ -636,8 +636,10 @@ def run_workers(
 ) -> int:
     """Run ``spec.jobs`` workers (in this process for one) until the study is finished, or
     each has trained ``max_trials``; each takes its share of the cores, and one GPU each where
-    there are GPUs. Returns when every worker has ended, however it ended (a killed worker's
-    trial is trained again by the others); the count is the runs this process's study gained."""
+    there are GPUs. ``progress(line)`` is called as each run finishes here; worker processes
+    print their lines themselves (prefixed ``[worker N]``), and none where ``progress`` is
+    None. Returns when every worker has ended, however it ended (a killed worker's trial is
+    trained again by the others); the count is the runs this process's study gained."""
     if spec.jobs == 1:
         return work(spec, progress, max_trials=max_trials)
     study = load_study(open_storage(spec.url, create=False), spec.study_name)
@@ -646,7 +648,10 @@ def run_workers(
     threads = max(1, (os.cpu_count() or 1) // spec.jobs)
     context = multiprocessing.get_context("spawn")
     workers = [
-        context.Process(target=_worker_process, args=(spec, i, threads, gpus, max_trials))
+        context.Process(
+            target=_worker_process,
+            args=(spec, i, threads, gpus, max_trials, progress is not None),
+        )
         for i in range(spec.jobs)
     ]
     for worker in workers:

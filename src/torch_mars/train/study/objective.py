@@ -254,7 +254,7 @@ def tune(
     ``defaults`` names the GPT config whose tuned recipes start the searches; ``jobs`` > 1
     needs ``train`` importable from its module. ``progress``: a bar on stderr counting the
     runs against those the study plans (with ``jobs`` > 1, each worker prints a line per run
-    instead)."""
+    instead); False prints neither."""
     from tqdm import tqdm
 
     from torch_mars.train.study.engine import open_study, run_workers, study_progress
@@ -294,7 +294,7 @@ def tune(
         desc=f"tune {plan.study_name}",
         disable=not progress or jobs > 1,
     )
-    run_workers(spec, lambda line: bar.update())
+    run_workers(spec, (lambda line: bar.update()) if progress else None)
     bar.close()
     paths = write_tune_report(plan, study)
     from torch_mars.train.study.tune import outcomes
