@@ -10,7 +10,6 @@ from typing import Any
 from torch_mars.data.corpus import DataFormatError
 
 END_OF_TEXT = "<|endoftext|>"
-GPT2_END_OF_TEXT_ID = 50256
 GPT2_SINGLE_BYTE_TOKENS = 256
 
 

@@ -145,11 +145,6 @@ def write_summary(result: RunResult) -> None:
     )
 
 
-def read_summary(run_dir: Path) -> RunResult:
-    """The :class:`RunResult` in ``run_dir/summary.json`` (NaN where it holds null)."""
-    return RunResult.from_dict(json.loads((Path(run_dir) / SUMMARY_FILE).read_text()))
-
-
 def read_config(run_dir: Path) -> dict[str, Any]:
     """The ``config.json`` of a run folder (runs written before the ``task`` key are text)."""
     path = Path(run_dir) / CONFIG_FILE

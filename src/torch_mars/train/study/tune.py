@@ -290,10 +290,6 @@ class OptimizerOutcome:
         return statistics.fmean(self.heldout_finals) if self.heldout_complete else math.nan
 
     @property
-    def heldout_std(self) -> float:
-        return statistics.stdev(self.heldout_finals) if self.heldout_complete else math.nan
-
-    @property
     def curve(self) -> list[float]:
         return expected_best_curve(self.trial_scores)
 
