@@ -13,6 +13,7 @@ import re
 
 import pytest
 
+from torch_mars.train.study.engine import needed_runs
 from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.space import LADDERS, dimensions_of, parse_point_key, start_point
@@ -199,3 +200,18 @@ def test_a_finished_search_trained_exactly_its_planned_runs(trials):
     search = ProfiledSearch("adamw", (ADAMW_START,), selection, trials=trials)
     _, trained = run_search(search, objective=lucky_on_the_selection_seeds)
     assert len(trained) == search.planned_runs == 3 * trials + 2 * min(2, trials) + 6
+
+
+def test_the_runs_of_the_search_with_most_left_are_claimed_first():
+    """AdamW halfway through its search, NAdamW not begun: NAdamW's runs come first although
+    AdamW is named first, and with both untouched the named order holds."""
+    adamw = ProfiledSearch("adamw", (ADAMW_START,), SELECTION, trials=4)
+    nadamw = ProfiledSearch("nadamw", (start_point("nadamw", "tiny"),), SELECTION, trials=4)
+    assert needed_runs([adamw, nadamw], {})[0][0] == "adamw"
+    results = {}
+    for run in adamw.replay(results).needed:
+        results[run] = 3.0 + 0.01 * parse_point_key(run[1])["lr"]
+    needed = needed_runs([adamw, nadamw], results)
+    names = [run[0] for run in needed]
+    assert names[0] == "nadamw" and set(names) == {"adamw", "nadamw"}
+    assert names == sorted(names, key=lambda n: n != "nadamw")  # NAdamW's all before AdamW's

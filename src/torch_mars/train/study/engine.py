@@ -36,6 +36,7 @@ so on stderr: a test kills it there, at a point it controls.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -436,10 +437,20 @@ def _remove_work_dir(work_dir: Path) -> None:
 _STALE_AFTER_S = 600.0
 
 
+def needed_runs(searches: Sequence[Search], results: Mapping[RunId, float]) -> list[RunId]:
+    """The runs the searches need next, those of the search with the most planned runs left
+    first (ties in the given order): the searches then end together, and a worker that one
+    search's next step makes wait takes another's run instead of idling at the end. The
+    order changes no result: a search's replay is the same whatever order its runs finish in."""
+    done = collections.Counter(run[0] for run in results)
+    ranked = sorted(searches, key=lambda s: done[s.optimizer] - s.planned_runs)
+    return [run for search in ranked for run in search.replay(results).needed]
+
+
 def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim | bool | None:
     """Under the claim lock: fail the trials of gone workers, then claim the first needed run
-    that no worker is training (one storage write). None when other workers hold every needed
-    run; False when the study is finished."""
+    (:func:`needed_runs`) that no worker is training (one storage write). None when other
+    workers hold every needed run; False when the study is finished."""
     with claim_lock(spec.url, study, spec.study_name):
         trials = study.get_trials(deepcopy=False)
         running: set[RunId] = set()
@@ -451,8 +462,7 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
                 _remove_work_dir(spec.work_dir(trial.number))
             elif (run := run_of(trial)) is not None:
                 running.add(run)
-        results = finished_results(trials)
-        needed = [run for search in spec.searches for run in search.replay(results).needed]
+        needed = needed_runs(spec.searches, finished_results(trials))
         if not needed:
             return False
         free = [run for run in needed if run not in running]
