@@ -13,6 +13,8 @@ and the Shampoo pair when there is time. Each point is one study,
 (``--snapshot`` gzips its journal).
 
     python benchmarks/studies/second_model.py [--points b16-4x b64-4x] [--jobs 2] [--trials 16]
+    python benchmarks/studies/second_model.py --points b16-4x --jobs 1 &  # the points side by
+    python benchmarks/studies/second_model.py --points b64-4x --jobs 1 &  # side: no worker waits
     python benchmarks/studies/second_model.py --report  # also beside-tiny.md (the winners
         # beside tiny's at each point) and verdicts.md (Holm over the model's comparisons)
     python benchmarks/studies/second_model.py --snapshot
