@@ -387,16 +387,18 @@ def test_a_ridge_probe_moves_two_settings_together_in_one_grid(tmp_path):
     assert "| (0.99,0.95) | 0.025 | 1.6367 | -0.0200 [" in text
 
 
+def _winners_report(trials, outcomes, verdicts=()):
+    """A ``tune.json`` record of ``(optimizer, finished, lr)`` outcomes (gamma 0.1 beside)."""
+    return {"trials": trials, "verdicts": list(verdicts), "optimizers": [
+        {"optimizer": n, "finished": done, "trials": trials, "winner": {"lr": lr, "gamma": 0.1}}
+        for n, done, lr in outcomes]}  # fmt: skip
+
+
 def test_the_second_models_winners_stand_beside_tinys_from_its_most_trials(tmp_path):
     """tiny's winner comes from the report with the most trials that finished it (NAdamW's at
     80, MARS-AdamW's at 40 where the 80-trial study has not finished it); an optimizer the
     second model has not finished gets a dash."""
-
-    def report(trials, outcomes):
-        return {"trials": trials, "optimizers": [
-            {"optimizer": n, "finished": done, "winner": {"lr": lr, "gamma": 0.1}}
-            for n, done, lr in outcomes]}  # fmt: skip
-
+    report = _winners_report
     first, second = tmp_path / "fight-map", tmp_path / "second-model"
     (first / "b16-4x" / "trials-80" / "b16-4x").mkdir(parents=True)
     (second / "b16-4x").mkdir(parents=True)
@@ -422,9 +424,8 @@ def test_the_second_models_report_writes_each_points_winners_and_its_holm_verdic
                "p": 0.004, "pairs": 6}  # fmt: skip
     for folder, trials in ((first, 80), (second, 16)):
         (folder / "b16-4x").mkdir(parents=True)
-        outcomes = [{"optimizer": n, "finished": True, "trials": trials, "winner": {"lr": 0.01}}
-                    for n in ("nadamw", "mars-adamw")]  # fmt: skip
-        record = {"trials": trials, "optimizers": outcomes, "verdicts": [verdict]}
+        outcomes = [(n, True, 0.01) for n in ("nadamw", "mars-adamw")]
+        record = _winners_report(trials, outcomes, [verdict])
         (folder / "b16-4x" / "tune.json").write_text(json.dumps(record))
     monkeypatch.setattr(fight_map, "ROOT", tmp_path)
     monkeypatch.setattr(fight_map, "FOLDER", first)

@@ -28,7 +28,6 @@ from torch_mars.cli import main as torch_mars
 
 fight_map = load_script(Path(__file__).with_name("fight_map.py"))
 
-ROOT = Path(__file__).resolve().parents[2]
 
 SEEDS = ("0", "1", "2")
 
@@ -40,14 +39,16 @@ def _value(value: object) -> str:
 
 
 def sweep_arguments(point: str, jobs: int) -> list[str]:
-    old = json.loads((ROOT / "benchmarks/results/regime-map" / point / "tune.json").read_text())
+    old = json.loads(
+        (fight_map.ROOT / "benchmarks/results/regime-map" / point / "tune.json").read_text()
+    )
     tune = fight_map.tune_arguments(point, jobs, trials=1)
     budget = tune[: tune.index("--optimizers")]
     grids = []
     for entry in old["optimizers"]:
         for key, value in entry["hyperparams"].items():
             grids += ["--grid", f"{entry['optimizer']}:{key}={_value(value)}"]
-    folder = (fight_map.FOLDER / point).relative_to(ROOT)
+    folder = (fight_map.FOLDER / point).relative_to(fight_map.ROOT)
     return [
         *budget,
         "--optimizers",
