@@ -183,6 +183,20 @@ def test_a_sweep_resumes_and_redraws_from_its_study_alone(tmp_path, corpus_file)
     assert tmp_path / "sweep" / "winners.png" in written
 
 
+def test_a_sweep_counts_its_runs_against_its_plan_when_it_opens_and_on_resume(
+    tmp_path, corpus_file
+):
+    """The sweep's bar has its total: ``opened`` gets the runs so far and the runs planned
+    (two adamw points and one mars-adamw point on seed 0, each winner on seed 1)."""
+    sweep_plan = plan(tmp_path, corpus_file, {"adamw": {"lr": (1e-3, 3e-3)}, "mars-adamw": {}})
+    counts: list[tuple[int, int]] = []
+    lines: list[str] = []
+    run_sweep(sweep_plan, lines.append, lambda done, planned: counts.append((done, planned)))
+    run_sweep(sweep_plan, lines.append, lambda done, planned: counts.append((done, planned)))
+    assert counts == [(0, 5), (5, 5)]
+    assert len(lines) == 5
+
+
 def test_a_pre_engine_archive_is_taken_into_the_study_and_not_trained_again(tmp_path, corpus_file):
     """Nothing measured is lost: a sweep folder with only a runs.jsonl (the archive of the
     sweeps before the study engine) resumes from it."""

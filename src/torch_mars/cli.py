@@ -901,7 +901,11 @@ def _sweep(plan: SweepPlan) -> int:
         if bar.disable:
             print(line, flush=True)
 
-    report = run_sweep(plan, progress)
+    def opened(finished: int, planned: int) -> None:
+        bar.reset(total=planned)
+        bar.update(finished)
+
+    report = run_sweep(plan, progress, opened)
     bar.close()
     written = write_report(plan, report)
     print(format_sweep_table(report))

@@ -34,6 +34,7 @@ from torch_mars.train.study.engine import (
     finished_results,
     open_study,
     run_workers,
+    study_progress,
 )
 from torch_mars.train.study.grid import Grid, grid_points
 from torch_mars.train.study.grid_search import GridSearch
@@ -228,13 +229,20 @@ def import_archive(plan: SweepPlan, study: optuna.Study, archive: dict[str, Any]
     return added
 
 
-def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) -> SweepReport:
-    """Run (or resume) ``plan`` and return its report; ``progress(line)`` is called as each
-    run finishes here."""
+def run_sweep(
+    plan: SweepPlan,
+    progress: Callable[[str], None] | None = None,
+    opened: Callable[[int, int], None] | None = None,
+) -> SweepReport:
+    """Run (or resume) ``plan`` and return its report; ``opened(finished, planned)`` is called
+    once the study is open (its runs so far, an old archive's among them, and the runs it
+    plans), then ``progress(line)`` as each run finishes here."""
     spec = plan.spec()
     archive = read_archive(plan.sweep_dir / ARCHIVE_FILE)  # a bad line stops it here
     study = open_study(spec)
     import_archive(plan, study, archive)
+    if opened is not None:
+        opened(*study_progress(spec, study.get_trials(deepcopy=False)))
     run_workers(spec, progress)
     return sweep_report(plan, study.get_trials(deepcopy=False))
 
