@@ -37,6 +37,7 @@ import json
 import shlex
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from torch_mars.atomic_files import write_text_atomically
@@ -145,6 +146,28 @@ def restore(point: str, folder: Path = FOLDER) -> None:
         if not live.exists():
             with gzip.open(snapshot, "rb") as source, live.open("wb") as target:
                 shutil.copyfileobj(source, target)
+
+
+def stored_trials(study_dir: Path) -> tuple[list, dict, list[dict]]:
+    """A study's trials, identity and protocol history, read from its live journal in
+    ``study_dir`` or else its snapshot (unpacked into a temporary copy; neither is changed)."""
+    import optuna
+
+    from torch_mars.train.study.engine import protocol_history
+
+    live = study_dir / "study.log"
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / "study.log"
+        if live.is_file():
+            shutil.copyfile(live, copy)
+        else:
+            with gzip.open(live.with_suffix(".log.gz"), "rb") as packed, copy.open("wb") as out:
+                shutil.copyfileobj(packed, out)
+        storage = open_storage(f"journal:{copy}", create=False)
+        (name,) = study_names(storage)
+        study = optuna.load_study(study_name=name, storage=storage)
+        trials = study.get_trials(deepcopy=False)
+        return trials, study.user_attrs["identity"], protocol_history(study)
 
 
 def snapshot(point: str, folder: Path = FOLDER) -> list[Path]:

@@ -19,24 +19,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
-import shutil
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import optuna
 
+from torch_mars.bench.scripts import load_script
 from torch_mars.bench.table import markdown_table
 from torch_mars.train.study.engine import RunId, finished_results
 from torch_mars.train.study.profiled import BudgetSpent, ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import badness, need
 from torch_mars.train.study.space import Point, point_key
-from torch_mars.train.study.store import open_storage
 from torch_mars.train.study.tune import plan_of_identity
 
-FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fight-map"
+FIGHT_MAP = load_script(Path(__file__).with_name("fight_map.py"))
+FOLDER = FIGHT_MAP.FOLDER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,18 +78,7 @@ class RacingSearch(ProfiledSearch):
 
 def point_rows(point: str, margins: list[float]) -> list[list[str]]:
     """One row per finished search of the point and margin."""
-    live = FOLDER / point / "study.log"
-    with tempfile.TemporaryDirectory() as folder:
-        journal = Path(folder) / "study.log"
-        if live.is_file():
-            shutil.copyfile(live, journal)
-        else:
-            with gzip.open(live.with_suffix(".log.gz"), "rb") as packed, journal.open("wb") as out:
-                shutil.copyfileobj(packed, out)
-        storage = open_storage(f"journal:{journal}", create=False)
-        study = optuna.load_study(study_name=point, storage=storage)
-        trials = study.get_trials(deepcopy=False)
-        identity = study.user_attrs["identity"]
+    trials, identity, _ = FIGHT_MAP.stored_trials(FOLDER / point)
     plan = plan_of_identity(identity, FOLDER / point, None, point)
     results = finished_results(trials)
     rows = []
