@@ -438,6 +438,6 @@ def test_the_second_models_report_writes_each_points_winners_and_its_holm_verdic
         in (second / "b16-4x" / "beside-tiny.md").read_text()
     )
     verdicts = (second / "verdicts.md").read_text()
-    assert "Holm over its 1 comparison(s)" in verdicts
+    assert "Holm over its 1 comparison(s)" in verdicts and "| Holm (model) |" in verdicts
     (row,) = verdicts.splitlines()[4:]
     assert row.startswith("| b16-4x | mars-adamw | nadamw |") and "| win |" in row

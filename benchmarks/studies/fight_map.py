@@ -305,14 +305,15 @@ def map_rows(folder: Path = FOLDER) -> list[dict]:
     return rows
 
 
-def format_map(rows: list[dict]) -> str:
+def format_map(rows: list[dict], over: str = "map") -> str:
     """The map's table: each comparison's paired gap and interval, decided by Holm's
-    correction over every comparison of the map, with its point's runs and run hours (summed
-    wall time of one-thread runs: CPU hours)."""
+    correction over every comparison of ``rows`` (the ``over``: the map's, or a second
+    model's), with its point's runs and run hours (summed wall time of one-thread runs: CPU
+    hours)."""
     gaps = [PairedGap(r["gap"], *r["interval"], r["p"], r["pairs"]) for r in rows]
     decisions = holm_decisions(gaps)
     lines = [
-        "| point | rule | strongest control | paired gap [95% interval] | p | Holm (map) | "
+        f"| point | rule | strongest control | paired gap [95% interval] | p | Holm ({over}) | "
         "trials each | point's runs (run hours) |",
         "|---|---|---|---:|---:|---|---:|---:|",
     ]

@@ -124,7 +124,7 @@ def main() -> int:
             print(table)
     rows = fight_map.map_rows(FOLDER) if args.report else []
     if rows:
-        table = fight_map.format_map(rows)
+        table = fight_map.format_map(rows, over="model")
         text = f"The second model's verdicts, Holm over its {len(rows)} comparison(s).\n\n{table}\n"
         write_text_atomically(FOLDER / "verdicts.md", text)
         print(text, end="")
