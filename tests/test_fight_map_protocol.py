@@ -249,6 +249,21 @@ def test_the_status_counts_each_studys_finished_runs_against_its_plan(tmp_path):
     assert sorted(p.name for p in live.parent.iterdir()) == before
 
 
+def test_a_stored_study_reads_the_same_from_its_snapshot_as_from_its_live_journal(tmp_path):
+    """A finished point's study is read from its live journal or, where that is gone, from its
+    study.log.gz; neither file is changed."""
+    live = tmp_path / "b64-4x" / "study.log"
+    _live_tune_study(live)
+    fight_map.snapshot("b64-4x", tmp_path)
+    from_live = fight_map.stored_trials(live.parent)
+    live.rename(tmp_path / "kept.log")
+    from_snapshot = fight_map.stored_trials(live.parent)
+    assert not live.exists()
+    for trials, identity, _ in (from_live, from_snapshot):
+        assert [t.value for t in trials] == [1.7, 1.7, 1.7, None]
+        assert identity["search"]["optimizers"] == ["muon", "mars-shampoo"]
+
+
 def test_the_second_models_status_prints_its_own_studies_and_runs_nothing(
     tmp_path, monkeypatch, capsys
 ):

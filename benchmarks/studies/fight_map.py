@@ -151,8 +151,6 @@ def restore(point: str, folder: Path = FOLDER) -> None:
 def stored_trials(study_dir: Path) -> tuple[list, dict, list[dict]]:
     """A study's trials, identity and protocol history, read from its live journal in
     ``study_dir`` or else its snapshot (unpacked into a temporary copy; neither is changed)."""
-    import optuna
-
     from torch_mars.train.study.engine import protocol_history
 
     live = study_dir / "study.log"
@@ -165,7 +163,7 @@ def stored_trials(study_dir: Path) -> tuple[list, dict, list[dict]]:
                 shutil.copyfileobj(packed, out)
         storage = open_storage(f"journal:{copy}", create=False)
         (name,) = study_names(storage)
-        study = optuna.load_study(study_name=name, storage=storage)
+        study = load_study(storage, name)
         trials = study.get_trials(deepcopy=False)
         return trials, study.user_attrs["identity"], protocol_history(study)
 
