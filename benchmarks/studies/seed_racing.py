@@ -78,8 +78,8 @@ class RacingSearch(ProfiledSearch):
 
 def point_rows(point: str, margins: list[float]) -> list[list[str]]:
     """One row per finished search of the point and margin."""
-    trials, identity, _ = FIGHT_MAP.stored_trials(FOLDER / point)
-    plan = plan_of_identity(identity, FOLDER / point, None, point)
+    trials, identity, history = FIGHT_MAP.stored_trials(FOLDER / point)
+    plan = plan_of_identity(identity, FOLDER / point, None, point, history)
     results = finished_results(trials)
     rows = []
     for search in plan.searches():

@@ -18,7 +18,6 @@ speculation, and the runs each trains.
 from __future__ import annotations
 
 import argparse
-import collections
 import heapq
 import math
 import statistics
@@ -29,7 +28,14 @@ from typing import NamedTuple
 
 from torch_mars.bench.scripts import load_script
 from torch_mars.bench.table import markdown_table
-from torch_mars.train.study.engine import RunId, Search, finished_results, needed_runs
+from torch_mars.train.study.engine import (
+    RunId,
+    Search,
+    by_runs_left,
+    finished_results,
+    needed_runs,
+    run_of,
+)
 from torch_mars.train.study.tune import plan_of_identity
 
 FIGHT_MAP = load_script(Path(__file__).with_name("fight_map.py"))
@@ -40,10 +46,8 @@ def speculative_runs(searches: Sequence[Search], results: Mapping[RunId, float])
     with each waited-for point in turn below every result so far by their spread (the best)
     and the others above it, then all of them above; the runs those replays need next, first
     outcome first, searches in :func:`needed_runs`'s order."""
-    done = collections.Counter(run[0] for run in results)
-    ranked = sorted(searches, key=lambda s: done[s.optimizer] - s.planned_runs)
     guessed: dict[RunId, None] = {}
-    for search in ranked:
+    for search in by_runs_left(searches, results):
         waited = search.replay(results).needed
         own = [v for run, v in results.items() if run[0] == search.optimizer and math.isfinite(v)]
         low, high = (min(own), max(own)) if own else (0.0, 1.0)
@@ -115,12 +119,7 @@ def point_rows(
     values = finished_results(trials)
     hours: dict[RunId, float] = {}
     for trial in trials:
-        run = (
-            trial.user_attrs.get("optimizer"),
-            trial.user_attrs.get("point"),
-            trial.user_attrs.get("seed"),
-            trial.user_attrs.get("data_seed"),
-        )
+        run = run_of(trial)
         if run in values and trial.datetime_start and trial.datetime_complete:
             hours[run] = (trial.datetime_complete - trial.datetime_start).total_seconds() / 3600
     if any(search.replay(values).needed for search in searches):

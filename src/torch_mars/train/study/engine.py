@@ -437,14 +437,21 @@ def _remove_work_dir(work_dir: Path) -> None:
 _STALE_AFTER_S = 600.0
 
 
+def by_runs_left(searches: Sequence[Search], results: Mapping[RunId, float]) -> list[Search]:
+    """``searches``, the one with the most planned runs left after ``results`` first (ties in
+    the given order): the order in which runs are claimed."""
+    done = collections.Counter(run[0] for run in results)
+    return sorted(searches, key=lambda s: done[s.optimizer] - s.planned_runs)
+
+
 def needed_runs(searches: Sequence[Search], results: Mapping[RunId, float]) -> list[RunId]:
     """The runs the searches need next, those of the search with the most planned runs left
-    first (ties in the given order): the searches then end together, and a worker that one
+    first (:func:`by_runs_left`): the searches then end together, and a worker that one
     search's next step makes wait takes another's run instead of idling at the end. The
     order changes no result: a search's replay is the same whatever order its runs finish in."""
-    done = collections.Counter(run[0] for run in results)
-    ranked = sorted(searches, key=lambda s: done[s.optimizer] - s.planned_runs)
-    return [run for search in ranked for run in search.replay(results).needed]
+    return [
+        run for search in by_runs_left(searches, results) for run in search.replay(results).needed
+    ]
 
 
 def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim | bool | None:
