@@ -44,6 +44,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--finalists": ["2", "--final-seeds", "9"],  # each needs the other
     "--final-seeds": ["9", "--finalists", "2"],
     "--order-seed": ["1"],
+    "--search": ["lr-profiled"],
     "--show-recipe": [],
     "--objective": ["examples.plain_loop:train"],
     "--max-rounds": ["1"],

@@ -33,6 +33,7 @@ from torch_mars.train.study.tune import TunePlan
 TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
 TOY += ["--eval-interval", "2", "--eval-batches", "2", "--optimizers", "adamw"]
 TOY += ["--seeds", "0", "--heldout-seeds", "1", "--heldout-data-seeds", "1", "--trials", "3"]
+TOY += ["--finalists", "0"]
 
 
 @pytest.fixture

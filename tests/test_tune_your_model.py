@@ -21,7 +21,7 @@ from harness_helpers import dying_env
 from torch_mars.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-SMALL = dict(trials=2, seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,))
+SMALL = dict(trials=2, seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,), finalists=0)
 
 
 def example(name: str):
@@ -79,6 +79,7 @@ def test_the_examples_where_users_already_train_run(tmp_path, name):
 
 OBJECTIVE = ["--optimizers", "adamw", "nadamw", "--trials", "2", "--seeds", "0"]
 OBJECTIVE += ["--heldout-seeds", "1", "--heldout-data-seeds", "1", "--name", "s"]
+OBJECTIVE += ["--finalists", "0"]
 
 
 def test_the_command_line_tunes_a_function_and_a_killed_study_resumes_without_a_rerun(tmp_path):

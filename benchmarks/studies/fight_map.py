@@ -80,6 +80,12 @@ FIRST_TRIALS = 40
 # runs (docs/harness.md, "Finalists").
 FINALISTS = 4
 FINAL_SEEDS = (6, 7, 8)
+# The map's search and seeds, written out: the defaults of ``tune`` moved on since.
+MAP_PROTOCOL = (
+    "--search lr-profiled --seeds 0 1 2 --heldout-seeds 3 4 5 --data-seed 0 "
+    f"--heldout-data-seeds 1 2 --finalists {FINALISTS} --final-seeds "
+    + " ".join(map(str, FINAL_SEEDS))
+)
 
 
 def non_embedding_parameters(model: str = "tiny") -> int:
@@ -113,11 +119,14 @@ def tune_arguments(
     model: str = "tiny",
     data: str = "stdlib",
     optimizers: tuple[str, ...] = OPTIMIZERS,
+    protocol: str = "",
 ) -> list[str]:
     """The ``torch-mars tune`` arguments of one point of the map (of its second search with
     ``order_seed`` > 0); ``study``, ``model``, ``data``, ``optimizers``: the same protocol at
     the point for another model and corpus, in the folder ``study``; ``reports_in``: the folder
-    its report's folder goes in, where not beside the study's (:func:`budget_folder`)."""
+    its report's folder goes in, where not beside the study's (:func:`budget_folder`);
+    ``protocol``: the search and seed flags (the map's, :data:`MAP_PROTOCOL`, unless given)."""
+    protocol = protocol or MAP_PROTOCOL
     batch, multiple = POINTS[point]
     study = (study or study_folder(point, order_seed)).relative_to(ROOT)  # run from the root
     out_dir = reports_in.relative_to(ROOT) if reports_in else study.parent
@@ -125,9 +134,7 @@ def tune_arguments(
     arguments = (
         f"--model {model} --data {data} --steps {steps} --batch-size {batch} "
         f"--eval-interval {steps} --eval-tokens {EVAL_TOKENS} "
-        f"--optimizers {' '.join(optimizers)} --trials {trials} "
-        f"--seeds 0 1 2 --heldout-seeds 3 4 5 --data-seed 0 --heldout-data-seeds 1 2 "
-        f"--finalists {FINALISTS} --final-seeds {' '.join(map(str, FINAL_SEEDS))} "
+        f"--optimizers {' '.join(optimizers)} --trials {trials} {protocol} "
         f"--jobs {jobs} --name {study.name} --order-seed {order_seed} "
         f"--out-dir {out_dir} --storage journal:{study / 'study.log'}"
     )

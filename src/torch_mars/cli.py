@@ -70,6 +70,7 @@ from torch_mars.train.run_record import RunFolderBusy, RunResult, check_folder_p
 from torch_mars.train.run_shell import train_run
 from torch_mars.train.schedules import TEXT_SCHEDULES
 from torch_mars.train.study.grid import parse_grid, parse_value
+from torch_mars.train.study.selection import PROTOCOL, Selection
 from torch_mars.train.study.space import tunable_optimizers
 from torch_mars.train.study.store import describe, storage_errors, storage_url
 from torch_mars.train.study.sweep import (
@@ -79,6 +80,7 @@ from torch_mars.train.study.sweep import (
     validate_plan,
     write_report,
 )
+from torch_mars.train.study.tune import DEFAULT_SEARCH, DEFAULT_TRIALS, SEARCHES
 from torch_mars.train.task import TaskConfig, task_of
 from torch_mars.train.trainer import TrainConfig
 from torch_mars.train.vision import (
@@ -567,45 +569,52 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         help="optimizers to tune, each over its whole declared space",
     )
     group.add_argument(
+        "--search",
+        choices=tuple(SEARCHES),
+        default=DEFAULT_SEARCH,
+        help=f"the search that spends the trials (default {DEFAULT_SEARCH}; lr-profiled: the "
+        "coordinate descent of the studies before it, docs/harness.md)",
+    )
+    group.add_argument(
         "--seeds",
         nargs="+",
         type=_nonnegative_int,
-        default=[0, 1, 2],
+        default=list(PROTOCOL.seeds),
         help="selection seeds: points are compared on their mean",
     )
     group.add_argument(
         "--heldout-seeds",
         nargs="+",
         type=_nonnegative_int,
-        default=[3, 4, 5],
+        default=list(PROTOCOL.heldout),
         help="seeds each winner is read on (the table's figures)",
     )
     group.add_argument(
         "--heldout-data-seeds",
         nargs="+",
         type=_nonnegative_int,
-        default=[1, 2],
+        default=list(PROTOCOL.heldout_data_seeds),
         help="data orders each winner is read on, with every held-out seed (--data-seed is the "
         "selection's data order)",
     )
     group.add_argument(
         "--finalists",
         type=_nonnegative_int,
-        default=0,
+        default=PROTOCOL.finalists,
         help="re-read each search's K best points on --final-seeds; the best mean over every "
-        "choosing seed wins (default 0: the search's best wins)",
+        f"choosing seed wins (default {PROTOCOL.finalists}; 0: the search's best wins)",
     )
     group.add_argument(
         "--final-seeds",
-        nargs="+",
+        nargs="*",
         type=_nonnegative_int,
-        default=[],
+        default=list(PROTOCOL.final_seeds),
         help="the seeds the finalists are also read on (data order --data-seed)",
     )
     group.add_argument(
         "--trials",
         type=_positive_int,
-        default=30,
+        default=DEFAULT_TRIALS,
         help="trials every optimizer gets (a trial: one point on every selection seed)",
     )
     group.add_argument(
@@ -696,7 +705,6 @@ class TuneRequest:
 
 
 def _tune_request(args: argparse.Namespace) -> TuneRequest:
-    from torch_mars.train.study.selection import Selection
     from torch_mars.train.study.tune import TunePlan
 
     folder = args.out_dir / args.name
@@ -729,10 +737,14 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
                 data_seed=args.data_seed,
                 heldout_data_seeds=tuple(args.heldout_data_seeds),
                 finalists=args.finalists,
-                final_seeds=tuple(args.final_seeds),
+                # --finalists 0 alone drops the default final seeds with the finalists
+                final_seeds=()
+                if args.finalists == 0 and args.final_seeds == list(PROTOCOL.final_seeds)
+                else tuple(args.final_seeds),
             ),
             study_dir=folder,
             trials=args.trials,
+            search=args.search,
             order_seed=args.order_seed,
             max_rounds=args.max_rounds,
             storage=args.storage,

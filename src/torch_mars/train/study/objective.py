@@ -20,6 +20,7 @@ import path and its source: a study of a changed function is another study.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -229,15 +230,16 @@ class TuneResult:
 def tune(
     train: Callable[..., Any],
     optimizers: Sequence[str] = ("adamw", "nadamw", "mars-adamw"),
-    trials: int = 30,
+    trials: int | None = None,
     storage: str | None = None,
     *,
-    seeds: Sequence[int] = (0, 1, 2),
-    heldout_seeds: Sequence[int] = (3, 4, 5),
+    seeds: Sequence[int] | None = None,
+    heldout_seeds: Sequence[int] | None = None,
     data_seed: int = 0,
-    heldout_data_seeds: Sequence[int] = (1, 2),
-    finalists: int = 0,
-    final_seeds: Sequence[int] = (),
+    heldout_data_seeds: Sequence[int] | None = None,
+    finalists: int | None = None,
+    final_seeds: Sequence[int] | None = None,
+    search: str | None = None,
     out_dir: str | Path = "runs",
     name: str | None = None,
     defaults: str = "tiny",
@@ -254,36 +256,54 @@ def tune(
     ``defaults`` names the GPT config whose tuned recipes start the searches; ``jobs`` > 1
     needs ``train`` importable from its module. ``progress``: a bar on stderr counting the
     runs against those the study plans (with ``jobs`` > 1, each worker prints a line per run
-    instead); False prints neither."""
+    instead); False prints neither. A protocol setting left None takes the protocol's default
+    (:data:`~torch_mars.train.study.selection.PROTOCOL`; ``trials`` and ``search``:
+    :data:`~torch_mars.train.study.tune.DEFAULT_TRIALS` and ``DEFAULT_SEARCH``)."""
     from tqdm import tqdm
 
     from torch_mars.train.study.engine import open_study, run_workers, study_progress
-    from torch_mars.train.study.selection import Selection
+    from torch_mars.train.study.selection import PROTOCOL
     from torch_mars.train.study.space import hyperparams_of
-    from torch_mars.train.study.tune import TunePlan, report_json, write_tune_report
+    from torch_mars.train.study.tune import (
+        DEFAULT_SEARCH,
+        DEFAULT_TRIALS,
+        TunePlan,
+        keep_stored_starts,
+        report_json,
+        write_tune_report,
+    )
 
     path = f"{train.__module__}:{train.__qualname__}"
     check_contract(train, path)
     _GIVEN[path] = train
     base = ObjectiveConfig(objective=path, model=defaults)
     folder = Path(out_dir) / (name or train.__name__)
+    given = {
+        "seeds": seeds,
+        "heldout": heldout_seeds,
+        "heldout_data_seeds": heldout_data_seeds,
+        "finalists": finalists,
+        "final_seeds": final_seeds,
+    }
+    if finalists == 0 and final_seeds is None:
+        given["final_seeds"] = ()  # no finalists: no final seeds either
+    selection = dataclasses.replace(
+        PROTOCOL,
+        data_seed=data_seed,
+        **{k: v if isinstance(v, int) else tuple(v) for k, v in given.items() if v is not None},
+    )
     plan = TunePlan(
         base=base,  # type: ignore[arg-type]
         optimizers=tuple(optimizers),
-        selection=Selection(
-            seeds=tuple(seeds),
-            heldout=tuple(heldout_seeds),
-            data_seed=data_seed,
-            heldout_data_seeds=tuple(heldout_data_seeds),
-            finalists=finalists,
-            final_seeds=tuple(final_seeds),
-        ),
+        selection=selection,
         study_dir=folder,
-        trials=trials,
+        trials=DEFAULT_TRIALS if trials is None else trials,
+        search=DEFAULT_SEARCH if search is None else search,
         storage=storage,
         study_name=name or train.__name__,
         jobs=jobs,
     )
+    plan = keep_stored_starts(plan)
     spec = plan.spec()
     study = open_study(spec)
     done, planned = study_progress(spec, study.get_trials(deepcopy=False))

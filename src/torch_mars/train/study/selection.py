@@ -91,8 +91,9 @@ class Selection:
 
     @classmethod
     def of_record(cls, record: dict[str, Any]) -> Selection:
-        """The selection a study's stored record describes (fields it lacks take their
-        defaults; ``screen_top``, a field of an earlier search, is dropped)."""
+        """The selection a study's stored record describes (fields it lacks take the field
+        defaults, the protocol of the studies that lacked them; ``screen_top``, a field of an
+        earlier search, is dropped)."""
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(
             **{k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in fields}
@@ -106,3 +107,13 @@ class Selection:
         self, results: Mapping[RunId, float], run_of: Callable[..., RunId], point: Any
     ) -> None:
         need(results, [run_of(point, s, d) for s, d in self.heldout_pairs()])
+
+
+# The protocol of ``torch-mars tune`` and ``torch_mars.tune`` unless told, declared once: one
+# selection seed a trial (the noise is paid where it decides), each search's 4 best points
+# re-read on two more seeds, each winner read on 4 seeds x 3 data orders, 12 crossed pairs no
+# selection saw. (The field defaults above are the protocol of the studies before it, which
+# a stored record that lacks a field was run under.)
+PROTOCOL = Selection(
+    seeds=(0,), heldout=(3, 4, 5, 6), heldout_data_seeds=(1, 2, 3), finalists=4, final_seeds=(1, 2)
+)

@@ -56,6 +56,7 @@ from torch_mars.train.study.space import (
     tunable_optimizers,
     values_of,
 )
+from torch_mars.train.study.surface import SurfaceSearch
 from torch_mars.train.study.verdict import PairedGap, holm_decisions, paired_gap
 from torch_mars.train.task import task_of
 from torch_mars.train.trainer import TrainConfig
@@ -63,7 +64,23 @@ from torch_mars.train.trainer import TrainConfig
 # The settings that choose which runs a study asks for, not what any run gives: a study
 # reopened with other values of these resumes under them, every finished run counted (more
 # trials extend the same search: its path is a prefix of the longer one).
-PROTOCOL_KEYS = ("optimizers", "selection", "trials", "order_seed", "max_rounds", "starts")
+PROTOCOL_KEYS = (
+    "search",
+    "optimizers",
+    "selection",
+    "trials",
+    "order_seed",
+    "max_rounds",
+    "starts",
+)
+# The searches a study can run, by the name its record keeps: the default first.
+SEARCHES: dict[str, type[ProfiledSearch]] = {
+    "surface": SurfaceSearch,
+    "lr-profiled": ProfiledSearch,
+}
+DEFAULT_SEARCH = "surface"
+# Every optimizer's trials unless told: the surface search's budget (docs/harness.md).
+DEFAULT_TRIALS = 40
 # The tuning curve's rows in the report: the expected best after this many trials.
 CURVE_ROWS = (1, 2, 5, 10, 20, 40, 80)
 
@@ -78,6 +95,7 @@ class TunePlan:
         selection: the seeds and data order that choose, and the held-out runs.
         study_dir: the study folder (report, run work folders, the default storage).
         trials: the trials every optimizer gets (a trial: one point on the selection seeds).
+        search: the search's name in :data:`SEARCHES`.
         order_seed: shuffles the order in which the search visits dimensions (a second
             search from the same starts).
         max_rounds: stop each search after this many rounds (None: when its trials are spent
@@ -94,7 +112,8 @@ class TunePlan:
     optimizers: tuple[str, ...]
     selection: Selection
     study_dir: Path
-    trials: int = 30
+    trials: int = DEFAULT_TRIALS
+    search: str = DEFAULT_SEARCH
     order_seed: int = 0
     max_rounds: int | None = None
     storage: str | None = None
@@ -114,6 +133,8 @@ class TunePlan:
             raise ValueError(f"--jobs must be >= 1, got {self.jobs}")
         if self.trials < 1:
             raise ValueError(f"--trials must be >= 1, got {self.trials}")
+        if self.search not in SEARCHES:
+            raise ValueError(f"--search must be one of {', '.join(SEARCHES)}, not {self.search!r}")
 
     def starts_of(self, optimizer: str) -> tuple[Point, ...]:
         """One rule for every optimizer: its own defaults, then each peer's (the study's
@@ -132,7 +153,7 @@ class TunePlan:
 
     def searches(self) -> list[ProfiledSearch]:
         return [
-            ProfiledSearch(
+            SEARCHES[self.search](
                 name,
                 self.starts_of(name),
                 self.selection,
@@ -148,7 +169,7 @@ class TunePlan:
         """The study the engine runs."""
         settings = {
             "kind": "tune",
-            "search": "lr-profiled",
+            "search": self.search,
             "optimizers": self.optimizers,
             "selection": dataclasses.asdict(self.selection),
             "trials": self.trials,
@@ -182,7 +203,7 @@ def plan_of_identity(
     """The plan a tune study's stored identity describes (what ``--worker`` joins), its starts
     the first the study recorded for each optimizer (``history``: its earlier protocols)."""
     search = identity["search"]
-    if search.get("kind") != "tune" or search.get("search") != "lr-profiled":
+    if search.get("kind") != "tune" or search.get("search") not in SEARCHES:
         raise ValueError(
             f"study {study_name!r} is not a tune study of this version ({search.get('kind')})"
         )
@@ -196,6 +217,7 @@ def plan_of_identity(
         selection=Selection.of_record(selection),
         study_dir=study_dir,
         trials=search["trials"],
+        search=search["search"],
         order_seed=search["order_seed"],
         max_rounds=search["max_rounds"],
         storage=storage,

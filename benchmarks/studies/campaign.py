@@ -1,0 +1,173 @@
+"""The map decided (issue "The map decided, first stage"): the campaign declared whole before its
+first run, then run point by point on ``tune``'s default protocol (the surface search, one
+selection seed a trial, 4 finalists on two more seeds, each winner held out on 4 seeds x 3
+data orders).
+
+``benchmarks/results/campaign/campaign.json`` is the declaration: every point (the nine of
+``tiny`` in their order, the second model's two), the optimizers at each, the trial budget, the
+protocol's flags, the first stage, and the family of comparisons Holm runs over. It is written
+once (``--declare``) and committed before any run; every later command reads it and refuses to
+run if the file differs from what this script declares (a family changed mid-campaign).
+
+Each point is one study, ``benchmarks/results/campaign/MODEL/POINT/study.log`` (a journal),
+resumable and landed like the map's: ``--snapshot`` gzips each live journal beside itself, and
+a point whose journal is missing starts from its snapshot.
+
+    python benchmarks/studies/campaign.py --declare        # once, before the first run
+    python benchmarks/studies/campaign.py --stage 1 --jobs 2   # the first stage, in order
+    python benchmarks/studies/campaign.py --points tiny/b64-4x --jobs 2
+    python benchmarks/studies/campaign.py --snapshot | --status | --report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.bench.scripts import load_script
+from torch_mars.cli import main as torch_mars
+
+fight_map = load_script(Path(__file__).with_name("fight_map.py"))
+
+FOLDER = fight_map.ROOT / "benchmarks" / "results" / "campaign"
+DECLARATION = FOLDER / "campaign.json"
+SECOND_MODEL_DATA = "../shared/data/text/python311-docs.txt.gz"
+TRIALS = 40
+PROTOCOL = (
+    "--search surface --seeds 0 --data-seed 0 --finalists 4 --final-seeds 1 2 "
+    "--heldout-seeds 3 4 5 6 --heldout-data-seeds 1 2 3"
+)
+ALL_FIVE = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
+PAIRS = (("mars-adamw", ("adamw", "nadamw")), ("mars-shampoo", ("muon",)))
+
+
+def declared() -> dict[str, Any]:
+    """The campaign as this script declares it."""
+    tiny = [
+        {"model": "tiny", "data": "stdlib", "point": p, "optimizers": list(ALL_FIVE)}
+        for p in fight_map.POINTS
+    ]
+    second = [
+        {
+            "model": "tiny-w64",
+            "data": SECOND_MODEL_DATA,
+            "point": p,
+            "optimizers": ["nadamw", "mars-adamw", "muon", "mars-shampoo"],
+        }
+        for p in ("b16-4x", "b64-4x")
+    ]
+    points = tiny + second
+    first_stage = ["tiny/b64-4x", "tiny/b16-4x", "tiny/b256-16x", "tiny/b4-4x", "tiny-w64/b64-4x"]
+    family = []
+    for entry in points:
+        if f"{entry['model']}/{entry['point']}" not in first_stage:
+            continue
+        for rule, controls in PAIRS:
+            ran = [c for c in controls if c in entry["optimizers"]]
+            if rule in entry["optimizers"] and ran:
+                family.append(
+                    {
+                        "model": entry["model"],
+                        "point": entry["point"],
+                        "rule": rule,
+                        "controls": ran,
+                    }
+                )
+    return {
+        "campaign": "the map decided",
+        "trials": TRIALS,
+        "protocol": PROTOCOL,
+        "heldout": "seeds 3-6 x data orders 1-3 (12 crossed pairs); interval from seed and data "
+        "order as crossed random effects (torch_mars.train.study.verdict.crossed_gap)",
+        "verdict": "each rule against its control with the lowest held-out mean; Holm at 0.05 "
+        "over the family below (the first stage's comparisons)",
+        "points": points,
+        "first_stage": first_stage,
+        "family": family,
+    }
+
+
+def check_declaration() -> dict[str, Any]:
+    """The committed declaration, refused if it is missing or differs from :func:`declared`."""
+    if not DECLARATION.is_file():
+        raise SystemExit(f"{DECLARATION} is missing: run --declare and commit it before any run")
+    stored = json.loads(DECLARATION.read_text())
+    if stored != declared():
+        raise SystemExit(
+            f"{DECLARATION} differs from the campaign this script declares: a declared "
+            "campaign does not change mid-way (declare a new one under another folder)"
+        )
+    return stored
+
+
+def study_folder(label: str) -> Path:
+    return FOLDER / label
+
+
+def arguments_of(entry: dict[str, Any], jobs: int, report: bool) -> list[str]:
+    label = f"{entry['model']}/{entry['point']}"
+    return fight_map.tune_arguments(
+        entry["point"],
+        jobs,
+        TRIALS,
+        report,
+        study=study_folder(label),
+        model=entry["model"],
+        data=entry["data"],
+        optimizers=tuple(entry["optimizers"]),
+        protocol=PROTOCOL,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--declare", action="store_true", help="write campaign.json (once)")
+    parser.add_argument("--stage", type=int, choices=[1], help="run the first stage's points")
+    parser.add_argument("--points", nargs="+", default=[], help="MODEL/POINT labels to run")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--snapshot", action="store_true")
+    parser.add_argument("--status", action="store_true")
+    parser.add_argument("--report", action="store_true")
+    args = parser.parse_args(argv)
+    if args.declare:
+        if DECLARATION.exists():
+            check_declaration()
+            print(f"{DECLARATION} already declared; unchanged")
+            return 0
+        FOLDER.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(DECLARATION, json.dumps(declared(), indent=2) + "\n")
+        print(f"wrote {DECLARATION.relative_to(fight_map.ROOT)}: commit it before any run")
+        return 0
+    campaign = check_declaration()
+    by_label = {f"{e['model']}/{e['point']}": e for e in campaign["points"]}
+    labels = campaign["first_stage"] if args.stage == 1 else args.points
+    unknown = [label for label in labels if label not in by_label]
+    if unknown:
+        raise SystemExit(f"--points: {unknown} are not declared ({', '.join(by_label)})")
+    if args.status:
+        print(fight_map.format_progress(fight_map.progress_rows(FOLDER)))
+        return 0
+    if args.snapshot:
+        for model in {e["model"] for e in campaign["points"]}:
+            for entry in (e for e in campaign["points"] if e["model"] == model):
+                for written in fight_map.snapshot(entry["point"], FOLDER / model):
+                    print(f"wrote {written.relative_to(fight_map.ROOT)}")
+        return 0
+    for label in labels:
+        entry = by_label[label]
+        fight_map.restore(entry["point"], FOLDER / entry["model"])
+        arguments = arguments_of(entry, args.jobs, args.report)
+        print("torch-mars tune " + shlex.join(arguments), flush=True)
+        code = torch_mars(["tune", *arguments])
+        if code:
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

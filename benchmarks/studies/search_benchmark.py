@@ -1,0 +1,214 @@
+"""The search benchmark (issue "A search that finds the optimum at a budget users can afford"):
+which search design, at how many trials and selection seeds, reaches each optimizer's 80-trial
+optimum of the fight map.
+
+Two stages, as HPOBench and YAHPO screen optimisers before real runs decide:
+
+``--surrogate POINT``: a screen in seconds, training nothing. Per optimizer, a Gaussian
+process fitted on the 80-trial study's stored point means (the journal of
+``benchmarks/results/fight-map/POINT``) stands in for training: a trial at a point the study
+ran reads that point's stored runs where it has one on the asked seed, elsewhere the process's
+mean plus the selection seeds' measured noise. Every design runs from the study's own starts
+on ``--replicates`` noise draws; a winner is scored by its modelled mean (the stored mean over
+every seed where the study ran it). The table: design x trials -> per optimizer the winner's
+mean gap to the 80-trial winner's (negative: better), the share of dimensions moved, runs per
+optimizer.
+
+``--real POINT``: the chosen design trained at the point (``torch-mars tune`` with the
+protocol's defaults, journal ``search-benchmark/POINT/study.log``), and each optimizer's
+80-trial winner read on the same held-out runs (a one-trial study of those points), so that the
+gap to the reference is paired; ``--report POINT`` writes ``search-benchmark/POINT.md`` from
+the journals alone.
+
+    python benchmarks/studies/search_benchmark.py --surrogate b64-4x b16-4x
+    python benchmarks/studies/search_benchmark.py --real b64-4x --jobs 2
+    python benchmarks/studies/search_benchmark.py --report b64-4x
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import statistics
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fight_map
+
+from torch_mars.train.study.engine import finished_results
+from torch_mars.train.study.profiled import ProfiledSearch
+from torch_mars.train.study.selection import Selection, badness
+from torch_mars.train.study.space import (
+    dimensions_of,
+    parse_point_key,
+    point_key,
+)
+from torch_mars.train.study.tune import SEARCHES, plan_of_identity
+
+OUT = fight_map.ROOT / "benchmarks" / "results" / "search-benchmark"
+BUDGETS = (12, 20, 40)
+# The map's selection: three seeds a trial, four finalists on three more.
+MAP_SELECTION = Selection(
+    seeds=(0, 1, 2),
+    heldout=(3, 4, 5),
+    heldout_data_seeds=(1, 2),
+    finalists=4,
+    final_seeds=(6, 7, 8),
+)
+# design name -> (search, selection): the default protocol (one seed a trial) or the map's
+DESIGNS: dict[str, tuple[str, Selection]] = {
+    "surface, 1 seed": ("surface", Selection()),
+    "lr-profiled, 1 seed": ("lr-profiled", Selection()),
+    "lr-profiled, 3 seeds": ("lr-profiled", MAP_SELECTION),
+}
+
+
+class StoredLandscape:
+    """One optimizer's loss at any point of its space, from a finished study's runs."""
+
+    def __init__(self, optimizer: str, runs: Mapping[tuple[str, int, int], float]) -> None:
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+
+        self.dimensions = dimensions_of(optimizer)
+        self.runs = runs
+        by_point: dict[str, list[float]] = collections.defaultdict(list)
+        for (key, _, data), value in runs.items():
+            if data == 0:
+                by_point[key].append(value)
+        self.means = {k: statistics.fmean(v) for k, v in by_point.items()}
+        spreads = [
+            statistics.stdev(v)
+            for v in by_point.values()
+            if len(v) >= 3 and all(map(math.isfinite, v))
+        ]
+        self.noise = statistics.median(spreads)
+        finite = {k: m for k, m in self.means.items() if math.isfinite(m)}
+        self.worst = max(finite.values())
+        x = np.array([self._x(k) for k in finite])
+        y = np.array(list(finite.values()))
+        kernel = ConstantKernel(1.0) * RBF([2.0] * len(self.dimensions), (0.3, 50.0)) + WhiteKernel(
+            1e-4, (1e-8, 1e-1)
+        )
+        self.model = GaussianProcessRegressor(kernel, normalize_y=True, random_state=0).fit(x, y)
+        self.diverged = [parse_point_key(k) for k, m in self.means.items() if not math.isfinite(m)]
+
+    def _x(self, key: str) -> list[int]:
+        point = parse_point_key(key)
+        return [point[d] for d in self.dimensions]
+
+    def _diverges(self, point: dict[str, int]) -> bool:
+        """Diverged where the study saw a run diverge at this setting and an lr no larger."""
+        return any(
+            all(point[d] == p[d] for d in self.dimensions if d != "lr") and point["lr"] >= p["lr"]
+            for p in self.diverged
+        )
+
+    def mean(self, key: str) -> float:
+        """The modelled mean: the process's (smoothed, so that a stored point picked as the
+        minimum of noisy means is not credited its luck), NaN where the study diverged."""
+        if key in self.means and not math.isfinite(self.means[key]):
+            return math.nan
+        point = parse_point_key(key)
+        if self._diverges(point):
+            return math.nan
+        return float(self.model.predict(np.array([self._x(key)]))[0])
+
+    def draw(self, key: str, seed: int, rng: np.random.Generator) -> float:
+        stored = self.runs.get((key, seed, 0))
+        if stored is not None:
+            return stored
+        mean = self.mean(key)
+        return mean if math.isnan(mean) else mean + rng.normal(0.0, self.noise)
+
+
+def replay_to_end(search: ProfiledSearch, train: Callable[[tuple], float]):
+    results: dict = {}
+    while True:
+        state = search.replay(results)
+        if not state.needed:
+            return state, results
+        for run in state.needed:
+            results[run] = train(run)
+
+
+def surrogate_table(point: str, replicates: int) -> str:
+    trials, identity, history = fight_map.stored_trials(fight_map.study_folder(point))
+    plan = plan_of_identity(identity, Path("/nonexistent"), None, "x", history)
+    finished = finished_results(trials)
+    reference = plan_of_identity(identity, Path("/nonexistent"), None, "x", history)
+    references = {
+        o: s.replay(finished).point
+        for o, s in zip(reference.optimizers, reference.searches(), strict=True)
+    }
+    lines = [
+        f"Surrogate screen at {point} ({replicates} noise draws; the 80-trial study's runs where it "
+        "has them, a Gaussian process elsewhere): winner's modelled mean minus the 80-trial winner's "
+        "(mean over draws, worst draw in brackets); dims: dimensions moved by trial 12.",
+        "",
+        "| design | trials | " + " | ".join(plan.optimizers) + " | runs / optimizer |",
+        "|---|---:|" + "---:|" * (len(plan.optimizers) + 1),
+    ]
+    lands = {
+        optimizer: StoredLandscape(
+            optimizer, {(k, s, d): v for (o, k, s, d), v in finished.items() if o == optimizer}
+        )
+        for optimizer in plan.optimizers
+    }
+    import os
+
+    wanted = os.environ.get("DESIGNS")
+    for name, (search_name, selection) in DESIGNS.items():
+        if wanted and search_name not in wanted.split(","):
+            continue
+        for budget in BUDGETS:
+            cells, runs = [], []
+            for optimizer, starts in ((o, plan.starts_of(o)) for o in plan.optimizers):
+                land = lands[optimizer]
+                target = land.mean(point_key(references[optimizer]))
+                gaps, moved = [], []
+                for replicate in range(replicates):
+                    rng = np.random.default_rng(replicate)
+                    search = SEARCHES[search_name](
+                        optimizer, starts, selection, budget, order_seed=replicate
+                    )
+                    state, results = replay_to_end(
+                        search, lambda run, land=land, rng=rng: land.draw(run[1], run[2], rng)
+                    )
+                    gaps.append(badness(land.mean(point_key(state.point))) - target)
+                    start = starts[0]
+                    early = [p for p, _ in state.trials[:12]]
+                    moved.append(
+                        sum(any(p[d] != start[d] for p in early) for d in start) / len(start)
+                    )
+                    runs.append(len(results))
+                finite = [g for g in gaps if math.isfinite(g)]
+                cells.append(
+                    f"{statistics.fmean(finite):+.4f} ({max(gaps):+.4f}; {statistics.fmean(moved):.0%})"
+                )
+            lines.append(
+                f"| {name} | {budget} | " + " | ".join(cells) + f" | {statistics.fmean(runs):.0f} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--surrogate", nargs="+", choices=list(fight_map.POINTS), default=[])
+    parser.add_argument("--replicates", type=int, default=8)
+    args = parser.parse_args(argv)
+    for point in args.surrogate:
+        table = surrogate_table(point, args.replicates)
+        print(table)
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / f"surrogate-{point}.md").write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,188 @@
+"""The default search of ``torch-mars tune``: a screen that moves every dimension within a
+dozen trials, then lr profiles chosen by a local quadratic surface fitted on every trial so far,
+as a pure function of the runs so far.
+
+A trial is one point of an optimizer's declared space (:mod:`.space`) scored on the selection
+seeds (by default one: the noise is paid where it decides, by the finalists). The walk:
+
+1. **Start**: the optimizer's own defaults at their lr and its two 1.5x neighbours (no
+   further: the screen and the steps move the lr on); then each peer's defaults moved onto its
+   space (a peer: another optimizer of the study with the same dimensions but for gamma), one
+   trial each at the peer's own lr. One rule for every optimizer.
+2. **Screen**: from the best point so far, every dimension but the lr moved one ladder step
+   (the direction drawn from ``order_seed``; the only one at a ladder's end), scored at the lr
+   one step down, in the dimensions' order; then the same moves at the lr one step up. After
+   the first pass (3 + peers + dimensions trials: 11 for MARS-AdamW in a study with its two
+   peers) every dimension has been scored away from its start; after the second each one's
+   slope in lr is known, so a (gamma, lr) ridge shows as an interaction before any step is
+   taken on it.
+3. **Steps**: a quadratic in the ladder positions (every dimension's linear and squared term,
+   and the lr times each other dimension) is fitted by weighted least squares, the weights
+   falling with the distance from the best point (a local model), with a small ridge penalty
+   so that it is defined with fewer trials than terms. Each candidate, the best point's setting
+   of the other dimensions moved by one step in one or two of them, is given its predicted
+   best lr; the candidate predicted lowest that has not been profiled is lr-profiled from that
+   lr. So the model chooses which dimensions move, and moves them together where it expects a
+   gain, and the profile makes each step judge a setting at its own lr, which no model needs to
+   get right. The steps go on until the trials are spent or every candidate has been profiled.
+4. **Finalists** (where the selection names them): the best ``finalists`` points scored are
+   read on the final seeds too, and the best mean over every choosing seed wins; without
+   finalists the best point scored wins. The winner is then read on the held-out runs.
+
+Every decision reads only runs the search asked for, and the path never depends on the budget:
+a replay on more results takes the same path (a killed study resumes), and more trials extend
+the same search (the shorter is a prefix). Why this design, and what it buys against the
+lr-profiled coordinate descent (:mod:`.profiled`), is measured in docs/harness.md.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from torch_mars.train.study.engine import RunId
+from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
+from torch_mars.train.study.selection import badness
+from torch_mars.train.study.space import LADDERS, Point, dimensions_of, point_key
+
+# The local model's reach: a trial k ladder steps (summed in squares) from the best point
+# weighs exp(-k / (2 * WEIGHT_SCALE**2)).
+WEIGHT_SCALE = 2.0
+# The ridge penalty on every term but the constant, relative to the weights' sum, in units of
+# the scores' spread: enough to define the fit with fewer trials than terms, too little to
+# bend it where the trials decide.
+RIDGE = 1e-3
+# How far from the best point's lr the model looks for a candidate's best lr (ladder steps).
+LR_REACH = 3
+
+
+def _features(offsets: np.ndarray, lr_column: int) -> np.ndarray:
+    """The quadratic's terms for ``offsets`` (points x dimensions, ladder steps from the best
+    point): 1, each offset, each offset squared, the lr's offset times each other one."""
+    count, width = offsets.shape
+    others = [j for j in range(width) if j != lr_column]
+    columns = [np.ones(count), *offsets.T, *(offsets**2).T]
+    columns += [offsets[:, lr_column] * offsets[:, j] for j in others]
+    return np.stack(columns, axis=1)
+
+
+@dataclass(frozen=True)
+class LocalSurface:
+    """A quadratic fitted around ``centre`` on the trials so far; :meth:`predict` gives the
+    modelled score of points (lower is better)."""
+
+    dimensions: tuple[str, ...]
+    centre: Point
+    coefficients: np.ndarray
+
+    @classmethod
+    def fit(
+        cls, dimensions: tuple[str, ...], centre: Point, trials: list[tuple[Point, float]]
+    ) -> LocalSurface:
+        """Weighted ridge least squares on ``trials``; a diverged trial counts as the worst
+        finite score (it says "worse here", not how much)."""
+        finite = [badness(s) for _, s in trials if math.isfinite(badness(s))]
+        worst = max(finite) if finite else 0.0
+        scores = np.array([min(badness(s), worst) for _, s in trials])
+        offsets = cls._offsets(dimensions, centre, [p for p, _ in trials])
+        lr_column = dimensions.index("lr")
+        terms = _features(offsets, lr_column)
+        weights = np.exp(-(offsets**2).sum(axis=1) / (2 * WEIGHT_SCALE**2))
+        spread = float(np.std(scores)) or 1.0
+        target = (scores - float(np.average(scores, weights=weights))) / spread
+        root = np.sqrt(weights)[:, None]
+        penalty = math.sqrt(RIDGE * float(weights.sum())) * np.eye(terms.shape[1])[1:]
+        system = np.vstack([terms * root, penalty])
+        rhs = np.concatenate([target * root[:, 0], np.zeros(terms.shape[1] - 1)])
+        coefficients, *_ = np.linalg.lstsq(system, rhs, rcond=None)
+        return cls(dimensions, dict(centre), coefficients)
+
+    @staticmethod
+    def _offsets(dimensions: tuple[str, ...], centre: Point, points: list[Point]) -> np.ndarray:
+        return np.array(
+            [[p[d] - centre[d] for d in dimensions] for p in points], dtype=float
+        ).reshape(len(points), len(dimensions))
+
+    def predict(self, points: list[Point]) -> np.ndarray:
+        offsets = self._offsets(self.dimensions, self.centre, points)
+        return _features(offsets, self.dimensions.index("lr")) @ self.coefficients
+
+
+@dataclass(frozen=True)
+class SurfaceSearch(ProfiledSearch):
+    """The search of one optimizer (see the module's docstring); ``order_seed`` draws the
+    screen's directions and the order it visits the dimensions in. ``max_rounds`` caps the
+    model's steps (a quick look; a comparison never sets it)."""
+
+    def _search(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
+        dimensions = dimensions_of(self.optimizer)
+        own, *peers = self.starts
+        profiled = {self._setting_key(own)}
+        self.score_points(results, state, [{**own, "lr": own["lr"] + k} for k in (0, -1, 1)])
+        self.score_points(results, state, list(peers))
+        state.moves.append("start")
+        self._screen(results, state, [d for d in dimensions if d != "lr"])
+        while not self._capped(state):
+            surface = LocalSurface.fit(dimensions, state.point, state.trials)
+            chosen = self._next_step(surface, state.point, profiled)
+            if chosen is None:
+                return
+            profiled.add(self._setting_key(chosen))
+            state.rounds += 1
+            incumbent, before = dict(state.point), self._best_score(state)
+            self._profile(results, state, chosen)
+            if self._best_score(state) < before:
+                moved = [d for d in dimensions if d != "lr" and chosen[d] != incumbent[d]]
+                state.moves.append("+".join(moved))
+
+    @staticmethod
+    def _setting_key(point: Point) -> str:
+        return point_key({d: i for d, i in point.items() if d != "lr"})
+
+    def _screen(
+        self, results: Mapping[RunId, float], state: ProfiledState, others: list[str]
+    ) -> None:
+        """Every dimension but the lr one step from the best point so far, at the lr one step
+        down, then at the lr one step up."""
+        centre = dict(state.point)
+        draw = random.Random(self.order_seed)
+        order = list(others)
+        draw.shuffle(order)
+        moved = []
+        for dimension in order:
+            step = draw.choice((-1, 1))
+            if not LADDERS[dimension].has(centre[dimension] + step):
+                step = -step
+            if LADDERS[dimension].has(centre[dimension] + step):
+                moved.append({**centre, dimension: centre[dimension] + step})
+        for lr_step in (-1, 1):
+            self.score_points(results, state, [{**p, "lr": centre["lr"] + lr_step} for p in moved])
+        state.moves.append("screen")
+
+    def _next_step(self, surface: LocalSurface, best: Point, profiled: set[str]) -> Point | None:
+        """The candidate setting (one or two dimensions of ``best`` moved one step) predicted
+        lowest at its own predicted best lr, among those not yet profiled."""
+        others = [d for d in surface.dimensions if d != "lr"]
+        moves = [{d: s} for d in others for s in (-1, 1, -2, 2)]
+        moves += [
+            {a: sa, b: sb} for a, b in combinations(others, 2) for sa in (-1, 1) for sb in (-1, 1)
+        ]
+        candidates = []
+        for move in moves:
+            point = self._neighbour(best, move)
+            if point is not None and self._setting_key(point) not in profiled:
+                candidates.append(point)
+        if not candidates:
+            return None
+        lrs = range(best["lr"] - LR_REACH, best["lr"] + LR_REACH + 1)
+        grid = [{**p, "lr": lr} for p in candidates for lr in lrs]
+        predicted = surface.predict(grid).reshape(len(candidates), len(lrs))
+        best_lr = predicted.argmin(axis=1)
+        values = predicted[np.arange(len(candidates)), best_lr]
+        index = int(np.argmin(values))  # the first of equals: the moves' declared order
+        return {**candidates[index], "lr": best["lr"] - LR_REACH + int(best_lr[index])}
