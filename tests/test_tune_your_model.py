@@ -37,9 +37,7 @@ def test_tune_on_a_plain_loop_gives_equal_trials_and_reads_winners_on_new_data(t
         example("plain_loop").train,
         optimizers=["adamw", "mars-adamw"],
         out_dir=tmp_path,
-        finalists=2,
-        final_seeds=(5,),
-        **SMALL,
+        **{**SMALL, "finalists": 2, "final_seeds": (5,)},
     )
     report = json.loads((tmp_path / "train" / "tune.json").read_text())
     assert [o["trials"] for o in report["optimizers"]] == [2, 2]

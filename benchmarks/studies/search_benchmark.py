@@ -69,60 +69,59 @@ DESIGNS: dict[str, tuple[str, Selection]] = {
 
 
 class StoredLandscape:
-    """One optimizer's loss at any point of its space, from a finished study's runs."""
+    """One optimizer's loss at any point of its space: a Gaussian process fitted on every
+    stored run of a finished study on the selection's data order (each seed's final, a white
+    noise term for the seeds' spread), whose mean is the landscape and whose draws add the
+    seeds' measured noise. One function for both, so that a design is scored on the same
+    landscape it searched; a point whose setting diverged in the study at an lr no larger
+    diverges."""
 
     def __init__(self, optimizer: str, runs: Mapping[tuple[str, int, int], float]) -> None:
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
         self.dimensions = dimensions_of(optimizer)
-        self.runs = runs
         by_point: dict[str, list[float]] = collections.defaultdict(list)
         for (key, _, data), value in runs.items():
             if data == 0:
                 by_point[key].append(value)
-        self.means = {k: statistics.fmean(v) for k, v in by_point.items()}
         spreads = [
             statistics.stdev(v)
             for v in by_point.values()
             if len(v) >= 3 and all(map(math.isfinite, v))
         ]
         self.noise = statistics.median(spreads)
-        finite = {k: m for k, m in self.means.items() if math.isfinite(m)}
-        self.worst = max(finite.values())
-        x = np.array([self._x(k) for k in finite])
-        y = np.array(list(finite.values()))
-        kernel = ConstantKernel(1.0) * RBF([2.0] * len(self.dimensions), (0.3, 50.0)) + WhiteKernel(
-            1e-4, (1e-8, 1e-1)
-        )
+        self.diverged = [
+            parse_point_key(k) for k, v in by_point.items() if not all(map(math.isfinite, v))
+        ]
+        finite = [(k, v) for k, vs in by_point.items() for v in vs if math.isfinite(v)]
+        x = np.array([self._x(k) for k, _ in finite])
+        y = np.array([v for _, v in finite])
+        kernel = ConstantKernel(1.0) * RBF([2.0] * len(self.dimensions), (0.3, 50.0))
+        kernel += WhiteKernel(self.noise**2, (1e-8, 1e-1))
         self.model = GaussianProcessRegressor(kernel, normalize_y=True, random_state=0).fit(x, y)
-        self.diverged = [parse_point_key(k) for k, m in self.means.items() if not math.isfinite(m)]
+        self._cache: dict[str, float] = {}
 
     def _x(self, key: str) -> list[int]:
         point = parse_point_key(key)
         return [point[d] for d in self.dimensions]
 
     def _diverges(self, point: dict[str, int]) -> bool:
-        """Diverged where the study saw a run diverge at this setting and an lr no larger."""
         return any(
             all(point[d] == p[d] for d in self.dimensions if d != "lr") and point["lr"] >= p["lr"]
             for p in self.diverged
         )
 
     def mean(self, key: str) -> float:
-        """The modelled mean: the process's (smoothed, so that a stored point picked as the
-        minimum of noisy means is not credited its luck), NaN where the study diverged."""
-        if key in self.means and not math.isfinite(self.means[key]):
-            return math.nan
-        point = parse_point_key(key)
-        if self._diverges(point):
-            return math.nan
-        return float(self.model.predict(np.array([self._x(key)]))[0])
+        """The modelled mean at the point ``key``; NaN where it diverges."""
+        if key not in self._cache:
+            if self._diverges(parse_point_key(key)):
+                self._cache[key] = math.nan
+            else:
+                self._cache[key] = float(self.model.predict(np.array([self._x(key)]))[0])
+        return self._cache[key]
 
-    def draw(self, key: str, seed: int, rng: np.random.Generator) -> float:
-        stored = self.runs.get((key, seed, 0))
-        if stored is not None:
-            return stored
+    def draw(self, key: str, rng: np.random.Generator) -> float:
         mean = self.mean(key)
         return mean if math.isnan(mean) else mean + rng.normal(0.0, self.noise)
 
@@ -147,9 +146,9 @@ def surrogate_table(point: str, replicates: int) -> str:
         for o, s in zip(reference.optimizers, reference.searches(), strict=True)
     }
     lines = [
-        f"Surrogate screen at {point} ({replicates} noise draws; the 80-trial study's runs where it "
-        "has them, a Gaussian process elsewhere): winner's modelled mean minus the 80-trial winner's "
-        "(mean over draws, worst draw in brackets); dims: dimensions moved by trial 12.",
+        f"Surrogate screen at {point} ({replicates} noise draws on a Gaussian process fitted on "
+        "the 80-trial study's runs): the winner's modelled mean minus the 80-trial winner's, "
+        "mean over draws (worst draw; share of dimensions moved by trial 12).",
         "",
         "| design | trials | " + " | ".join(plan.optimizers) + " | runs / optimizer |",
         "|---|---:|" + "---:|" * (len(plan.optimizers) + 1),
@@ -178,7 +177,7 @@ def surrogate_table(point: str, replicates: int) -> str:
                         optimizer, starts, selection, budget, order_seed=replicate
                     )
                     state, results = replay_to_end(
-                        search, lambda run, land=land, rng=rng: land.draw(run[1], run[2], rng)
+                        search, lambda run, land=land, rng=rng: land.draw(run[1], rng)
                     )
                     gaps.append(badness(land.mean(point_key(state.point))) - target)
                     start = starts[0]
@@ -188,9 +187,8 @@ def surrogate_table(point: str, replicates: int) -> str:
                     )
                     runs.append(len(results))
                 finite = [g for g in gaps if math.isfinite(g)]
-                cells.append(
-                    f"{statistics.fmean(finite):+.4f} ({max(gaps):+.4f}; {statistics.fmean(moved):.0%})"
-                )
+                mean, worst, share = statistics.fmean(finite), max(gaps), statistics.fmean(moved)
+                cells.append(f"{mean:+.4f} ({worst:+.4f}; {share:.0%})")
             lines.append(
                 f"| {name} | {budget} | " + " | ".join(cells) + f" | {statistics.fmean(runs):.0f} |"
             )

@@ -1,0 +1,114 @@
+"""The surface search, tune's default, on pure functions (no training, seconds): every dimension
+of every optimizer is scored away from its start within 12 trials, a (gamma, lr) ridge is
+followed to its optimum at one selection seed a trial, a replay takes the same path whatever
+order the runs finished in, more trials extend the same search, and the quadratic it fits is
+exact on a quadratic."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_profiled_search import BEST_GAMMA, LR_PER_GAMMA, START, ridge, run_search
+from torch_mars.train.study.selection import PROTOCOL
+from torch_mars.train.study.space import dimensions_of
+from torch_mars.train.study.surface import LocalSurface, SurfaceSearch
+from torch_mars.train.study.tune import DEFAULT_SEARCH, DEFAULT_TRIALS, SEARCHES, TunePlan
+from torch_mars.train.trainer import TrainConfig
+
+FIVE = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
+
+
+def five_optimizer_plan(**settings) -> TunePlan:
+    return TunePlan(TrainConfig(model="tiny"), FIVE, PROTOCOL, Path("unused"), **settings)
+
+
+def bowl(centre: dict[str, int]):
+    """A loss every dimension matters to, lowest at ``centre``, with seed noise."""
+
+    def loss(point: dict[str, int], seed: int) -> float:
+        return 2.0 + sum(0.01 * (point[d] - centre[d]) ** 2 for d in point) + 1e-3 * seed
+
+    return loss
+
+
+def test_the_default_is_the_surface_search_at_40_trials_on_one_selection_seed():
+    plan = five_optimizer_plan()
+    assert (plan.search, plan.trials) == (DEFAULT_SEARCH, DEFAULT_TRIALS) == ("surface", 40)
+    assert all(isinstance(s, SurfaceSearch) for s in plan.searches())
+    assert PROTOCOL.seeds == (0,) and len(PROTOCOL.heldout_pairs()) == 12
+    assert SEARCHES["lr-profiled"] is not SurfaceSearch  # the map's studies replay their own
+
+
+@pytest.mark.parametrize("order_seed", [0, 1, 2])
+def test_every_dimension_of_every_optimizer_moves_within_12_trials(order_seed):
+    plan = five_optimizer_plan(trials=12, order_seed=order_seed)
+    for search in plan.searches():
+        own = search.starts[0]
+        far = {d: i + 3 for d, i in own.items()}  # the optimum away from every start
+        state, _ = run_search(search, objective=bowl(far))
+        assert len(state.trials) == 12
+        moved = {d for point, _ in state.trials for d in point if point[d] != own[d]}
+        assert moved == set(dimensions_of(search.optimizer)), search.optimizer
+
+
+@pytest.mark.parametrize("order_seed", [0, 1, 2, 3])
+def test_a_gamma_lr_ridge_is_followed_to_its_optimum_within_40_trials(order_seed):
+    search = SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed)
+    state, _ = run_search(search)
+    assert state.point["gamma"] == BEST_GAMMA
+    assert state.point["lr"] == START["lr"] + LR_PER_GAMMA * (BEST_GAMMA - START["gamma"])
+    assert state.spent and len(state.trials) == 40
+
+
+def test_a_replay_takes_the_same_path_whatever_order_the_runs_finished_in():
+    search = SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=30)
+    in_order, _ = run_search(search)
+    shuffled, trained = run_search(search, shuffle=3)
+    assert [p for p, _ in shuffled.trials] == [p for p, _ in in_order.trials]
+    assert len(trained) == len(set(trained))
+
+
+def test_more_trials_extend_the_same_search_and_it_trains_exactly_its_plan():
+    short, _ = run_search(SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=15))
+    search = SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=30)
+    long, trained = run_search(search)
+    assert [p for p, _ in long.trials[:15]] == [p for p, _ in short.trials]
+    # 30 trials on one seed, 4 finalists on seeds 1 and 2, 12 held-out runs
+    assert len(trained) == search.planned_runs == 30 + 4 * 2 + 12
+
+
+def test_a_diverged_trial_never_wins_and_the_fit_survives_it():
+    def diverges_above_the_start_lr(point, seed):
+        return math.nan if point["lr"] > START["lr"] else ridge(point, seed)
+
+    state, _ = run_search(
+        SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=25),
+        objective=diverges_above_the_start_lr,
+    )
+    assert state.point["lr"] <= START["lr"] and math.isfinite(state.finalists[0][1])
+
+
+def test_the_local_surface_is_exact_on_a_quadratic_with_a_ridge_term():
+    dimensions = ("lr", "beta1", "gamma")
+    centre = {"lr": 5, "beta1": 2, "gamma": 1}
+
+    def quadratic(p):
+        lr, b, g = p["lr"] - 5, p["beta1"] - 2, p["gamma"] - 1
+        return 1.0 + 0.1 * lr + 0.05 * lr**2 - 0.2 * lr * g + 0.3 * g**2 + 0.02 * b**2 - 0.01 * b
+
+    grid = [
+        dict(zip(dimensions, (5 + a, 2 + b, 1 + c), strict=True))
+        for a, b, c in itertools.product(range(-2, 3), range(-1, 2), range(-1, 2))
+    ]
+    surface = LocalSurface.fit(dimensions, centre, [(p, quadratic(p)) for p in grid])
+    scores = np.array([quadratic(p) for p in grid])
+    predicted = surface.predict(grid)
+    # the fit is in units of the scores' spread about their weighted mean: affine in the truth
+    slope, intercept = np.polyfit(scores, predicted, 1)
+    assert np.allclose(predicted, slope * scores + intercept, atol=1e-3 * abs(slope))
+    assert slope > 0
