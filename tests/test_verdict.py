@@ -10,6 +10,7 @@ import pytest
 from torch_mars.train.study.curves import best_so_far, expected_best_curve
 from torch_mars.train.study.verdict import (
     PairedGap,
+    crossed_gap,
     holm_decisions,
     paired_gap,
     student_t_quantile,
@@ -65,3 +66,30 @@ def test_the_expected_best_of_k_trials_is_the_hand_computed_mean_over_subsets():
     # k = 2: the six pairs' minima 1, 3, 2, 1, 1, 2 -> 10/6
     assert expected_best_curve(scores) == pytest.approx([2.5, 10 / 6, 1.25, 1.0])
     assert best_so_far([3.0, math.nan, 2.5, 2.7]) == [3.0, 3.0, 2.5, 2.5]
+
+
+def test_the_crossed_interval_matches_a_hand_computation():
+    """Differences (rule - control) on seeds 3-5 x data orders 1-2, worked by hand:
+    order 1: 0.0 0.2 0.4; order 2: 0.2 0.2 0.6. Grand mean 1.6/6 = 0.26667. Seed means
+    0.1 0.2 0.5: MS_seed = 2 x 0.086667 / 2 = 0.086667. Order means 0.2 0.33333: MS_order =
+    3 x 0.0088889 / 1 = 0.026667. Residuals -1/30 1/15 -1/30 1/30 -1/15 1/30: MS_error =
+    0.013333 / 2 = 0.0066667. Var(mean) = (MS_seed + MS_order - MS_error) / 6 = 0.017778, so
+    the error is 0.13333 and t = 2. Satterthwaite: 0.017778^2 / (0.014444^2/2 + 0.0044444^2/1
+    + 0.0011111^2/2) = 2.53, 2 degrees of freedom: t(0.975, 2) = 4.3027, half width 0.57369,
+    p 0.1835 (independent pairs would claim p 0.035)."""
+    pairs = [(s, o) for o in (1, 2) for s in (3, 4, 5)]
+    differences = [0.0, 0.2, 0.4, 0.2, 0.2, 0.6]
+    gap = crossed_gap(differences, [0.0] * 6, pairs)
+    assert gap.mean == pytest.approx(0.266667, abs=1e-5)
+    assert gap.high - gap.mean == pytest.approx(0.57369, abs=1e-4)
+    assert gap.p == pytest.approx(0.1835, abs=1e-3)
+    assert paired_gap(differences, [0.0] * 6).p < 0.05  # what the pairs as independent claim
+
+
+def test_the_crossed_interval_with_one_data_order_is_the_paired_one_and_a_gap_is_refused():
+    one_order = [(3, 1), (4, 1), (5, 1)]
+    assert crossed_gap([1.0, 1.2, 0.9], [1.1, 1.1, 1.0], one_order) == paired_gap(
+        [1.0, 1.2, 0.9], [1.1, 1.1, 1.0]
+    )
+    with pytest.raises(ValueError, match="do not cross"):
+        crossed_gap([1.0, 1.2, 0.9], [1.1, 1.1, 1.0], [(3, 1), (4, 1), (4, 2)])

@@ -16,7 +16,9 @@ a point whose journal is missing starts from its snapshot.
     python benchmarks/studies/campaign.py --declare        # once, before the first run
     python benchmarks/studies/campaign.py --stage 1 --jobs 2   # the first stage, in order
     python benchmarks/studies/campaign.py --points tiny/b64-4x --jobs 2
-    python benchmarks/studies/campaign.py --snapshot | --status | --report
+    python benchmarks/studies/campaign.py --snapshot | --status
+    python benchmarks/studies/campaign.py --report  # each begun point's report, then
+        # verdicts.md: every declared comparison, Holm over the family, pending ones said
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
+from torch_mars.train.study.campaign import campaign_rows, format_campaign_table
 
 fight_map = load_script(Path(__file__).with_name("fight_map.py"))
 
@@ -111,7 +114,8 @@ def study_folder(label: str) -> Path:
 
 def arguments_of(entry: dict[str, Any], jobs: int, report: bool) -> list[str]:
     label = f"{entry['model']}/{entry['point']}"
-    return fight_map.tune_arguments(
+    family = ["--family", str(DECLARATION.relative_to(fight_map.ROOT))]
+    return family + fight_map.tune_arguments(
         entry["point"],
         jobs,
         TRIALS,
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     campaign = check_declaration()
     by_label = {f"{e['model']}/{e['point']}": e for e in campaign["points"]}
-    labels = campaign["first_stage"] if args.stage == 1 else args.points
+    labels = campaign["first_stage"] if args.stage == 1 or args.report else args.points
     unknown = [label for label in labels if label not in by_label]
     if unknown:
         raise SystemExit(f"--points: {unknown} are not declared ({', '.join(by_label)})")
@@ -161,11 +165,17 @@ def main(argv: list[str] | None = None) -> int:
     for label in labels:
         entry = by_label[label]
         fight_map.restore(entry["point"], FOLDER / entry["model"])
+        if args.report and not (study_folder(label) / "study.log").is_file():
+            continue  # not begun: pending in the verdicts
         arguments = arguments_of(entry, args.jobs, args.report)
         print("torch-mars tune " + shlex.join(arguments), flush=True)
         code = torch_mars(["tune", *arguments])
         if code:
             return code
+    if args.report:
+        table = format_campaign_table(campaign_rows(DECLARATION))
+        write_text_atomically(FOLDER / "verdicts.md", table + "\n")
+        print(table)
     return 0
 
 

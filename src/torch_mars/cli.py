@@ -618,6 +618,12 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         help="trials every optimizer gets (a trial: one point on every selection seed)",
     )
     group.add_argument(
+        "--family",
+        type=Path,
+        help="a campaign's declaration file (JSON): Holm runs over its family of comparisons, "
+        "every point's, declared before the first run (default: the study's own comparisons)",
+    )
+    group.add_argument(
         "--order-seed",
         type=_nonnegative_int,
         default=0,
@@ -745,6 +751,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             study_dir=folder,
             trials=args.trials,
             search=args.search,
+            family_file=args.family,
             order_seed=args.order_seed,
             max_rounds=args.max_rounds,
             storage=args.storage,
@@ -767,6 +774,7 @@ def _tune(request: TuneRequest) -> int:
 
     from torch_mars.train.study.engine import join_study, open_study, run_workers, study_progress
     from torch_mars.train.study.tune import (
+        declare_family,
         keep_stored_starts,
         plan_of_study,
         report_plan,
@@ -785,6 +793,8 @@ def _tune(request: TuneRequest) -> int:
     study = open_study(spec, read_only=request.report_only)
     if request.report_only:
         plan = report_plan(study, plan)
+    else:
+        declare_family(study, plan)
     if not request.report_only:
         budget = plan.base
         what = (

@@ -268,6 +268,7 @@ def tune(
         DEFAULT_SEARCH,
         DEFAULT_TRIALS,
         TunePlan,
+        declare_family,
         keep_stored_starts,
         report_json,
         write_tune_report,
@@ -306,6 +307,7 @@ def tune(
     plan = keep_stored_starts(plan)
     spec = plan.spec()
     study = open_study(spec)
+    declare_family(study, plan)
     done, planned = study_progress(spec, study.get_trials(deepcopy=False))
     bar = tqdm(
         total=planned,

@@ -28,7 +28,7 @@ from typing import Any
 import optuna
 
 from torch_mars.atomic_files import write_text_atomically
-from torch_mars.train.compare import SAME_COST_CONTROLS, mean_std_text
+from torch_mars.train.compare import mean_std_text
 from torch_mars.train.study.curves import best_so_far, expected_best_curve
 from torch_mars.train.study.engine import (
     RunId,
@@ -39,6 +39,16 @@ from torch_mars.train.study.engine import (
     protocol_history,
     ran_under,
     run_of,
+)
+from torch_mars.train.study.family import (
+    Comparison,
+    Decision,
+    campaign_family,
+    check_holds,
+    decide,
+    family_records,
+    scope_of,
+    study_family,
 )
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import Selection
@@ -57,7 +67,7 @@ from torch_mars.train.study.space import (
     values_of,
 )
 from torch_mars.train.study.surface import SurfaceSearch
-from torch_mars.train.study.verdict import PairedGap, holm_decisions, paired_gap
+from torch_mars.train.study.verdict import PairedGap, crossed_gap, paired_gap
 from torch_mars.train.task import task_of
 from torch_mars.train.trainer import TrainConfig
 
@@ -106,6 +116,8 @@ class TunePlan:
         overwrite: start the study afresh if it exists with other settings.
         starts: per optimizer, the starts a study began with (:func:`keep_stored_starts`);
             an optimizer not in it starts by :meth:`starts_of`'s rule.
+        family_file: a campaign's declaration, whose family of comparisons (every point's)
+            Holm runs over (None: the study's own comparisons; :mod:`.family`).
     """
 
     base: TrainConfig
@@ -121,6 +133,7 @@ class TunePlan:
     jobs: int = 1
     overwrite: bool = False
     starts: Mapping[str, tuple[Point, ...]] | None = None
+    family_file: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.optimizers:
@@ -280,6 +293,74 @@ def keep_stored_starts(plan: TunePlan) -> TunePlan:
     return dataclasses.replace(plan, starts=stored_starts(identity, protocol_history(study)))
 
 
+# ---------------------------------------------------------------- the family
+
+FAMILY_ATTR = "family"
+
+
+def wanted_family(plan: TunePlan) -> tuple[list[Comparison], str]:
+    """The family ``plan`` declares and its own scope: the campaign's (``plan.family_file``)
+    or the study's own comparisons."""
+    if plan.family_file is not None:
+        return campaign_family(plan.family_file), scope_of(plan.study_dir, plan.family_file)
+    return study_family(plan.optimizers), ""
+
+
+def declared_family(study: optuna.Study, plan: TunePlan) -> tuple[list[Comparison], str]:
+    """The family ``study`` declared (stored when it opened for its first run), or, for a study
+    from before families were declared, the one ``plan`` declares."""
+    stored = study.user_attrs.get(FAMILY_ATTR)
+    if stored is None:
+        return wanted_family(plan)
+    return [Comparison.of_record(r) for r in stored["family"]], stored["scope"]
+
+
+def declare_family(study: optuna.Study, plan: TunePlan) -> None:
+    """Store ``plan``'s family in ``study`` before its first run; a study that declared one
+    keeps it, and a plan that would add a comparison to it is refused. A study with runs from
+    before families were declared takes its family now, and says so on stderr."""
+    stored = study.user_attrs.get(FAMILY_ATTR)
+    if stored is not None:
+        declared = [Comparison.of_record(r) for r in stored["family"]]
+        mine = [
+            dataclasses.replace(c, scope=stored["scope"]) for c in study_family(plan.optimizers)
+        ]
+        check_holds(declared, mine, plan.study_name)
+        return
+    family, scope = wanted_family(plan)
+    mine = [dataclasses.replace(c, scope=scope) for c in study_family(plan.optimizers)]
+    check_holds(family, mine, plan.study_name)
+    finished = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials())
+    if finished:
+        print(
+            f"study {plan.study_name!r} had no declared family; it declares "
+            f"{'; '.join(c.key for c in family)} now, after {finished} finished runs",
+            file=sys.stderr,
+        )
+    study.set_user_attr(FAMILY_ATTR, {"scope": scope, "family": family_records(family)})
+
+
+def sibling_gaps(
+    study_dir: Path, family: Sequence[Comparison], scope: str
+) -> dict[Comparison, PairedGap]:
+    """The gaps of the family's comparisons at other scopes, from their studies' reports
+    (``ROOT/SCOPE/tune.json``, ROOT the campaign folder ``scope`` is relative to); a scope with
+    no report yet is pending."""
+    if not scope:
+        return {}
+    root = Path(study_dir).resolve().parents[len(Path(scope).parts) - 1]
+    gaps = {}
+    for comparison in family:
+        report = root / comparison.scope / "tune.json"
+        if comparison.scope == scope or not report.is_file():
+            continue
+        for entry in json.loads(report.read_text()).get("verdicts", []):
+            if entry["rule"] == comparison.rule and entry.get("pairs"):
+                gap = PairedGap(entry["gap"], *entry["interval"], entry["p"], entry["pairs"])
+                gaps[comparison] = gap
+    return gaps
+
+
 # ---------------------------------------------------------------- the report
 
 
@@ -388,27 +469,63 @@ def read_trials(
 
 @dataclass(frozen=True)
 class Verdict:
-    """A MARS rule against its strongest same-cost control on the held-out pairs."""
+    """A MARS rule against its strongest same-cost control on the held-out pairs, and its
+    decision over the study's declared family (:mod:`.family`)."""
 
     rule: str
     control: str
     gap: PairedGap
     decision: str
+    provisional: bool = False
+
+    @property
+    def decision_text(self) -> str:
+        return Decision(self.decision, self.provisional).text()
 
 
-def verdicts(found: Sequence[OptimizerOutcome], alpha: float = 0.05) -> list[Verdict]:
-    """Each MARS rule of the study against the same-cost control with the lowest held-out mean,
-    paired over the held-out runs, decided by Holm's correction over the study's rules."""
+def verdicts(
+    found: Sequence[OptimizerOutcome],
+    alpha: float = 0.05,
+    *,
+    pairs: Sequence[tuple[int, int]] | None = None,
+    family: Sequence[Comparison] | None = None,
+    scope: str = "",
+    others: Mapping[Comparison, PairedGap] | None = None,
+) -> list[Verdict]:
+    """Each comparison of ``family`` at ``scope`` (default: the study's own comparisons) whose
+    runs have all finished: the rule against the control with the lowest held-out mean, over
+    the held-out runs (with ``pairs``, the seeds x data orders they cross, seed and data order
+    as crossed random effects; else as independent pairs), decided by Holm over the whole
+    family, where ``others`` holds the gaps of the family's comparisons read elsewhere (a
+    campaign's other points)."""
     by_name = {o.optimizer: o for o in found if o.heldout_complete}
-    pairs = []
-    for rule, controls in SAME_COST_CONTROLS.items():
-        ran = [by_name[c] for c in controls if c in by_name]
-        if rule in by_name and ran:
-            control = min(ran, key=lambda o: o.heldout_mean)
-            gap = paired_gap(by_name[rule].heldout_finals, control.heldout_finals)
-            pairs.append((rule, control.optimizer, gap))
-    decisions = holm_decisions([gap for _, _, gap in pairs], alpha)
-    return [Verdict(r, c, g, d) for (r, c, g), d in zip(pairs, decisions, strict=True)]
+    mine = [c for c in family if c.scope == scope] if family is not None else None
+    if mine is None:
+        mine = study_family([o.optimizer for o in found])
+        family = mine
+    gaps: dict[Comparison, PairedGap] = dict(others or {})
+    controls: dict[Comparison, str] = {}
+    for comparison in mine:
+        ran = [by_name[c] for c in comparison.controls if c in by_name]
+        if comparison.rule not in by_name or len(ran) < len(comparison.controls):
+            continue
+        control = min(ran, key=lambda o: o.heldout_mean)
+        rule_finals, control_finals = (
+            by_name[comparison.rule].heldout_finals,
+            control.heldout_finals,
+        )
+        gaps[comparison] = (
+            crossed_gap(rule_finals, control_finals, pairs)
+            if pairs is not None
+            else paired_gap(rule_finals, control_finals)
+        )
+        controls[comparison] = control.optimizer
+    decided = decide(family, gaps, alpha)
+    return [
+        Verdict(c.rule, controls[c], gaps[c], decided[c].word, decided[c].provisional)
+        for c in mine
+        if c in controls
+    ]
 
 
 def progress_label(finished: bool, runs: int) -> str:
@@ -417,9 +534,14 @@ def progress_label(finished: bool, runs: int) -> str:
     return "" if finished else "unfinished" if runs else "not started"
 
 
-def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
+def format_tune_table(
+    plan: TunePlan,
+    found: Sequence[OptimizerOutcome],
+    found_verdicts: Sequence[Verdict] | None = None,
+) -> str:
     """The report: per optimizer its trials, held-out mean ± std, selection mean and winner;
-    each MARS rule's paired gap to its strongest control; the tuning curves."""
+    each MARS rule's gap to its strongest control (``found_verdicts``, default: over the
+    study's own family); the tuning curves."""
     sel = plan.selection
     heldout = (
         f"held out: seeds {','.join(map(str, sel.heldout))} x data orders "
@@ -439,15 +561,17 @@ def format_tune_table(plan: TunePlan, found: Sequence[OptimizerOutcome]) -> str:
             f"{mean_std_text(o.heldout_finals)} | {mean_std_text(o.selection_finals)} | "
             f"{o.rounds} |"
         )
-    found_verdicts = verdicts(found)
+    if found_verdicts is None:
+        found_verdicts = verdicts(found, pairs=sel.heldout_pairs())
     if found_verdicts:
         lines += [
             "",
-            "| rule | strongest control | paired gap, 95% interval | p | Holm (study) |",
+            "| rule | strongest control | gap, 95% interval (seed x data order) | p | "
+            "Holm (declared family) |",
             "|---|---|---:|---:|---|",
         ]
         lines += [
-            f"| {v.rule} | {v.control} | {v.gap.text()} | {v.gap.p:.3g} | {v.decision} |"
+            f"| {v.rule} | {v.control} | {v.gap.text()} | {v.gap.p:.3g} | {v.decision_text} |"
             for v in found_verdicts
         ]
     rows = [k for k in CURVE_ROWS if k <= plan.trials]
@@ -545,6 +669,7 @@ def report_json(
     plan: TunePlan,
     found: Sequence[OptimizerOutcome],
     trials: Sequence[optuna.trial.FrozenTrial] = (),
+    found_verdicts: Sequence[Verdict] | None = None,
 ) -> dict[str, Any]:
     """The report's record: the protocol, each optimizer's trials, winner, held-out finals and
     tuning curve, the verdicts, and the cost of ``trials`` (the runs the report reads) per
@@ -592,8 +717,13 @@ def report_json(
                 "p": v.gap.p,
                 "pairs": v.gap.pairs,
                 "decision": v.decision,
+                "provisional": v.provisional,
             }
-            for v in verdicts(found)
+            for v in (
+                verdicts(found, pairs=plan.selection.heldout_pairs())
+                if found_verdicts is None
+                else found_verdicts
+            )
         ],
     }
 
@@ -604,15 +734,28 @@ def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
     trials = read_trials(found, study.get_trials(deepcopy=False))
     folder = Path(plan.study_dir)
     folder.mkdir(parents=True, exist_ok=True)
+    family, scope = declared_family(study, plan)
+    found_verdicts = verdicts(
+        found,
+        pairs=plan.selection.heldout_pairs(),
+        family=family,
+        scope=scope,
+        others=sibling_gaps(folder, family, scope),
+    )
+    write_text_atomically(
+        folder / "family.json",
+        json.dumps({"scope": scope, "family": family_records(family)}, indent=2) + "\n",
+    )
     write_text_atomically(
         folder / "summary.md",
-        format_tune_table(plan, found)
+        format_tune_table(plan, found, found_verdicts)
         + f"\n\nLadders: {ladder_note()}.\n\nTrained on: {devices_note(trials)}.\n",
     )
     write_text_atomically(
-        folder / "tune.json", json.dumps(report_json(plan, found, trials), indent=2) + "\n"
+        folder / "tune.json",
+        json.dumps(report_json(plan, found, trials, found_verdicts), indent=2) + "\n",
     )
-    written = [folder / "summary.md", folder / "tune.json"]
+    written = [folder / "summary.md", folder / "tune.json", folder / "family.json"]
     figure = plot_tune(found, folder / "tune.png")
     if figure is not None:
         written.append(figure)

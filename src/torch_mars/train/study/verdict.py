@@ -99,6 +99,69 @@ def paired_gap(rule: Sequence[float], control: Sequence[float], level: float = 0
     return PairedGap(mean, mean - half, mean + half, p, len(differences))
 
 
+def crossed_gap(
+    rule: Sequence[float],
+    control: Sequence[float],
+    pairs: Sequence[tuple[int, int]],
+    level: float = 0.95,
+) -> PairedGap:
+    """``rule - control`` over held-out runs whose pairs ``(seed, data order)`` cross every seed
+    with every data order, with seed and data order as crossed random effects: the difference
+    of pair (s, o) is ``mu + a_s + b_o + e_so``, so the mean's variance is
+    ``var_a / S + var_b / O + var_e / (S O)``, not ``var / (S O)`` as if the pairs were
+    independent (two runs on one seed share that seed's luck). The components come from the
+    two-way ANOVA's mean squares (a component estimated below zero is taken as zero), the
+    degrees of freedom from Satterthwaite's formula rounded down (integer t, conservative).
+    With one seed or one data order it is :func:`paired_gap`.
+
+    >>> pairs = [(s, o) for o in (1, 2) for s in (3, 4, 5)]
+    >>> gap = crossed_gap([1.0, 1.1, 0.9, 1.0, 1.2, 0.9], [1.2, 1.2, 1.1, 1.1, 1.3, 1.0], pairs)
+    >>> round(gap.mean, 4), gap.pairs
+    (-0.1333, 6)
+    """
+    if not len(rule) == len(control) == len(pairs):
+        raise ValueError(
+            f"runs and pairs differ in number: {len(rule)}, {len(control)} and {len(pairs)}"
+        )
+    seeds = sorted({s for s, _ in pairs})
+    orders = sorted({o for _, o in pairs})
+    if len(set(pairs)) != len(pairs) or len(pairs) != len(seeds) * len(orders):
+        raise ValueError(f"the pairs {list(pairs)} do not cross every seed with every data order")
+    if len(seeds) < 2 or len(orders) < 2:
+        return paired_gap(rule, control, level)
+    differences = {pair: r - c for pair, r, c in zip(pairs, rule, control, strict=True)}
+    values = list(differences.values())
+    if not all(math.isfinite(d) for d in values):
+        return paired_gap(rule, control, level)  # an infinite gap, as a diverged run gives
+    n_s, n_o = len(seeds), len(orders)
+    mean = statistics.fmean(values)
+    by_seed = {s: statistics.fmean(differences[(s, o)] for o in orders) for s in seeds}
+    by_order = {o: statistics.fmean(differences[(s, o)] for s in seeds) for o in orders}
+    ms_seed = n_o * math.fsum((m - mean) ** 2 for m in by_seed.values()) / (n_s - 1)
+    ms_order = n_s * math.fsum((m - mean) ** 2 for m in by_order.values()) / (n_o - 1)
+    residual = math.fsum(
+        (differences[(s, o)] - by_seed[s] - by_order[o] + mean) ** 2 for s in seeds for o in orders
+    )
+    ms_error = residual / ((n_s - 1) * (n_o - 1))
+    keep_seed, keep_order = ms_seed > ms_error, ms_order > ms_error
+    # the mean's variance as a combination of the mean squares: sum of coefficient x MS
+    terms = [
+        (keep_seed / (n_s * n_o), ms_seed, n_s - 1),
+        (keep_order / (n_s * n_o), ms_order, n_o - 1),
+        ((1 - keep_seed - keep_order) / (n_s * n_o), ms_error, (n_s - 1) * (n_o - 1)),
+    ]
+    variance = math.fsum(c * ms for c, ms, _ in terms)
+    if variance <= 0:
+        p = 1.0 if mean == 0 else 0.0
+        return PairedGap(mean, mean, mean, p, len(values))
+    dof_real = variance**2 / math.fsum((c * ms) ** 2 / d for c, ms, d in terms if c and ms)
+    dof = max(1, math.floor(dof_real))
+    error = math.sqrt(variance)
+    half = student_t_quantile(1 - level, dof) * error
+    p = student_t_two_sided_p(mean / error, dof)
+    return PairedGap(mean, mean - half, mean + half, p, len(values))
+
+
 def holm_decisions(gaps: Sequence[PairedGap], alpha: float = 0.05) -> list[str]:
     """``"win"`` (the rule ahead), ``"loss"`` or ``"tie"`` for each gap, by Holm's step-down
     correction of the family's p values at ``alpha``.

@@ -1,0 +1,125 @@
+"""The family of comparisons a study or a campaign declares before its first run, and the one
+place where a comparison's decision word is made.
+
+Holm's correction is only as honest as its family: chosen after the results, a family can be
+cut down until a gap passes. So the family is declared first and kept: a study records it in
+its storage when it opens for its first run (``family.json`` beside its report is a copy to
+read), a campaign in its declaration file (``--family FILE``: every comparison of every point,
+each with its scope ``MODEL/POINT``), and a command line that would add a comparison to a
+declared family is refused. A comparison that has not been read yet is *pending*: Holm runs
+over the whole family with each pending p value taken as 1, so the words of the finished ones
+can only move from tie to a decision as the rest arrive, and are marked provisional until
+then.
+
+Every file that prints a decision (a study's ``summary.md``, the campaign's ``map.md``,
+docs/results.md, the README) takes it from :func:`decide` over the same family and gaps, so
+the same comparison reads the same word everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch_mars.train.compare import SAME_COST_CONTROLS
+from torch_mars.train.study.verdict import PairedGap, holm_decisions
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A MARS rule against the strongest (lowest held-out mean) of its ``controls``, at
+    ``scope`` (``""``: the study's own; ``MODEL/POINT`` in a campaign)."""
+
+    rule: str
+    controls: tuple[str, ...]
+    scope: str = ""
+
+    @property
+    def key(self) -> str:
+        where = f"{self.scope}: " if self.scope else ""
+        return f"{where}{self.rule} vs {'/'.join(self.controls)}"
+
+    def record(self) -> dict[str, Any]:
+        return {"scope": self.scope, "rule": self.rule, "controls": list(self.controls)}
+
+    @classmethod
+    def of_record(cls, record: Mapping[str, Any]) -> Comparison:
+        return cls(record["rule"], tuple(record["controls"]), record.get("scope", ""))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A comparison's word: ``win`` (the rule ahead), ``tie``, ``loss``, or ``pending`` (not
+    read yet); ``provisional`` while another comparison of the family is pending."""
+
+    word: str
+    provisional: bool
+
+    def text(self) -> str:
+        return f"{self.word} (provisional)" if self.provisional else self.word
+
+
+def study_family(optimizers: Sequence[str]) -> list[Comparison]:
+    """A study's own comparisons: each MARS rule it tunes against the controls of its cost
+    that it tunes too."""
+    family = []
+    for rule, controls in SAME_COST_CONTROLS.items():
+        ran = tuple(c for c in controls if c in optimizers)
+        if rule in optimizers and ran:
+            family.append(Comparison(rule, ran))
+    return family
+
+
+def campaign_family(path: Path) -> list[Comparison]:
+    """The family a campaign's declaration file lists (its ``family``: scope, rule, controls)."""
+    try:
+        declared = json.loads(Path(path).read_text())
+        return [
+            Comparison(e["rule"], tuple(e["controls"]), f"{e['model']}/{e['point']}")
+            for e in declared["family"]
+        ]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"--family {path}: not a campaign declaration ({error})") from error
+
+
+def scope_of(study_dir: Path, family_file: Path) -> str:
+    """A campaign study's scope: its folder relative to the declaration's (``MODEL/POINT``)."""
+    try:
+        return Path(study_dir).resolve().relative_to(Path(family_file).resolve().parent).as_posix()
+    except ValueError as error:
+        raise ValueError(
+            f"--family {family_file}: the study folder {study_dir} is not inside the campaign's"
+        ) from error
+
+
+def family_records(family: Sequence[Comparison]) -> list[dict[str, Any]]:
+    return [c.record() for c in family]
+
+
+def check_holds(declared: Sequence[Comparison], wanted: Sequence[Comparison], name: str) -> None:
+    """Refuse a command line whose comparisons are not all in the family ``declared`` before
+    the study's first run (fewer are fine: those left out stay pending)."""
+    extra = [c.key for c in wanted if c not in declared]
+    if extra:
+        raise ValueError(
+            f"study {name!r} declared its family before its first run "
+            f"({'; '.join(c.key for c in declared) or 'no comparison'}); this command line adds "
+            f"{'; '.join(extra)}: a family does not change mid-study (give another --name)"
+        )
+
+
+def decide(
+    family: Sequence[Comparison], gaps: Mapping[Comparison, PairedGap], alpha: float = 0.05
+) -> dict[Comparison, Decision]:
+    """Each comparison's word by Holm's step-down correction at ``alpha`` over the whole
+    ``family``, a comparison without a gap pending (its p taken as 1)."""
+    pending = [c for c in family if c not in gaps]
+    stand_in = PairedGap(0.0, 0.0, 0.0, 1.0, 0)
+    words = holm_decisions([gaps.get(c, stand_in) for c in family], alpha)
+    return {
+        c: Decision("pending" if c in pending else word, bool(pending) and c not in pending)
+        for c, word in zip(family, words, strict=True)
+    }

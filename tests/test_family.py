@@ -1,0 +1,118 @@
+"""The family of comparisons, declared before a study's first run: Holm runs over all of it
+(a comparison not read yet is pending, p taken as 1, and the others' words provisional); a
+study keeps the family it declared and refuses a command line that would add a comparison;
+and a campaign's table and each point's own report give every comparison the same word."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from torch_mars.train.study.campaign import campaign_rows, format_campaign_table
+from torch_mars.train.study.family import Comparison, campaign_family, decide
+from torch_mars.train.study.selection import PROTOCOL
+from torch_mars.train.study.tune import (
+    FAMILY_ATTR,
+    OptimizerOutcome,
+    TunePlan,
+    declare_family,
+    report_json,
+    sibling_gaps,
+    verdicts,
+)
+from torch_mars.train.study.verdict import PairedGap
+from torch_mars.train.trainer import TrainConfig
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def gap(mean: float, p: float) -> PairedGap:
+    return PairedGap(mean, mean - 0.01, mean + 0.01, p, 12)
+
+
+def test_holm_runs_over_the_whole_family_and_pending_comparisons_make_the_rest_provisional():
+    a, b, c = (Comparison("mars-adamw", ("nadamw",), s) for s in ("x", "y", "z"))
+    # with three comparisons declared, p 0.02 is no win (0.02 > 0.05 / 3) even alone
+    decided = decide([a, b, c], {a: gap(-0.01, 0.02)})
+    assert decided[a].word == "tie" and decided[a].provisional
+    assert decided[b].word == decided[c].word == "pending"
+    # a family of one would have called it a win: the declared family is what decides
+    assert decide([a], {a: gap(-0.01, 0.02)})[a].word == "win"
+    final = decide([a, b, c], {a: gap(-0.01, 0.001), b: gap(0.02, 0.01), c: gap(0.0, 0.9)})
+    assert [final[k].text() for k in (a, b, c)] == ["win", "loss", "tie"]
+
+
+def plan(optimizers: tuple[str, ...], tmp_path: Path, **settings) -> TunePlan:
+    return TunePlan(TrainConfig(model="tiny"), optimizers, PROTOCOL, tmp_path / "s", **settings)
+
+
+def test_a_study_keeps_the_family_it_declared_before_its_first_run(tmp_path):
+    study = optuna.create_study()
+    declare_family(study, plan(("nadamw", "mars-adamw"), tmp_path))
+    stored = study.user_attrs[FAMILY_ATTR]
+    assert stored == {"scope": "", "family": [
+        {"scope": "", "rule": "mars-adamw", "controls": ["nadamw"]},
+    ]}  # fmt: skip
+    declare_family(study, plan(("mars-adamw",), tmp_path))  # fewer: its comparison pending
+    with pytest.raises(ValueError, match="does not change mid-study"):
+        declare_family(study, plan(("nadamw", "mars-adamw", "muon", "mars-shampoo"), tmp_path))
+    assert study.user_attrs[FAMILY_ATTR] == stored
+
+
+def declaration(tmp_path: Path) -> Path:
+    path = tmp_path / "campaign" / "campaign.json"
+    path.parent.mkdir()
+    family = [
+        {"model": "tiny", "point": p, "rule": "mars-adamw", "controls": ["nadamw"]}
+        for p in ("b64-4x", "b16-4x")
+    ]
+    path.write_text(json.dumps({"family": family}))
+    return path
+
+
+def outcome(name: str, offset: float, wobble: float = 0.0) -> OptimizerOutcome:
+    """Held-out finals on the 12 pairs: seed and data-order effects, ``wobble`` of noise."""
+    finals = [
+        2.0 + offset + 0.001 * (i % 4) + 0.0005 * (i // 4) + wobble * (-1) ** i * (i % 3)
+        for i in range(12)
+    ]
+    return OptimizerOutcome(name, True, {}, [2.0], [2.0], finals, 0, [])
+
+
+def test_a_campaign_point_refuses_a_comparison_its_declaration_lacks(tmp_path):
+    path = declaration(tmp_path)
+    point = plan(("nadamw", "mars-adamw", "muon", "mars-shampoo"), tmp_path, family_file=path)
+    point = TunePlan(**{**point.__dict__, "study_dir": path.parent / "tiny" / "b64-4x"})
+    with pytest.raises(ValueError, match="mars-shampoo vs muon"):
+        declare_family(optuna.create_study(), point)
+
+
+def test_each_point_and_the_campaign_table_give_every_comparison_the_same_word(tmp_path):
+    path = declaration(tmp_path)
+    family = campaign_family(path)
+    pairs = PROTOCOL.heldout_pairs()
+    leads = {"tiny/b64-4x": -0.02, "tiny/b16-4x": 0.0004}
+    for scope, lead in leads.items():  # each point reports in turn, the second seeing the first
+        folder = path.parent / scope
+        folder.mkdir(parents=True)
+        found = [outcome("nadamw", 0.0), outcome("mars-adamw", lead, wobble=0.003)]
+        point = TunePlan(
+            TrainConfig(model="tiny"), ("nadamw", "mars-adamw"), PROTOCOL, folder, family_file=path
+        )
+        read = verdicts(
+            found,
+            pairs=pairs,
+            family=family,
+            scope=scope,
+            others=sibling_gaps(folder, family, scope),
+        )
+        (folder / "tune.json").write_text(json.dumps(report_json(point, found, (), read)))
+    rows = campaign_rows(path)
+    assert [row.decision.word for row in rows] == ["win", "tie"]
+    assert not any(row.decision.provisional for row in rows)
+    last = json.loads((path.parent / "tiny" / "b16-4x" / "tune.json").read_text())["verdicts"]
+    assert [v["decision"] for v in last] == [rows[1].decision.word]
+    assert "| tiny/b64-4x | mars-adamw | nadamw |" in format_campaign_table(rows)
