@@ -383,6 +383,30 @@ class OptimizerOutcome:
     finalists: list[tuple[Point, float, float]] = dataclasses.field(default_factory=list)
     winner_score: float = math.nan  # on the selection seeds, as its search scored it
     runs: frozenset[RunId] = frozenset()  # the finished runs this outcome reads
+    # the dimensions its trials scored away from its first start, of all it has
+    moved: tuple[str, ...] = ()
+    dimensions: tuple[str, ...] = ()
+
+    @property
+    def moved_text(self) -> str:
+        """``"6 of 7 (lr, beta1, ...)"``, or ``"only lr"``."""
+        if self.moved == ("lr",):
+            return "only lr"
+        return f"{len(self.moved)} of {len(self.dimensions)}"
+
+    def heldout_extremes(
+        self, pairs: Sequence[tuple[int, int]]
+    ) -> tuple[tuple[float, tuple[int, int]] | None, int]:
+        """The worst held-out run ``(final, (seed, data order))`` and how many held-out runs lie
+        more than 3 standard deviations from their median (None, 0 until all finished)."""
+        if not self.heldout_complete:
+            return None, 0
+        finals = self.heldout_finals
+        worst = max(zip(finals, pairs, strict=True), key=lambda fp: fp[0])
+        spread = statistics.stdev(finals) if len(finals) > 1 else 0.0
+        middle = statistics.median(finals)
+        far = sum(abs(v - middle) > 3 * spread for v in finals) if spread else 0
+        return worst, far
 
     @property
     def heldout_complete(self) -> bool:
@@ -454,9 +478,16 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 finalists=[(p, search_scores[point_key(p)], final) for p, final in state.finalists],
                 winner_score=search_scores.get(point_key(point), math.nan),
                 runs=frozenset(results.asked & finished.keys()),
+                moved=moved_dimensions(search.starts[0], [p for p, _ in state.trials]),
+                dimensions=dimensions_of(search.optimizer),
             )
         )
     return found
+
+
+def moved_dimensions(start: Point, points: Sequence[Point]) -> tuple[str, ...]:
+    """The dimensions of ``start`` that some of ``points`` score at another value."""
+    return tuple(d for d in start if any(p[d] != start[d] for p in points))
 
 
 def read_trials(
@@ -549,7 +580,8 @@ def format_tune_table(
     )
     lines = [
         f"| optimizer | trials | {heldout} | selection (seeds "
-        f"{','.join(map(str, sel.choosing_seeds))}, data order {sel.data_seed}) | rounds |",
+        f"{','.join(map(str, sel.choosing_seeds))}, data order {sel.data_seed}) | "
+        "dimensions moved |",
         "|---|---:|---:|---:|---:|",
     ]
     ranked = sorted(found, key=lambda o: (math.isnan(o.heldout_mean), o.heldout_mean))
@@ -559,8 +591,9 @@ def format_tune_table(
         lines.append(
             f"| {o.optimizer}{status} | {len(o.trial_scores)} | "
             f"{mean_std_text(o.heldout_finals)} | {mean_std_text(o.selection_finals)} | "
-            f"{o.rounds} |"
+            f"{o.moved_text} |"
         )
+    lines += ["", *moved_sentences(ranked), *heldout_sentences(ranked, sel.heldout_pairs())]
     if found_verdicts is None:
         found_verdicts = verdicts(found, pairs=sel.heldout_pairs())
     if found_verdicts:
@@ -591,6 +624,43 @@ def format_tune_table(
     if sel.finalists:
         lines += ["", finalists_table(sel, ranked)]
     return "\n".join(lines)
+
+
+def moved_sentences(found: Sequence[OptimizerOutcome]) -> list[str]:
+    """Per optimizer with trials, in words: which dimensions its search moved away from its
+    start, and a warning where it moved only the lr (its other dimensions are its defaults:
+    more trials, or fewer dimensions, would tune them)."""
+    lines = []
+    for o in found:
+        if not o.trial_scores:
+            continue
+        still = [d for d in o.dimensions if d not in o.moved]
+        if o.moved == ("lr",):
+            lines.append(
+                f"- WARNING: {o.optimizer}'s search moved only the lr in {len(o.trial_scores)} "
+                f"trials; {', '.join(still)} stayed at their defaults."
+            )
+        else:
+            kept = f"; never moved: {', '.join(still)}" if still else " (every dimension)"
+            lines.append(f"- {o.optimizer}'s search moved {', '.join(o.moved) or 'nothing'}{kept}.")
+    return lines
+
+
+def heldout_sentences(
+    found: Sequence[OptimizerOutcome], pairs: Sequence[tuple[int, int]]
+) -> list[str]:
+    """Per optimizer whose held-out runs have all finished: its worst run, and how many lie
+    more than 3 standard deviations from the median (a blow-up a mean would hide)."""
+    lines = []
+    for o in found:
+        worst, far = o.heldout_extremes(pairs)
+        if worst is not None:
+            value, (seed, data) = worst
+            lines.append(
+                f"- {o.optimizer}'s worst held-out run: {value:.4f} (seed {seed}, data order "
+                f"{data}); runs over 3 std from the median: {far}."
+            )
+    return lines
 
 
 def finalists_table(sel: Selection, found: Sequence[OptimizerOutcome]) -> str:
@@ -705,6 +775,9 @@ def report_json(
                 "trial_scores": [number(v) for v in o.trial_scores],
                 "tuning_curve": [number(v) for v in o.curve],
                 "rounds": o.rounds,
+                "moved": list(o.moved),
+                "worst_heldout": _worst_record(o, plan.selection.heldout_pairs()),
+                "heldout_outliers": o.heldout_extremes(plan.selection.heldout_pairs())[1],
             }
             for o in found
         ],
@@ -726,6 +799,14 @@ def report_json(
             )
         ],
     }
+
+
+def _worst_record(o: OptimizerOutcome, pairs: Sequence[tuple[int, int]]) -> dict | None:
+    worst, _ = o.heldout_extremes(pairs)
+    if worst is None:
+        return None
+    value, (seed, data) = worst
+    return {"final": value, "seed": seed, "data_seed": data}
 
 
 def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:

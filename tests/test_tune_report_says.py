@@ -1,0 +1,47 @@
+"""What tune's report says in words: which dimensions each search moved, a warning where only
+the lr moved (a search that tuned nothing else), each winner's worst held-out run and its runs
+far from the median."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch_mars.train.study.selection import PROTOCOL
+from torch_mars.train.study.space import dimensions_of, start_point
+from torch_mars.train.study.tune import (
+    OptimizerOutcome,
+    TunePlan,
+    format_tune_table,
+    moved_dimensions,
+)
+from torch_mars.train.trainer import TrainConfig
+
+PLAN = TunePlan(TrainConfig(model="tiny"), ("nadamw", "mars-adamw"), PROTOCOL, Path("unused"))
+
+
+def outcome(name: str, points: list[dict[str, int]], finals: list[float]) -> OptimizerOutcome:
+    start = start_point(name, "tiny")
+    return OptimizerOutcome(
+        name, True, start, [2.0] * len(points), [2.0], finals, 0, [],
+        moved=moved_dimensions(start, points), dimensions=dimensions_of(name),
+    )  # fmt: skip
+
+
+def test_the_report_names_the_dimensions_moved_and_warns_when_only_lr_moved():
+    nadamw = start_point("nadamw", "tiny")
+    only_lr = [{**nadamw, "lr": nadamw["lr"] + k} for k in (-1, 0, 1)]
+    mars = start_point("mars-adamw", "tiny")
+    everything = [{**mars, d: mars[d] + 1} for d in mars]
+    found = [outcome("nadamw", only_lr, [2.0] * 12), outcome("mars-adamw", everything, [1.9] * 12)]
+    text = format_tune_table(PLAN, found)
+    assert "WARNING: nadamw's search moved only the lr in 3 trials" in text
+    assert "| only lr |" in text and "| 7 of 7 |" in text
+    assert "mars-adamw's search moved lr, beta1, beta2" in text and "(every dimension)" in text
+
+
+def test_the_report_gives_each_winners_worst_held_out_run_and_its_outliers():
+    finals = [2.0 + 0.001 * (i % 3) for i in range(12)]
+    finals[7] = 2.5  # one run blew up: seed 6 of data order 2 (pairs are data orders outer)
+    text = format_tune_table(PLAN, [outcome("mars-adamw", [], finals)])
+    assert "mars-adamw's worst held-out run: 2.5000 (seed 6, data order 2)" in text
+    assert "runs over 3 std from the median: 1." in text
