@@ -14,14 +14,17 @@ every seed where the study ran it). The table: design x trials -> per optimizer 
 mean gap to the 80-trial winner's (negative: better), the share of dimensions moved, runs per
 optimizer.
 
-``--real POINT``: the chosen design trained at the point (``torch-mars tune`` with the
-protocol's defaults, journal ``search-benchmark/POINT/study.log``), and each optimizer's
-80-trial winner read on the same held-out runs (a one-trial study of those points), so that the
-gap to the reference is paired; ``--report POINT`` writes ``search-benchmark/POINT.md`` from
-the journals alone.
+Real runs decide: the chosen design is the campaign's protocol (``campaign.py``, whose study
+at ``campaign/tiny/POINT`` is the design's run), and ``--references POINT`` reads each
+optimizer's 80-trial winner of the map on the same 12 held-out runs (seeds 3-6 x data orders
+1-3; one ``sweep`` of the five winners per data order, journals in
+``search-benchmark/POINT/references-dataN/``), so that the gap to the reference is paired.
+``--report POINT`` writes ``search-benchmark/POINT.md`` from the journals alone: per optimizer
+the design's winner minus the reference on the held-out runs (crossed interval), its trials,
+dimensions moved, and the point's runs and CPU hours.
 
     python benchmarks/studies/search_benchmark.py --surrogate b64-4x b16-4x
-    python benchmarks/studies/search_benchmark.py --real b64-4x --jobs 2
+    python benchmarks/studies/search_benchmark.py --references b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --report b64-4x
 """
 
@@ -29,27 +32,27 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import math
+import shlex
 import statistics
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fight_map
-
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.bench.scripts import load_script
+from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.engine import finished_results
 from torch_mars.train.study.profiled import ProfiledSearch
-from torch_mars.train.study.selection import Selection, badness
-from torch_mars.train.study.space import (
-    dimensions_of,
-    parse_point_key,
-    point_key,
-)
+from torch_mars.train.study.selection import PROTOCOL, Selection, badness
+from torch_mars.train.study.space import dimensions_of, parse_point_key, point_key
 from torch_mars.train.study.tune import SEARCHES, plan_of_identity
+from torch_mars.train.study.verdict import crossed_gap
 
+fight_map = load_script(Path(__file__).with_name("fight_map.py"))
+CAMPAIGN = fight_map.ROOT / "benchmarks" / "results" / "campaign" / "tiny"
 OUT = fight_map.ROOT / "benchmarks" / "results" / "search-benchmark"
 BUDGETS = (12, 20, 40)
 # The map's selection: three seeds a trial, four finalists on three more.
@@ -195,16 +198,141 @@ def surrogate_table(point: str, replicates: int) -> str:
     return "\n".join(lines)
 
 
+def reference_winners(point: str) -> dict[str, dict]:
+    """Each optimizer's 80-trial winner of the map at ``point``: its harness hyperparameters."""
+    report = fight_map.FOLDER / point / "trials-80" / point / "tune.json"
+    return {o["optimizer"]: o["hyperparams"] for o in json.loads(report.read_text())["optimizers"]}
+
+
+def _value(value: object) -> str:
+    if isinstance(value, list):
+        return "(" + ",".join(str(v) for v in value) + ")"
+    return str(value)
+
+
+def reference_arguments(point: str, data_seed: int, jobs: int) -> list[str]:
+    """A plain-grid sweep of the five 80-trial winners on the held-out seeds, data order
+    ``data_seed``, at the point's budget."""
+    tune = fight_map.tune_arguments(point, jobs, trials=1)
+    budget = tune[: tune.index("--optimizers")]
+    winners = reference_winners(point)
+    grids = [
+        part
+        for name, hyperparams in winners.items()
+        for key, value in hyperparams.items()
+        for part in ("--grid", f"{name}:{key}={_value(value)}")
+    ]
+    folder = (OUT / point).relative_to(fight_map.ROOT)
+    seeds = [str(s) for s in PROTOCOL.heldout]
+    name = f"references-data{data_seed}"
+    return [
+        *budget,
+        "--data-seed",
+        str(data_seed),
+        "--optimizers",
+        *winners,
+        *grids,
+        "--search-seeds",
+        *seeds,
+        "--seeds",
+        *seeds,
+        "--jobs",
+        str(jobs),
+        "--out-dir",
+        str(folder),
+        "--name",
+        name,
+        "--storage",
+        f"journal:{folder / name / 'study.log'}",
+    ]
+
+
+def reference_finals(point: str) -> dict[str, list[float]]:
+    """Each reference winner's finals on the held-out pairs, in :data:`PROTOCOL`'s order (NaN
+    where a run is missing)."""
+    values: dict[tuple[str, int, int], float] = {}
+    for data_seed in PROTOCOL.heldout_data_seeds:
+        folder = OUT / point / f"references-data{data_seed}"
+        if not (folder / "study.log").is_file() and not (folder / "study.log.gz").is_file():
+            continue
+        trials, _, _ = fight_map.stored_trials(folder)
+        for (optimizer, _, seed, data), value in finished_results(trials).items():
+            values[(optimizer, seed, data)] = value
+    return {
+        name: [values.get((name, s, d), math.nan) for s, d in PROTOCOL.heldout_pairs()]
+        for name in fight_map.OPTIMIZERS
+    }
+
+
+def real_table(point: str) -> str:
+    """The design (the campaign's study at ``point``) against the 80-trial references."""
+    design = json.loads(
+        (fight_map.ROOT / "benchmarks/results/campaign/tiny" / point / "tune.json").read_text()
+    )
+    references = reference_finals(point)
+    pairs = [tuple(p) for p in design["optimizers"][0]["heldout_pairs"]]
+    lines = [
+        f"Real runs at {point}: the surface search at {design['trials']} trials on one selection "
+        "seed (4 finalists on two more) against each optimizer's 80-trial winner of the map "
+        "(lr-profiled, three seeds a trial), both read on seeds 3-6 x data orders 1-3; "
+        "design - reference in held-out validation loss, interval with seed and data order "
+        "as crossed effects (negative: the design's winner better).",
+        "",
+        "| optimizer | design held out | reference held out | design - reference | p | "
+        "trials | dimensions moved |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for entry in design["optimizers"]:
+        name = entry["optimizer"]
+        ours = [math.nan if v is None else v for v in entry["heldout_finals"]]
+        theirs = references.get(name, [])
+        if len(theirs) != len(ours) or any(map(math.isnan, ours + theirs)):
+            cells = f"{_mean(ours)} | {_mean(theirs)} | pending | — "
+        else:
+            gap = crossed_gap(ours, theirs, pairs)
+            cells = f"{_mean(ours)} | {_mean(theirs)} | {gap.text()} | {gap.p:.3g} "
+        moved = entry.get("moved", [])
+        lines.append(f"| {name} | {cells}| {entry['trials']} | {len(moved)}: {', '.join(moved)} |")
+    cost = design.get("cost", {})
+    runs = sum(c["runs"] for c in cost.values())
+    hours = sum(c["hours"] for c in cost.values())
+    lines += [
+        "",
+        f"The design's cost at {point}: {runs} runs, {hours:.1f} run hours (one thread a run).",
+    ]
+    return "\n".join(lines)
+
+
+def _mean(values: list[float]) -> str:
+    finite = [v for v in values if not math.isnan(v)]
+    return f"{statistics.fmean(finite):.4f}" if finite and len(finite) == len(values) else "—"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--surrogate", nargs="+", choices=list(fight_map.POINTS), default=[])
     parser.add_argument("--replicates", type=int, default=8)
+    parser.add_argument("--references", choices=list(fight_map.POINTS))
+    parser.add_argument("--report", choices=list(fight_map.POINTS))
+    parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.references:
+        for data_seed in PROTOCOL.heldout_data_seeds:
+            arguments = reference_arguments(args.references, data_seed, args.jobs)
+            print("torch-mars sweep " + shlex.join(arguments), flush=True)
+            code = torch_mars(["sweep", *arguments])
+            if code:
+                return code
+    if args.report:
+        table = real_table(args.report)
+        OUT.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(OUT / f"{args.report}.md", table + "\n")
+        print(table)
     for point in args.surrogate:
         table = surrogate_table(point, args.replicates)
         print(table)
         OUT.mkdir(parents=True, exist_ok=True)
-        (OUT / f"surrogate-{point}.md").write_text(table + "\n")
+        write_text_atomically(OUT / f"surrogate-{point}.md", table + "\n")
     return 0
 
 
