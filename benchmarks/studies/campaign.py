@@ -33,7 +33,12 @@ from typing import Any
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
-from torch_mars.train.study.campaign import campaign_rows, format_campaign_table
+from torch_mars.train.study.campaign import (
+    campaign_rows,
+    format_campaign_table,
+    replace_block,
+    words_line,
+)
 
 fight_map = load_script(Path(__file__).with_name("fight_map.py"))
 
@@ -173,8 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             return code
     if args.report:
-        table = format_campaign_table(campaign_rows(DECLARATION))
+        rows = campaign_rows(DECLARATION)
+        table = format_campaign_table(rows)
         write_text_atomically(FOLDER / "verdicts.md", table + "\n")
+        for document in (fight_map.ROOT / "README.md", fight_map.ROOT / "docs" / "results.md"):
+            text = replace_block(document.read_text(), words_line(rows))
+            write_text_atomically(document, text)
         print(table)
     return 0
 
