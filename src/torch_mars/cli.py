@@ -70,7 +70,7 @@ from torch_mars.train.run_record import RunFolderBusy, RunResult, check_folder_p
 from torch_mars.train.run_shell import train_run
 from torch_mars.train.schedules import TEXT_SCHEDULES
 from torch_mars.train.study.grid import parse_grid, parse_value
-from torch_mars.train.study.selection import PROTOCOL, Selection
+from torch_mars.train.study.selection import PROTOCOL, protocol_selection
 from torch_mars.train.study.space import tunable_optimizers
 from torch_mars.train.study.store import describe, storage_errors, storage_url
 from torch_mars.train.study.sweep import (
@@ -608,8 +608,8 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "--final-seeds",
         nargs="*",
         type=_nonnegative_int,
-        default=list(PROTOCOL.final_seeds),
-        help="the seeds the finalists are also read on (data order --data-seed)",
+        help="the seeds the finalists are also read on (data order --data-seed; default: the "
+        "two smallest seeds that neither choose nor are held out, 1 2 with the other defaults)",
     )
     group.add_argument(
         "--trials",
@@ -737,16 +737,13 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
         plan = TunePlan(
             base=base,
             optimizers=tuple(args.optimizers),
-            selection=Selection(
-                seeds=tuple(args.seeds),
-                heldout=tuple(args.heldout_seeds),
+            selection=protocol_selection(
+                seeds=args.seeds,
+                heldout=args.heldout_seeds,
                 data_seed=args.data_seed,
-                heldout_data_seeds=tuple(args.heldout_data_seeds),
+                heldout_data_seeds=args.heldout_data_seeds,
                 finalists=args.finalists,
-                # --finalists 0 alone drops the default final seeds with the finalists
-                final_seeds=()
-                if args.finalists == 0 and args.final_seeds == list(PROTOCOL.final_seeds)
-                else tuple(args.final_seeds),
+                final_seeds=args.final_seeds,
             ),
             study_dir=folder,
             trials=args.trials,

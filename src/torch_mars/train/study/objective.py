@@ -20,7 +20,6 @@ import path and its source: a study of a changed function is another study.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -257,12 +256,12 @@ def tune(
     needs ``train`` importable from its module. ``progress``: a bar on stderr counting the
     runs against those the study plans (with ``jobs`` > 1, each worker prints a line per run
     instead); False prints neither. A protocol setting left None takes the protocol's default
-    (:data:`~torch_mars.train.study.selection.PROTOCOL`; ``trials`` and ``search``:
+    (:func:`~torch_mars.train.study.selection.protocol_selection`; ``trials`` and ``search``:
     :data:`~torch_mars.train.study.tune.DEFAULT_TRIALS` and ``DEFAULT_SEARCH``)."""
     from tqdm import tqdm
 
     from torch_mars.train.study.engine import open_study, run_workers, study_progress
-    from torch_mars.train.study.selection import PROTOCOL
+    from torch_mars.train.study.selection import protocol_selection
     from torch_mars.train.study.space import hyperparams_of
     from torch_mars.train.study.tune import (
         DEFAULT_SEARCH,
@@ -279,19 +278,8 @@ def tune(
     _GIVEN[path] = train
     base = ObjectiveConfig(objective=path, model=defaults)
     folder = Path(out_dir) / (name or train.__name__)
-    given = {
-        "seeds": seeds,
-        "heldout": heldout_seeds,
-        "heldout_data_seeds": heldout_data_seeds,
-        "finalists": finalists,
-        "final_seeds": final_seeds,
-    }
-    if finalists == 0 and final_seeds is None:
-        given["final_seeds"] = ()  # no finalists: no final seeds either
-    selection = dataclasses.replace(
-        PROTOCOL,
-        data_seed=data_seed,
-        **{k: v if isinstance(v, int) else tuple(v) for k, v in given.items() if v is not None},
+    selection = protocol_selection(
+        seeds, heldout_seeds, data_seed, heldout_data_seeds, finalists, final_seeds
     )
     plan = TunePlan(
         base=base,  # type: ignore[arg-type]

@@ -109,6 +109,37 @@ class Selection:
         need(results, [run_of(point, s, d) for s, d in self.heldout_pairs()])
 
 
+def protocol_selection(
+    seeds: Sequence[int] | None = None,
+    heldout: Sequence[int] | None = None,
+    data_seed: int = 0,
+    heldout_data_seeds: Sequence[int] | None = None,
+    finalists: int | None = None,
+    final_seeds: Sequence[int] | None = None,
+) -> Selection:
+    """:data:`PROTOCOL` with what a caller gave in place of its defaults. Without
+    ``final_seeds`` the finalists are read on as many seeds as the protocol's, the smallest
+    that neither choose nor are held out (1 2 by default; 2 3 beside ``seeds=(0,)`` and
+    ``heldout=(1,)``), and none with ``finalists=0``."""
+    seeds = PROTOCOL.seeds if seeds is None else tuple(seeds)
+    heldout = PROTOCOL.heldout if heldout is None else tuple(heldout)
+    finalists = PROTOCOL.finalists if finalists is None else finalists
+    if final_seeds is None:
+        taken = set(seeds) | set(heldout)
+        free = (s for s in range(len(taken) + len(PROTOCOL.final_seeds) + 1) if s not in taken)
+        final_seeds = tuple(next(free) for _ in PROTOCOL.final_seeds) if finalists else ()
+    return Selection(
+        seeds=seeds,
+        heldout=heldout,
+        data_seed=data_seed,
+        heldout_data_seeds=PROTOCOL.heldout_data_seeds
+        if heldout_data_seeds is None
+        else tuple(heldout_data_seeds),
+        finalists=finalists,
+        final_seeds=tuple(final_seeds),
+    )
+
+
 # The protocol of ``torch-mars tune`` and ``torch_mars.tune`` unless told, declared once: one
 # selection seed a trial (the noise is paid where it decides), each search's 4 best points
 # re-read on two more seeds, each winner read on 4 seeds x 3 data orders, 12 crossed pairs no
