@@ -24,7 +24,6 @@ import dataclasses
 import importlib.util
 import math
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -72,7 +71,13 @@ from torch_mars.train.schedules import TEXT_SCHEDULES
 from torch_mars.train.study.grid import parse_grid, parse_value
 from torch_mars.train.study.selection import PROTOCOL, protocol_selection
 from torch_mars.train.study.space import tunable_optimizers
-from torch_mars.train.study.store import describe, storage_errors, storage_url
+from torch_mars.train.study.store import (
+    check_study_name,
+    dashboard_hint,
+    describe,
+    storage_errors,
+    storage_url,
+)
 from torch_mars.train.study.sweep import (
     SweepPlan,
     format_sweep_table,
@@ -538,12 +543,10 @@ def _sweep_plan(
 
 def _study_name(text: str) -> str:
     """A study or sweep name: it names a folder inside ``--out-dir``, never a path."""
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]{0,99}", text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a name: 1-100 of A-Z a-z 0-9 _ . = + -, not starting with '.' or "
-            "'-', no '/'"
-        )
-    return text
+    try:
+        return check_study_name(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("name ")) from error
 
 
 def _tune_flags(parser: argparse.ArgumentParser) -> None:
@@ -834,7 +837,7 @@ def _tune(request: TuneRequest) -> int:
     written = write_tune_report(plan, study)
     print((plan.study_dir / "summary.md").read_text(), end="")
     print("wrote " + ", ".join(str(path) for path in written))
-    print(f"browse the study: optuna-dashboard {spec.url.removeprefix('journal:')}")
+    print(dashboard_hint(spec.url))
     return 0
 
 

@@ -25,6 +25,7 @@ import importlib
 import inspect
 import json
 import math
+import numbers
 import os
 import sys
 import time
@@ -110,10 +111,14 @@ def import_objective(path: str) -> Callable[..., Any]:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:  # an import error, or any error the module raises on import
+    except (Exception, SystemExit) as error:  # any error or exit the module raises on import
+        what = (
+            f"it calls sys.exit({error.code!r})"
+            if isinstance(error, SystemExit)
+            else f"{type(error).__name__}: {error}"
+        )
         raise ValueError(
-            f"--objective {path}: module {module_name!r} does not import "
-            f"({type(error).__name__}: {error})"
+            f"--objective {path}: module {module_name!r} does not import ({what})"
         ) from None
     function = module
     for part in name.split("."):
@@ -152,6 +157,24 @@ def fingerprint(function: Callable[..., Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def number_of(value: Any) -> float:
+    """A training function's return value as the run's final metric: any real number (Python's
+    or numpy's), taken by ``float()``; anything else, a bool, or an int too large for a float is
+    :class:`ObjectiveFailed` with what it was."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise ObjectiveFailed(
+            f"returned {type(value).__name__} {shown}, not a number (return float(loss))"
+        )
+    try:
+        return float(value)
+    except OverflowError as error:
+        raise ObjectiveFailed(
+            f"returned an int of {int(value).bit_length()} bits, too large for a float"
+        ) from error
+
+
 def run_objective(config: ObjectiveConfig, function: Callable[..., Any] | None) -> RunResult:
     """Call the training function once as the config says; its value is the run's final metric
     (a ``FloatingPointError`` for NaN or infinity, :class:`ObjectiveFailed` for an exception or
@@ -170,14 +193,18 @@ def run_objective(config: ObjectiveConfig, function: Callable[..., Any] | None) 
         curve.write(json.dumps({"step": int(step), "value": float(value)}) + "\n")
 
     started = time.perf_counter()
+    folder = os.getcwd()
     try:
-        value = function(make_optimizer, config.seed, config.data_seed, report)
+        returned = function(make_optimizer, config.seed, config.data_seed, report)
     except Exception as error:
         raise ObjectiveFailed(f"{type(error).__name__}: {error}") from error
+    except SystemExit as exit_:
+        # sys.exit inside the function ends this run, never the study
+        raise ObjectiveFailed(f"the function called sys.exit({exit_.code!r})") from exit_
     finally:
         curve.close()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ObjectiveFailed(f"returned {type(value).__name__} {value!r}, not a number")
+        os.chdir(folder)  # a function that changed folder does not move the study's files
+    value = number_of(returned)
     if not math.isfinite(value):
         raise FloatingPointError(f"returned {value}")
     progress = {
@@ -263,6 +290,7 @@ def tune(
     from torch_mars.train.study.engine import open_study, run_workers, study_progress
     from torch_mars.train.study.selection import protocol_selection
     from torch_mars.train.study.space import hyperparams_of
+    from torch_mars.train.study.store import check_study_name
     from torch_mars.train.study.tune import (
         DEFAULT_SEARCH,
         DEFAULT_TRIALS,
@@ -277,7 +305,8 @@ def tune(
     check_contract(train, path)
     _GIVEN[path] = train
     base = ObjectiveConfig(objective=path, model=defaults)
-    folder = Path(out_dir) / (name or train.__name__)
+    check_study_name(name or train.__name__)
+    folder = Path(os.path.abspath(out_dir)) / (name or train.__name__)  # paths stay absolute
     selection = protocol_selection(
         seeds, heldout_seeds, data_seed, heldout_data_seeds, finalists, final_seeds
     )

@@ -29,6 +29,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,11 @@ def describe(url: str) -> str:
     return url
 
 
+def dashboard_hint(url: str) -> str:
+    """The command that browses the study at ``url``, its password masked (type it in)."""
+    return f"browse the study: optuna-dashboard {describe(url).removeprefix('journal:')}"
+
+
 def study_names(storage: optuna.storages.BaseStorage) -> set[str]:
     return {s.study_name for s in optuna.get_all_study_summaries(storage)}
 
@@ -269,3 +275,18 @@ def claim_lock(
             yield
         finally:
             connection.execute(text(release), {"key": key if dialect == "postgresql" else str(key)})
+
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]{0,99}")
+
+
+def check_study_name(name: str) -> str:
+    """``name`` if it names a folder inside the output folder and a study in a storage; else a
+    ValueError saying what a name may hold (no '/', no leading '.' or '-': a name is never a
+    path, so no name puts a study outside its output folder)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(
+            f"name {name!r} is not a name: 1-100 of A-Z a-z 0-9 _ . = + -, not starting with "
+            "'.' or '-', no '/'"
+        )
+    return name

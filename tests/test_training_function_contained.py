@@ -1,0 +1,98 @@
+"""Nothing a training function does ends or moves the study (issue "The study engine holds,
+round 2", repros r10-r14 of ../shared/repro/study-engine-2/): ``sys.exit`` fails its run, a
+changed working folder is restored and every report path is absolute, a number is any real
+number ``float()`` takes (numpy's too) and an int too large for a float fails its run with a
+message; ``name`` is checked as ``--name`` is; a module exiting on import is one line; no
+password reaches the closing line."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import optuna
+import pytest
+
+import torch_mars
+from torch_mars.train.study.objective import ObjectiveFailed, import_objective, number_of
+from torch_mars.train.study.store import dashboard_hint
+
+SMALL = dict(trials=1, seeds=(0,), heldout_seeds=(1,), heldout_data_seeds=(1,), finalists=0)
+
+
+def stored_errors(folder, name: str) -> dict[str, int]:
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{folder / name / 'study.db'}")
+    errors: dict[str, int] = {}
+    for trial in study.get_trials():
+        error = trial.user_attrs.get("error")
+        if error:
+            errors[error] = errors.get(error, 0) + 1
+    return errors
+
+
+def exits_on_seed_1(make_optimizer, seed, data_seed, report):
+    if seed == 1:
+        sys.exit(0)
+    return 1.0 + seed
+
+
+def test_sys_exit_in_the_function_fails_that_run_and_the_study_goes_on(tmp_path):
+    result = torch_mars.tune(exits_on_seed_1, ["adamw"], out_dir=tmp_path, progress=False, **SMALL)
+    assert (tmp_path / "exits_on_seed_1" / "summary.md").is_file()
+    assert result.winners["adamw"]
+    errors = stored_errors(tmp_path, "exits_on_seed_1")
+    assert errors == {"the function called sys.exit(0)": 1}  # the held-out run on seed 1
+
+
+def wanders_off(make_optimizer, seed, data_seed, report):
+    os.makedirs("scratch", exist_ok=True)
+    os.chdir("scratch")
+    return 1.0 + seed
+
+
+def test_a_function_that_changes_folder_moves_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = torch_mars.tune(wanders_off, ["adamw"], out_dir="runs", progress=False, **SMALL)
+    assert os.getcwd() == str(tmp_path)
+    assert all(path.is_absolute() and path.is_file() for path in result.paths)
+    assert (tmp_path / "runs" / "wanders_off" / "summary.md") in result.paths
+
+
+def test_numbers_are_what_float_takes_and_nothing_else():
+    assert number_of(np.float32(1.5)) == 1.5 and number_of(3) == 3.0
+    with pytest.raises(ObjectiveFailed, match="too large for a float"):
+        number_of(10**400)
+    for not_a_number in (True, "1.5", None, [1.0]):
+        with pytest.raises(ObjectiveFailed, match="not a number"):
+            number_of(not_a_number)
+
+
+def huge(make_optimizer, seed, data_seed, report):
+    return 10**400
+
+
+def test_an_int_too_large_fails_its_runs_with_a_message_and_the_study_reports(tmp_path):
+    torch_mars.tune(huge, ["adamw"], out_dir=tmp_path, progress=False, **SMALL)
+    assert stored_errors(tmp_path, "huge") == {
+        "returned an int of 1329 bits, too large for a float": 2
+    }
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/tmp/abs", ".hidden", "a/b"])
+def test_a_name_that_is_a_path_is_refused_before_anything_is_made(tmp_path, name):
+    with pytest.raises(ValueError, match="is not a name"):
+        torch_mars.tune(huge, ["adamw"], out_dir=tmp_path / "runs", name=name, **SMALL)
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "escaped").exists()
+
+
+def test_a_module_that_exits_on_import_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"does not import \(it calls sys.exit\(3\)\)"):
+        import_objective("exits_on_import:train")
+
+
+def test_the_closing_dashboard_line_masks_the_password():
+    line = dashboard_hint("postgresql://tune:s3cret@db.example/studies")
+    assert "s3cret" not in line and line.endswith("postgresql://***@db.example/studies")
