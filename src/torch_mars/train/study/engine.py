@@ -240,11 +240,16 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
     (:class:`StudyMismatch` otherwise; ``spec.overwrite`` deletes and recreates it, unless a
     trial of it is training). Where only the protocol differs, the study takes the spec's.
     ``read_only`` (a report) never changes a study that exists: it neither takes a protocol nor
-    deletes."""
+    deletes; and it never creates one (a name with no study is a ValueError)."""
     url = spec.url
     storage = open_storage(url)
     identity = spec.identity()
     keys = spec.protocol_keys
+    if read_only and spec.study_name not in study_names(storage):
+        raise ValueError(
+            f"no study {spec.study_name!r} in {describe(url)} to report (its names: "
+            f"{', '.join(sorted(study_names(storage))) or 'none'})"
+        )
     with claim_lock(url, storage, spec.study_name):
         if spec.study_name in study_names(storage):
             study = load_study(storage, spec.study_name)
@@ -334,6 +339,14 @@ def finished_results(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, 
         failed_itself = trial.state == TrialState.FAIL and "error" in trial.user_attrs
         if run is not None and (trial.state == TrialState.COMPLETE or failed_itself):
             final = trial.user_attrs.get("final")
+            if final is not None and (
+                isinstance(final, bool) or not isinstance(final, int | float)
+            ):
+                raise ValueError(
+                    f"trial {trial.number} of the study stores final {final!r}, not a number: "
+                    "the study's data were changed outside tune (fail that trial in the storage "
+                    "to train its run again)"
+                )
             results[run] = math.nan if final is None else final
     return results
 
