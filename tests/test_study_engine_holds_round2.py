@@ -43,3 +43,30 @@ def test_a_stored_final_that_is_no_number_is_one_line_naming_the_trial(tmp_path,
     study.tell(trial, 0.0)
     with pytest.raises(ValueError, match=r"trial 0 of the study stores final 'abc', not a number"):
         finished_results(study.get_trials())
+
+
+def test_a_worker_runs_only_the_function_its_command_line_names(tmp_path, monkeypatch, capsys):
+    """r01: whoever can write a shared storage cannot choose the code its workers import."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "objmod.py").write_text(
+        "def ok(make_optimizer, seed, data_seed, report):\n    return 1.0\n"
+    )
+    (tmp_path / "evilmod.py").write_text(
+        "import pathlib\npathlib.Path('PWNED').write_text('imported')\n"
+        "def train(make_optimizer, seed, data_seed, report):\n    return 0.0\n"
+    )
+    storage = ["--storage", f"journal:{tmp_path / 'shared.log'}", "--name", "s", "--out-dir", "o"]
+    small = ["--optimizers", "adamw", "--trials", "1", "--seeds", "0", "--heldout-seeds", "1"]
+    small += ["--heldout-data-seeds", "1", "--finalists", "0"]
+    assert main(["tune", "--objective", "objmod:ok", *small, *storage]) == 0
+    study = optuna.load_study(
+        study_name="s", storage=open_storage(f"journal:{tmp_path / 'shared.log'}")
+    )
+    identity = dict(study.user_attrs["identity"])
+    identity["budget"] = {**identity["budget"], "objective": "evilmod:train"}
+    study.set_user_attr("identity", identity)  # one line appended to the shared journal
+    capsys.readouterr()
+    assert main(["tune", "--worker", *storage]) == 2
+    assert "tunes evilmod:train; this worker names no --objective" in capsys.readouterr().err
+    assert main(["tune", "--worker", "--objective", "objmod:ok", *storage]) == 2
+    assert not (tmp_path / "PWNED").exists()

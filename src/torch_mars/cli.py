@@ -682,7 +682,16 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
 
 
 # What --worker takes from its study, never from the command line.
-_TUNE_WORKER_OWN = {"worker", "storage", "name", "out_dir", "jobs", "max_trials", "report"}
+_TUNE_WORKER_OWN = {
+    "worker",
+    "storage",
+    "name",
+    "out_dir",
+    "jobs",
+    "max_trials",
+    "report",
+    "objective",
+}
 # The harness flags an --objective study reads: the recipe its searches start from, the
 # selection's data order and the device; the function trains the rest its own way.
 _OBJECTIVE_READS = {"model", "data_seed", "device"}
@@ -711,6 +720,7 @@ class TuneRequest:
     jobs: int
     report_only: bool
     max_trials: int | None
+    objective: str | None = None  # what a worker's own command line names
 
 
 def _tune_request(args: argparse.Namespace) -> TuneRequest:
@@ -760,8 +770,36 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             overwrite=args.overwrite,
         )
     return TuneRequest(
-        plan, folder, args.storage, args.name, args.jobs, args.report, args.max_trials
+        plan,
+        folder,
+        args.storage,
+        args.name,
+        args.jobs,
+        args.report,
+        args.max_trials,
+        args.objective if args.worker else None,
     )
+
+
+def _check_worker_objective(identity: dict[str, Any], request: TuneRequest) -> None:
+    """A worker runs the training function its own command line names, never one a study's
+    data name: a study of a function must be joined with ``--objective`` naming the same one,
+    checked before anything is imported (whoever can write a shared storage cannot choose the
+    code its workers run)."""
+    stored = (
+        identity.get("budget", {}).get("objective") if identity.get("task") == "objective" else None
+    )
+    if stored is None and request.objective is None:
+        return
+    if stored is None:
+        raise ValueError(f"--objective: study {request.name!r} does not tune a function")
+    if request.objective != stored:
+        named = f"--objective {request.objective}" if request.objective else "no --objective"
+        raise ValueError(
+            f"study {request.name!r} tunes {stored}; this worker names {named}: a worker runs "
+            f"only the function its own command line names (add --objective {stored} if that "
+            "is the code you mean to run)"
+        )
 
 
 def _run_tune(request: TuneRequest) -> int:
@@ -783,7 +821,8 @@ def _tune(request: TuneRequest) -> int:
 
     plan = request.plan
     if plan is None:
-        joined, _ = join_study(storage_url(request.storage, request.study_dir), request.name)
+        joined, identity = join_study(storage_url(request.storage, request.study_dir), request.name)
+        _check_worker_objective(identity, request)
         plan = plan_of_study(joined, request.study_dir, request.storage, request.name)
         plan = dataclasses.replace(plan, jobs=request.jobs)
     else:
