@@ -8,9 +8,9 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from harness_helpers import write_synthetic_text
+from harness_helpers import toy_tune_plan, write_synthetic_text
 from torch_mars.cli import main
-from torch_mars.train.study.engine import finished_results
+from torch_mars.train.study.engine import claim, finished_results, open_study
 from torch_mars.train.study.store import open_storage
 
 TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
@@ -70,3 +70,36 @@ def test_a_worker_runs_only_the_function_its_command_line_names(tmp_path, monkey
     assert "tunes evilmod:train; this worker names no --objective" in capsys.readouterr().err
     assert main(["tune", "--worker", "--objective", "objmod:ok", *storage]) == 2
     assert not (tmp_path / "PWNED").exists()
+
+
+def test_links_in_the_study_folder_are_never_followed(tmp_path, corpus_file):
+    """r02: a ``runs`` folder that is a link is refused in one line, its target untouched;
+    r07: a trial's work folder that is a link is unlinked, its target untouched, and the study
+    claims on; a finished trial's leftover folder (a kill after its tell) goes at the next
+    claim."""
+    plan = toy_tune_plan(tmp_path / "s", corpus_file, ("adamw",), trials=1, study_name="s")
+    spec = plan.spec()
+    study = open_study(spec)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "trial-0").mkdir(parents=True)
+    (elsewhere / "trial-0" / "notes.txt").write_text("precious")
+    (tmp_path / "s" / "runs").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match="is a link"):
+        claim(spec, study, stale_after_s=1e9)
+    assert (elsewhere / "trial-0" / "notes.txt").read_text() == "precious"
+    (tmp_path / "s" / "runs").unlink()
+
+    held = claim(spec, study, stale_after_s=1e9)
+    held.lock.close()
+    study.tell(held.trial, 1.0)  # finished, its folder left behind as by a kill
+    assert held.work_dir.is_dir()
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "f").write_text("keep")
+    number = held.trial.number + 1
+    spec.work_dir(number).symlink_to(target)  # the next trial's folder, a link
+    again = claim(spec, study, stale_after_s=1e9)
+    again.lock.close()
+    assert again.trial.number == number and again.work_dir.is_dir()
+    assert not again.work_dir.is_symlink() and (target / "f").read_text() == "keep"
+    assert not held.work_dir.exists()

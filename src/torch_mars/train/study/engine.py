@@ -439,8 +439,23 @@ class Claim:
     lock: contextlib.ExitStack
 
 
+def _check_runs_folder(runs: Path) -> None:
+    """Refuse a study whose ``runs`` folder is a link, in one line, before anything is claimed."""
+    if runs.is_symlink():
+        raise ValueError(
+            f"{runs} is a link (to {os.readlink(runs)}): a study's work folders lie inside its "
+            "own folder; remove the link and run again"
+        )
+
+
 def _remove_work_dir(work_dir: Path) -> None:
-    """Remove a work folder of this study that no process holds (under the claim lock)."""
+    """Remove a work folder of this study that no process holds (under the claim lock). The
+    engine writes and deletes only inside the study folder: a ``runs`` folder that is a link is
+    refused in one line, and a work folder that is a link is unlinked, never followed."""
+    _check_runs_folder(work_dir.parent)
+    if work_dir.is_symlink():
+        work_dir.unlink()
+        return
     if not work_dir.is_dir():
         return
     with contextlib.suppress(RunFolderBusy), run_folder_lock(work_dir):
@@ -471,6 +486,7 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
     """Under the claim lock: fail the trials of gone workers, then claim the first needed run
     (:func:`needed_runs`) that no worker is training (one storage write). None when other
     workers hold every needed run; False when the study is finished."""
+    _check_runs_folder(spec.study_dir / "runs")
     with claim_lock(spec.url, study, spec.study_name):
         trials = study.get_trials(deepcopy=False)
         running: set[RunId] = set()
@@ -482,6 +498,9 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
                 _remove_work_dir(spec.work_dir(trial.number))
             elif (run := run_of(trial)) is not None:
                 running.add(run)
+        for trial in trials:  # a kill between a tell and its folder's removal left it
+            if trial.state.is_finished() and os.path.lexists(spec.work_dir(trial.number)):
+                _remove_work_dir(spec.work_dir(trial.number))
         needed = needed_runs(spec.searches, finished_results(trials))
         if not needed:
             return False
