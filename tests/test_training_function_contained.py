@@ -73,10 +73,14 @@ def huge(make_optimizer, seed, data_seed, report):
 
 
 def test_an_int_too_large_fails_its_runs_with_a_message_and_the_study_reports(tmp_path):
-    torch_mars.tune(huge, ["adamw"], out_dir=tmp_path, progress=False, **SMALL)
+    with pytest.raises(ObjectiveFailed, match=r"no run finished: all 2 failed \(first: returned"):
+        torch_mars.tune(huge, ["adamw"], out_dir=tmp_path, progress=False, **SMALL)
+    # the trial's run and the winner's held-out run, each with its message, in the report too
     assert stored_errors(tmp_path, "huge") == {
         "returned an int of 1329 bits, too large for a float": 2
     }
+    summary = (tmp_path / "huge" / "summary.md").read_text()
+    assert "FAILED: 2 of adamw's 2 runs (first, seed 0 data order 0: returned an int" in summary
 
 
 @pytest.mark.parametrize("name", ["../../escaped", "/tmp/abs", ".hidden", "a/b"])
@@ -96,3 +100,57 @@ def test_a_module_that_exits_on_import_is_one_line(tmp_path, monkeypatch):
 def test_the_closing_dashboard_line_masks_the_password():
     line = dashboard_hint("postgresql://tune:s3cret@db.example/studies")
     assert "s3cret" not in line and line.endswith("postgresql://***@db.example/studies")
+
+
+def fails_on_seed_1(make_optimizer, seed, data_seed, report):
+    if seed == 1:
+        raise RuntimeError("out of memory on seed 1")
+    return 1.0 + 0.01 * data_seed
+
+
+def test_a_run_that_fails_on_one_selection_seed_scores_its_point_failed_and_gives_no_verdict(
+    tmp_path,
+):
+    """#63: the point is not scored on its other seed, no verdict is read, and the report
+    counts the failures with their message."""
+    result = torch_mars.tune(
+        fails_on_seed_1,
+        ["adamw", "mars-adamw"],
+        out_dir=tmp_path,
+        progress=False,
+        **{**SMALL, "trials": 2, "seeds": (0, 1), "heldout_seeds": (2, 3)},
+    )
+    assert result.verdicts == []
+    summary = (tmp_path / "fails_on_seed_1" / "summary.md").read_text()
+    assert "FAILED: 2 of adamw's" in summary and "out of memory on seed 1" in summary
+    assert "FAILED: 2 of mars-adamw's" in summary
+
+
+def returns_a_tensor(make_optimizer, seed, data_seed, report):
+    import torch
+
+    return torch.tensor(1.0)
+
+
+def test_a_function_that_returns_a_tensor_fails_every_run_and_the_study_says_so(tmp_path):
+    with pytest.raises(ObjectiveFailed, match="no run finished: all 2 failed"):
+        torch_mars.tune(returns_a_tensor, ["adamw"], out_dir=tmp_path, progress=False, **SMALL)
+    summary = (tmp_path / "returns_a_tensor" / "summary.md").read_text()
+    assert "returned Tensor tensor(1.), not a number (return float(loss))" in summary
+
+
+def test_the_command_line_exits_1_with_one_line_when_nothing_trained(tmp_path, monkeypatch, capsys):
+    from torch_mars.cli import main
+
+    (tmp_path / "broken.py").write_text(
+        "def train(make_optimizer, seed, data_seed, report):\n    raise ValueError('boom')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    args = ["tune", "--objective", "broken:train", "--optimizers", "adamw", "--trials", "1"]
+    args += ["--seeds", "0", "--heldout-seeds", "1", "--heldout-data-seeds", "1"]
+    args += ["--finalists", "0", "--out-dir", "o", "--name", "b"]
+    assert main(args) == 1
+    said = capsys.readouterr()
+    assert "torch-mars tune: no run finished: all 2 failed (first: ValueError: boom)" in said.err
+    assert "seed 0 data 0: FAILED: ValueError: boom" in said.out  # as it happened
+    assert "FAILED: 2 of adamw's 2 runs" in said.out

@@ -810,7 +810,14 @@ def _run_tune(request: TuneRequest) -> int:
 def _tune(request: TuneRequest) -> int:
     from tqdm import tqdm
 
-    from torch_mars.train.study.engine import join_study, open_study, run_workers, study_progress
+    from torch_mars.train.study.engine import (
+        FAILED_MARK,
+        join_study,
+        nothing_trained,
+        open_study,
+        run_workers,
+        study_progress,
+    )
     from torch_mars.train.study.tune import (
         declare_family,
         keep_stored_starts,
@@ -869,6 +876,8 @@ def _tune(request: TuneRequest) -> int:
             bar.update()
             if bar.disable:
                 print(line, flush=True)
+            elif FAILED_MARK in line:
+                bar.write(line)  # a failure is shown as it happens, over the bar
 
         trained = run_workers(spec, progress, request.max_trials)
         bar.close()
@@ -877,6 +886,10 @@ def _tune(request: TuneRequest) -> int:
     print((plan.study_dir / "summary.md").read_text(), end="")
     print("wrote " + ", ".join(str(path) for path in written))
     print(dashboard_hint(spec.url))
+    nothing = None if request.report_only else nothing_trained(study.get_trials(deepcopy=False))
+    if nothing:
+        print(f"torch-mars tune: {nothing}", file=sys.stderr)
+        return 1
     return 0
 
 

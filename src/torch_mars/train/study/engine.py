@@ -94,6 +94,8 @@ RUN_FIELDS = (
 # in the identity): the same data under another path is the same study.
 _WHERE_FIELDS = ("data",)
 OWNER_ATTR = "torch_mars_owner"
+# How a progress line says its run failed (a bar prints such a line, where it swallows others).
+FAILED_MARK = "FAILED: "
 HEARTBEAT_ATTR = "torch_mars_heartbeat"
 _SEED_PARAM = IntDistribution(0, 2**31 - 1)
 
@@ -329,6 +331,29 @@ def run_of(trial: optuna.trial.FrozenTrial) -> RunId | None:
     if "point" not in attrs:
         return None
     return (attrs["optimizer"], attrs["point"], attrs["seed"], attrs.get("data_seed", 0))
+
+
+def failed_runs(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, str]:
+    """Each run that failed with its message (the training raised, or returned no number)."""
+    return {
+        run: str(trial.user_attrs["error"])
+        for trial in trials
+        if trial.state == TrialState.FAIL
+        and "error" in trial.user_attrs
+        and (run := run_of(trial)) is not None
+    }
+
+
+def nothing_trained(trials: Sequence[optuna.trial.FrozenTrial]) -> str | None:
+    """A line saying that no run of the study finished (every one failed, with the first
+    message), or None where one did."""
+    if any(t.state == TrialState.COMPLETE for t in trials):
+        return None
+    failed = failed_runs(trials)
+    first = next(iter(failed.values()), None)
+    if first is None:
+        return "no run finished"
+    return f"no run finished: all {len(failed)} failed (first: {first})"
 
 
 def finished_results(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, float]:
@@ -640,8 +665,12 @@ def work(
                 shutil.rmtree(claimed.work_dir)
         trained += 1
         if progress is not None:
-            final = record.get("error") or (
-                "diverged" if record["final"] is None else f"{record['final']:.4f}"
+            final = (
+                f"{FAILED_MARK}{record['error']}"
+                if "error" in record
+                else "diverged"
+                if record["final"] is None
+                else f"{record['final']:.4f}"
             )
             optimizer, key, seed, data_seed = claimed.run
             label = spec.search_of(optimizer).label(key)

@@ -287,7 +287,13 @@ def tune(
     :data:`~torch_mars.train.study.tune.DEFAULT_TRIALS` and ``DEFAULT_SEARCH``)."""
     from tqdm import tqdm
 
-    from torch_mars.train.study.engine import open_study, run_workers, study_progress
+    from torch_mars.train.study.engine import (
+        FAILED_MARK,
+        nothing_trained,
+        open_study,
+        run_workers,
+        study_progress,
+    )
     from torch_mars.train.study.selection import protocol_selection
     from torch_mars.train.study.space import hyperparams_of
     from torch_mars.train.study.store import check_study_name
@@ -333,9 +339,19 @@ def tune(
         desc=f"tune {plan.study_name}",
         disable=not progress or jobs > 1,
     )
-    run_workers(spec, (lambda line: bar.update()) if progress else None)
+
+    def show(line: str) -> None:
+        bar.update()
+        if FAILED_MARK in line:
+            bar.write(line)  # a failure is shown as it happens, over the bar
+
+    run_workers(spec, show if progress else None)
     bar.close()
+
     paths = write_tune_report(plan, study)
+    nothing = nothing_trained(study.get_trials(deepcopy=False))
+    if nothing:  # the report says which runs failed and why
+        raise ObjectiveFailed(f"tune {plan.study_name!r}: {nothing}; report in {folder}")
     from torch_mars.train.study.tune import outcomes
 
     found = outcomes(plan, study.get_trials(deepcopy=False))

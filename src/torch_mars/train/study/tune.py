@@ -34,6 +34,7 @@ from torch_mars.train.study.engine import (
     RunId,
     StudySpec,
     budget_of,
+    failed_runs,
     finished_results,
     join_study,
     protocol_history,
@@ -386,6 +387,8 @@ class OptimizerOutcome:
     # the dimensions its trials scored away from its first start, of all it has
     moved: tuple[str, ...] = ()
     dimensions: tuple[str, ...] = ()
+    # the runs it reads that failed, with their messages (each scored worst, never averaged)
+    failures: dict[RunId, str] = dataclasses.field(default_factory=dict)
 
     @property
     def moved_text(self) -> str:
@@ -447,6 +450,7 @@ class _AskedFor(Mapping[RunId, float]):
 def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list[OptimizerOutcome]:
     """Each optimizer's outcome from the study's trials (as far as it has got)."""
     finished = finished_results(trials)
+    failed = failed_runs(trials)
     found = []
     for search in plan.searches():
         results = _AskedFor(finished)
@@ -480,6 +484,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 runs=frozenset(results.asked & finished.keys()),
                 moved=moved_dimensions(search.starts[0], [p for p, _ in state.trials]),
                 dimensions=dimensions_of(search.optimizer),
+                failures={r: failed[r] for r in sorted(results.asked & failed.keys())},
             )
         )
     return found
@@ -529,7 +534,11 @@ def verdicts(
     as crossed random effects; else as independent pairs), decided by Holm over the whole
     family, where ``others`` holds the gaps of the family's comparisons read elsewhere (a
     campaign's other points)."""
-    by_name = {o.optimizer: o for o in found if o.heldout_complete}
+    # a winner read only where its search scored it and every held-out run finished: a
+    # winner of failed (or diverged) trials alone, or with a failed held-out run, has none
+    by_name = {
+        o.optimizer: o for o in found if o.heldout_complete and math.isfinite(o.winner_score)
+    }
     mine = [c for c in family if c.scope == scope] if family is not None else None
     if mine is None:
         mine = study_family([o.optimizer for o in found])
@@ -593,7 +602,12 @@ def format_tune_table(
             f"{mean_std_text(o.heldout_finals)} | {mean_std_text(o.selection_finals)} | "
             f"{o.moved_text} |"
         )
-    lines += ["", *moved_sentences(ranked), *heldout_sentences(ranked, sel.heldout_pairs())]
+    lines += [
+        "",
+        *failure_sentences(ranked, sel.heldout_pairs()),
+        *moved_sentences(ranked),
+        *heldout_sentences(ranked, sel.heldout_pairs()),
+    ]
     if found_verdicts is None:
         found_verdicts = verdicts(found, pairs=sel.heldout_pairs())
     if found_verdicts:
@@ -624,6 +638,27 @@ def format_tune_table(
     if sel.finalists:
         lines += ["", finalists_table(sel, ranked)]
     return "\n".join(lines)
+
+
+def failure_sentences(
+    found: Sequence[OptimizerOutcome], pairs: Sequence[tuple[int, int]]
+) -> list[str]:
+    """Per optimizer with failed runs: how many of the runs it reads failed, and the first
+    message. A failed run scores its point worst (never the mean of its other seeds), and a
+    winner with a failed held-out run gets no verdict."""
+    lines = []
+    for o in found:
+        if not o.failures:
+            continue
+        (seed, data), message = next((r[2:], m) for r, m in o.failures.items())
+        winner = point_key(o.winner)
+        heldout = any(r[1] == winner and (r[2], r[3]) in pairs for r in o.failures)
+        verdict = "; its winner has failed held-out runs: no verdict" if heldout else ""
+        lines.append(
+            f"- FAILED: {len(o.failures)} of {o.optimizer}'s {len(o.runs)} runs (first, seed "
+            f"{seed} data order {data}: {message}){verdict}."
+        )
+    return lines
 
 
 def moved_sentences(found: Sequence[OptimizerOutcome]) -> list[str]:
@@ -776,6 +811,16 @@ def report_json(
                 "tuning_curve": [number(v) for v in o.curve],
                 "rounds": o.rounds,
                 "moved": list(o.moved),
+                "failed_runs": len(o.failures),
+                "failures": [
+                    {
+                        "point": values_of(parse_point_key(r[1])),
+                        "seed": r[2],
+                        "data_seed": r[3],
+                        "error": m,
+                    }
+                    for r, m in o.failures.items()
+                ],
                 "worst_heldout": _worst_record(o, plan.selection.heldout_pairs()),
                 "heldout_outliers": o.heldout_extremes(plan.selection.heldout_pairs())[1],
             }
