@@ -160,7 +160,7 @@ def test_a_bad_objective_is_one_line_and_makes_no_study(functions, capsys, path,
     ("name", "state", "error"),
     [
         ("raises", "FAIL", "RuntimeError: out of memory, say"),
-        ("not_a_number", "FAIL", "returned str 'low', not a number"),
+        ("not_a_number", "FAIL", "returned str 'low', not a number (return float(loss))"),
         ("diverges", "COMPLETE", None),
     ],
 )

@@ -74,7 +74,6 @@ from torch_mars.train.study.space import tunable_optimizers
 from torch_mars.train.study.store import (
     check_study_name,
     dashboard_hint,
-    describe,
     storage_errors,
     storage_url,
 )
@@ -808,23 +807,9 @@ def _run_tune(request: TuneRequest) -> int:
 
 
 def _tune(request: TuneRequest) -> int:
-    from tqdm import tqdm
-
-    from torch_mars.train.study.engine import (
-        FAILED_MARK,
-        join_study,
-        nothing_trained,
-        open_study,
-        run_workers,
-        study_progress,
-    )
-    from torch_mars.train.study.tune import (
-        declare_family,
-        keep_stored_starts,
-        plan_of_study,
-        report_plan,
-        write_tune_report,
-    )
+    from torch_mars.train.study.engine import join_study
+    from torch_mars.train.study.run import run_study
+    from torch_mars.train.study.tune import plan_of_study
 
     plan = request.plan
     if plan is None:
@@ -832,63 +817,16 @@ def _tune(request: TuneRequest) -> int:
         _check_worker_objective(identity, request)
         plan = plan_of_study(joined, request.study_dir, request.storage, request.name)
         plan = dataclasses.replace(plan, jobs=request.jobs)
-    else:
-        plan = keep_stored_starts(plan)
-    spec = plan.spec()
+    show = "bar" if sys.stderr.isatty() and plan.jobs == 1 else "lines"
     # a report changes no study, whatever else the command line says (--overwrite included)
-    study = open_study(spec, read_only=request.report_only)
-    if request.report_only:
-        plan = report_plan(study, plan)
-    else:
-        declare_family(study, plan)
+    ran = run_study(plan, report_only=request.report_only, max_trials=request.max_trials, show=show)
     if not request.report_only:
-        budget = plan.base
-        what = (
-            budget.objective
-            if task_of(budget).name == "objective"
-            else f"{budget.model}, {budget.steps} steps of "
-            f"{budget.batch_size * budget.grad_accum} sequences"
-        )
-        finalists = (
-            f" (its {plan.selection.finalists} best also on seeds "
-            f"{list(plan.selection.final_seeds)})"
-            if plan.selection.finalists
-            else ""
-        )
-        print(
-            f"tune {', '.join(plan.optimizers)} on {what}; {plan.trials} trials each; selection "
-            f"seeds {list(plan.selection.seeds)}{finalists}, held out "
-            f"{list(plan.selection.heldout)} x "
-            f"data orders {list(plan.selection.heldout_data_seeds)}; study "
-            f"{plan.study_name!r} in {describe(spec.url)}; {plan.jobs} worker(s)",
-            flush=True,
-        )
-        done, planned = study_progress(spec, study.get_trials(deepcopy=False))
-        bar = tqdm(
-            total=planned,
-            initial=done,
-            unit="run",
-            desc="tune",
-            disable=not sys.stderr.isatty() or plan.jobs > 1,
-        )
-
-        def progress(line: str) -> None:
-            bar.update()
-            if bar.disable:
-                print(line, flush=True)
-            elif FAILED_MARK in line:
-                bar.write(line)  # a failure is shown as it happens, over the bar
-
-        trained = run_workers(spec, progress, request.max_trials)
-        bar.close()
-        print(f"{trained} runs trained here")
-    written = write_tune_report(plan, study)
-    print((plan.study_dir / "summary.md").read_text(), end="")
-    print("wrote " + ", ".join(str(path) for path in written))
-    print(dashboard_hint(spec.url))
-    nothing = None if request.report_only else nothing_trained(study.get_trials(deepcopy=False))
-    if nothing:
-        print(f"torch-mars tune: {nothing}", file=sys.stderr)
+        print(f"{ran.trained} runs trained here")
+    print((ran.plan.study_dir / "summary.md").read_text(), end="")
+    print("wrote " + ", ".join(str(path) for path in ran.written))
+    print(dashboard_hint(ran.plan.spec().url))
+    if ran.nothing:
+        print(f"torch-mars tune: {ran.nothing}", file=sys.stderr)
         return 1
     return 0
 

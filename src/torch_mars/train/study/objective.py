@@ -285,15 +285,7 @@ def tune(
     instead); False prints neither. A protocol setting left None takes the protocol's default
     (:func:`~torch_mars.train.study.selection.protocol_selection`; ``trials`` and ``search``:
     :data:`~torch_mars.train.study.tune.DEFAULT_TRIALS` and ``DEFAULT_SEARCH``)."""
-    from tqdm import tqdm
-
-    from torch_mars.train.study.engine import (
-        FAILED_MARK,
-        nothing_trained,
-        open_study,
-        run_workers,
-        study_progress,
-    )
+    from torch_mars.train.study.run import run_study
     from torch_mars.train.study.selection import protocol_selection
     from torch_mars.train.study.space import hyperparams_of
     from torch_mars.train.study.store import check_study_name
@@ -301,10 +293,7 @@ def tune(
         DEFAULT_SEARCH,
         DEFAULT_TRIALS,
         TunePlan,
-        declare_family,
-        keep_stored_starts,
-        report_json,
-        write_tune_report,
+        outcomes,
     )
 
     path = f"{train.__module__}:{train.__qualname__}"
@@ -327,35 +316,12 @@ def tune(
         study_name=name or train.__name__,
         jobs=jobs,
     )
-    plan = keep_stored_starts(plan)
-    spec = plan.spec()
-    study = open_study(spec)
-    declare_family(study, plan)
-    done, planned = study_progress(spec, study.get_trials(deepcopy=False))
-    bar = tqdm(
-        total=planned,
-        initial=done,
-        unit="run",
-        desc=f"tune {plan.study_name}",
-        disable=not progress or jobs > 1,
-    )
-
-    def show(line: str) -> None:
-        bar.update()
-        if FAILED_MARK in line:
-            bar.write(line)  # a failure is shown as it happens, over the bar
-
-    run_workers(spec, show if progress else None)
-    bar.close()
-
-    paths = write_tune_report(plan, study)
-    nothing = nothing_trained(study.get_trials(deepcopy=False))
-    if nothing:  # the report says which runs failed and why
-        raise ObjectiveFailed(f"tune {plan.study_name!r}: {nothing}; report in {folder}")
-    from torch_mars.train.study.tune import outcomes
-
-    found = outcomes(plan, study.get_trials(deepcopy=False))
-    report = report_json(plan, found)
+    show = ("bar" if jobs == 1 else "lines") if progress else "none"
+    ran = run_study(plan, show=show, announce_to=None)
+    if ran.nothing:  # the report says which runs failed and why
+        raise ObjectiveFailed(f"tune {plan.study_name!r}: {ran.nothing}; report in {folder}")
+    found = outcomes(ran.plan, ran.study.get_trials(deepcopy=False))
+    report = json.loads((folder / "tune.json").read_text())  # the report's own verdicts
     winners = {
         o.optimizer: hyperparams_of(o.optimizer, o.winner, defaults) for o in found if o.winner
     }
@@ -363,7 +329,7 @@ def tune(
         table=(folder / "summary.md").read_text(),
         winners=winners,
         verdicts=report["verdicts"],
-        paths=paths,
+        paths=ran.written,
     )
 
 

@@ -1,0 +1,118 @@
+"""The one door of a ``tune`` study: ``torch-mars tune`` and ``torch_mars.tune`` both call
+:func:`run_study`, so a study runs the same way whichever door opened it (its stored starts
+kept on a resume, its family declared before its first run, its failures shown as they happen,
+its report written, a study where nothing finished said so)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import optuna
+
+from torch_mars.train.study.engine import (
+    FAILED_MARK,
+    nothing_trained,
+    open_study,
+    run_workers,
+    study_progress,
+)
+from torch_mars.train.study.store import describe
+from torch_mars.train.study.tune import (
+    TunePlan,
+    declare_family,
+    keep_stored_starts,
+    report_plan,
+    write_tune_report,
+)
+from torch_mars.train.task import task_of
+
+# How a study shows its progress: a bar on stderr (a failed run's line printed over it), a
+# line per run on stdout, or nothing.
+Show = Literal["bar", "lines", "none"]
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """What :func:`run_study` did: the plan it reported (a report of a study that never ran
+    under the given protocol reports the study's own), the study, the report files, the runs
+    trained here, and a line saying nothing finished (None where something did)."""
+
+    plan: TunePlan
+    study: optuna.Study
+    written: list[Path]
+    trained: int
+    nothing: str | None
+
+
+def announce(plan: TunePlan, url: str) -> str:
+    """One line: what the study tunes, on what, by which protocol, where."""
+    budget = plan.base
+    what = (
+        budget.objective
+        if task_of(budget).name == "objective"
+        else f"{budget.model}, {budget.steps} steps of "
+        f"{budget.batch_size * budget.grad_accum} sequences"
+    )
+    sel = plan.selection
+    finalists = (
+        f" (its {sel.finalists} best also on seeds {list(sel.final_seeds)})"
+        if sel.finalists
+        else ""
+    )
+    return (
+        f"tune {', '.join(plan.optimizers)} on {what}; {plan.trials} trials each "
+        f"({plan.search} search); selection seeds {list(sel.seeds)}{finalists}, held out "
+        f"{list(sel.heldout)} x data orders {list(sel.heldout_data_seeds)}; study "
+        f"{plan.study_name!r} in {describe(url)}; {plan.jobs} worker(s)"
+    )
+
+
+def run_study(
+    plan: TunePlan,
+    *,
+    report_only: bool = False,
+    max_trials: int | None = None,
+    show: Show = "bar",
+    announce_to: str | None = "stdout",
+) -> StudyRun:
+    """Open (or create) ``plan``'s study, train what it still needs (``max_trials``: at most
+    that many runs here), and write its report. ``report_only`` changes and creates nothing.
+    ``announce_to``: where the opening line goes (``"stdout"``, ``"stderr"``, or None)."""
+    from tqdm import tqdm
+
+    plan = keep_stored_starts(plan)
+    spec = plan.spec()
+    study = open_study(spec, read_only=report_only)
+    trained = 0
+    if report_only:
+        plan = report_plan(study, plan)
+    else:
+        declare_family(study, plan)
+        if announce_to is not None:
+            stream = sys.stdout if announce_to == "stdout" else sys.stderr
+            print(announce(plan, spec.url), file=stream, flush=True)
+        done, planned = study_progress(spec, study.get_trials(deepcopy=False))
+        bar = tqdm(
+            total=planned,
+            initial=done,
+            unit="run",
+            desc=f"tune {plan.study_name}",
+            disable=show != "bar",
+        )
+
+        def progress(line: str) -> None:
+            bar.update()
+            if show == "lines":
+                print(line, flush=True)
+            elif show == "bar" and FAILED_MARK in line:
+                bar.write(line)  # a failure is shown as it happens, over the bar
+
+        # worker processes (jobs > 1) print their own lines, none when nothing is shown
+        trained = run_workers(spec, None if show == "none" else progress, max_trials)
+        bar.close()
+    written = write_tune_report(plan, study)
+    nothing = None if report_only else nothing_trained(study.get_trials(deepcopy=False))
+    return StudyRun(plan, study, written, trained, nothing)

@@ -1,0 +1,37 @@
+"""torch-mars tune and torch_mars.tune go through one door (study/run.py): a study resumed
+from Python keeps the starts it began with after the defaults move, as one resumed from the
+command line does (test_tune.py), since both call the same function."""
+
+from __future__ import annotations
+
+import optuna
+
+import torch_mars
+from torch_mars.cli import _tune
+from torch_mars.train.study import objective, run, tune
+
+SMALL = dict(seeds=(0,), heldout_seeds=(1,), heldout_data_seeds=(1,), finalists=0)
+
+
+def quadratic(make_optimizer, seed, data_seed, report):
+    return 1.0 + 0.001 * seed
+
+
+def stored_starts(folder) -> dict:
+    study = optuna.load_study(study_name="quadratic", storage=f"sqlite:///{folder}/study.db")
+    return tune.stored_starts(study.user_attrs["identity"], [])
+
+
+def test_a_resumed_python_study_keeps_its_starts_when_the_defaults_move(tmp_path, monkeypatch):
+    torch_mars.tune(quadratic, ["adamw"], trials=1, out_dir=tmp_path, progress=False, **SMALL)
+    began = stored_starts(tmp_path / "quadratic")["adamw"]
+    moved = {**began[0], "lr": began[0]["lr"] + 3}
+    monkeypatch.setattr(tune, "start_point", lambda optimizer, model: dict(moved))
+    torch_mars.tune(quadratic, ["adamw"], trials=2, out_dir=tmp_path, progress=False, **SMALL)
+    assert stored_starts(tmp_path / "quadratic")["adamw"] == began
+
+
+def test_both_doors_are_the_one_function():
+    names = {objective.tune.__code__.co_names, _tune.__code__.co_names}
+    assert all("run_study" in n for n in names)
+    assert run.run_study.__module__ == "torch_mars.train.study.run"
