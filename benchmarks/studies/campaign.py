@@ -133,6 +133,27 @@ def arguments_of(entry: dict[str, Any], jobs: int, report: bool) -> list[str]:
     )
 
 
+def state_text(campaign: dict[str, Any]) -> str:
+    """Where the campaign stands: the first stage's points begun and not, and each begun
+    study's runs and run hours, done and left (at its mean run time so far)."""
+    begun = [p for p in campaign["first_stage"] if (study_folder(p) / "study.log").is_file()]
+    waiting = [p for p in campaign["first_stage"] if p not in begun]
+    later = [
+        f"{e['model']}/{e['point']}"
+        for e in campaign["points"]
+        if f"{e['model']}/{e['point']}" not in campaign["first_stage"]
+    ]
+    return "\n".join(
+        [
+            f"First stage: {len(begun)} of {len(campaign['first_stage'])} points begun "
+            f"({', '.join(begun) or 'none'}); not begun: {', '.join(waiting) or 'none'}. "
+            f"Declared for later stages: {', '.join(later)}.",
+            "",
+            fight_map.format_progress(fight_map.progress_rows(FOLDER)),
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--declare", action="store_true", help="write campaign.json (once)")
@@ -178,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             return code
     if args.report:
+        write_text_atomically(FOLDER / "state.md", state_text(campaign) + "\n")
         rows = campaign_rows(DECLARATION)
         table = format_campaign_table(rows)
         write_text_atomically(FOLDER / "verdicts.md", table + "\n")

@@ -65,8 +65,8 @@ MAP_SELECTION = Selection(
 )
 # design name -> (search, selection): the default protocol (one seed a trial) or the map's
 DESIGNS: dict[str, tuple[str, Selection]] = {
-    "surface, 1 seed": ("surface", Selection()),
-    "lr-profiled, 1 seed": ("lr-profiled", Selection()),
+    "surface, 1 seed": ("surface", PROTOCOL),
+    "lr-profiled, 1 seed": ("lr-profiled", PROTOCOL),
     "lr-profiled, 3 seeds": ("lr-profiled", MAP_SELECTION),
 }
 
