@@ -5,6 +5,7 @@ command line does (test_tune.py), since both call the same function."""
 from __future__ import annotations
 
 import optuna
+import pytest
 
 import torch_mars
 from torch_mars.cli import _tune
@@ -35,3 +36,31 @@ def test_both_doors_are_the_one_function():
     names = {objective.tune.__code__.co_names, _tune.__code__.co_names}
     assert all("run_study" in n for n in names)
     assert run.run_study.__module__ == "torch_mars.train.study.run"
+
+
+def test_a_finished_study_reads_back_without_its_function(tmp_path):
+    """#63: load_study reads the report alone: winners, verdicts, held-out means, paths."""
+    two_pairs = {**SMALL, "heldout_seeds": (1, 2)}  # a verdict needs two held-out pairs
+    ran = torch_mars.tune(
+        quadratic, ["adamw", "mars-adamw"], trials=1, out_dir=tmp_path, progress=False, **two_pairs
+    )
+    loaded = torch_mars.load_study(tmp_path / "quadratic")
+    assert loaded.winners == ran.winners and loaded.verdicts == ran.verdicts
+    assert loaded.paths == ran.paths and all(p.is_absolute() for p in loaded.paths)
+    assert loaded.heldout_means == pytest.approx(
+        {"adamw": 1.0015, "mars-adamw": 1.0015}
+    )  # seeds 1, 2
+    assert isinstance(loaded.winners["mars-adamw"]["betas"], tuple)
+
+
+def test_a_verdict_with_one_held_out_pair_is_refused_before_any_run(tmp_path):
+    with pytest.raises(ValueError, match="a verdict needs at least 2"):
+        torch_mars.tune(quadratic, ["adamw", "mars-adamw"], trials=1, out_dir=tmp_path, **SMALL)
+    assert not (tmp_path / "quadratic").exists()
+
+
+def test_help_shows_tunes_real_signature():
+    import inspect
+
+    parameters = inspect.signature(torch_mars.tune).parameters
+    assert {"train", "trials", "seeds", "search", "finalists", "out_dir"} <= set(parameters)

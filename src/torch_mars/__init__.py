@@ -17,17 +17,29 @@ from torch_mars.optim import (
 __version__ = "0.1.0"
 
 
-def tune(*args, **kwargs):
-    """Tune optimizers on your own training function by ``torch-mars tune``'s protocol:
-    :func:`torch_mars.train.study.objective.tune` (docs/tuning-your-model.md). Needs the
-    harness extra (``pip install "torch-mars[harness]"``); the optimizer itself does not."""
+# The study harness's entry points, imported on first use: the optimizer alone needs only
+# torch and numpy, the harness its extra. ``help(torch_mars.tune)`` shows the real signature.
+_HARNESS = {
+    "tune": ("torch_mars.train.study.objective", "tune"),
+    "load_study": ("torch_mars.train.study.objective", "load_study"),
+    "TuneResult": ("torch_mars.train.study.objective", "TuneResult"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _HARNESS:
+        raise AttributeError(f"module 'torch_mars' has no attribute {name!r}")
+    module_name, attribute = _HARNESS[name]
     try:
-        from torch_mars.train.study.objective import tune as tune_objective
+        import importlib
+
+        module = importlib.import_module(module_name)
     except ImportError as error:
         raise ImportError(
-            f'torch_mars.tune needs the harness extra: pip install "torch-mars[harness]" ({error})'
+            f"torch_mars.{name} needs the harness extra: "
+            f'pip install -e ".[harness]" in a clone ({error})'
         ) from None
-    return tune_objective(*args, **kwargs)
+    return getattr(module, attribute)
 
 
 __all__ = [
@@ -38,8 +50,10 @@ __all__ = [
     "MarsHyperparams",
     "StepInBackward",
     "StepTensors",
+    "TuneResult",
     "__version__",
     "adamw_step",
+    "load_study",
     "mars_param_groups",
     "mars_step",
     "newton_schulz_orthogonalize",

@@ -27,6 +27,7 @@ import json
 import math
 import numbers
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -240,17 +241,54 @@ OBJECTIVE_TASK = register_task(
 
 @dataclass(frozen=True)
 class TuneResult:
-    """What :func:`tune` ends with: the report's table (markdown), each optimizer's winner as
-    keyword arguments for :func:`~torch_mars.train.optimizers.build_optimizer` (paste them into
-    your code), the verdicts, and the files written."""
+    """What :func:`tune` ends with, or :meth:`load` reads back from a study's folder: the
+    report's table (markdown), each optimizer's winner as keyword arguments for
+    :func:`~torch_mars.train.optimizers.build_optimizer` (paste them into your code), each
+    winner's held-out mean (NaN until its held-out runs have all finished), the verdicts (one
+    dict each: rule, control, gap, interval, p, pairs, decision, provisional), and the files
+    written (absolute paths: ``summary.md``, ``tune.json``, ``family.json``, ``tune.png``)."""
 
     table: str
     winners: dict[str, dict[str, Any]]
     verdicts: list[dict[str, Any]]
     paths: list[Path]
+    heldout_means: dict[str, float] = field(default_factory=dict)
 
     def __str__(self) -> str:
         return self.table
+
+    @classmethod
+    def load(cls, folder: str | Path) -> TuneResult:
+        """A finished (or begun) study's result from its report in ``folder`` alone: no
+        training function, no storage."""
+        folder = Path(os.path.abspath(folder))
+        record = json.loads((folder / "tune.json").read_text())
+        names = ("summary.md", "tune.json", "family.json", "tune.png")
+        return cls(
+            table=(folder / "summary.md").read_text(),
+            winners={
+                o["optimizer"]: o["hyperparams"] for o in record["optimizers"] if o["hyperparams"]
+            },
+            verdicts=record["verdicts"],
+            paths=[folder / n for n in names if (folder / n).is_file()],
+            heldout_means=heldout_means(record),
+        )
+
+
+def load_study(folder: str | Path) -> TuneResult:
+    """A tune study's result read from its folder (``out_dir/name``) alone, without its
+    training function: :meth:`TuneResult.load`."""
+    return TuneResult.load(folder)
+
+
+def heldout_means(record: dict[str, Any]) -> dict[str, float]:
+    """Each optimizer's held-out mean from a ``tune.json`` record (NaN where a run is missing)."""
+    means = {}
+    for o in record["optimizers"]:
+        finals = o["heldout_finals"]
+        complete = finals and None not in finals
+        means[o["optimizer"]] = statistics.fmean(finals) if complete else math.nan
+    return means
 
 
 def tune(
@@ -287,13 +325,11 @@ def tune(
     :data:`~torch_mars.train.study.tune.DEFAULT_TRIALS` and ``DEFAULT_SEARCH``)."""
     from torch_mars.train.study.run import run_study
     from torch_mars.train.study.selection import protocol_selection
-    from torch_mars.train.study.space import hyperparams_of
     from torch_mars.train.study.store import check_study_name
     from torch_mars.train.study.tune import (
         DEFAULT_SEARCH,
         DEFAULT_TRIALS,
         TunePlan,
-        outcomes,
     )
 
     path = f"{train.__module__}:{train.__qualname__}"
@@ -320,17 +356,7 @@ def tune(
     ran = run_study(plan, show=show, announce_to=None)
     if ran.nothing:  # the report says which runs failed and why
         raise ObjectiveFailed(f"tune {plan.study_name!r}: {ran.nothing}; report in {folder}")
-    found = outcomes(ran.plan, ran.study.get_trials(deepcopy=False))
-    report = json.loads((folder / "tune.json").read_text())  # the report's own verdicts
-    winners = {
-        o.optimizer: hyperparams_of(o.optimizer, o.winner, defaults) for o in found if o.winner
-    }
-    return TuneResult(
-        table=(folder / "summary.md").read_text(),
-        winners=winners,
-        verdicts=report["verdicts"],
-        paths=ran.written,
-    )
+    return TuneResult.load(folder)
 
 
 __all__ = [
@@ -340,6 +366,7 @@ __all__ = [
     "ObjectiveFailed",
     "TuneResult",
     "import_objective",
+    "load_study",
     "run_objective",
     "tune",
 ]

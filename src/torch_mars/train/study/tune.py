@@ -149,6 +149,12 @@ class TunePlan:
             raise ValueError(f"--trials must be >= 1, got {self.trials}")
         if self.search not in SEARCHES:
             raise ValueError(f"--search must be one of {', '.join(SEARCHES)}, not {self.search!r}")
+        pairs = len(self.selection.heldout_pairs())
+        if pairs < 2 and study_family(self.optimizers):
+            raise ValueError(
+                f"--heldout-seeds x --heldout-data-seeds give {pairs} held-out pair; a verdict "
+                "needs at least 2 (refused before any run trains)"
+            )
 
     def starts_of(self, optimizer: str) -> tuple[Point, ...]:
         """One rule for every optimizer: its own defaults, then each peer's (the study's
