@@ -267,7 +267,11 @@ class TuneResult:
         return cls(
             table=(folder / "summary.md").read_text(),
             winners={
-                o["optimizer"]: o["hyperparams"] for o in record["optimizers"] if o["hyperparams"]
+                o["optimizer"]: {
+                    k: tuple(v) if isinstance(v, list) else v for k, v in o["hyperparams"].items()
+                }
+                for o in record["optimizers"]
+                if o["hyperparams"]
             },
             verdicts=record["verdicts"],
             paths=[folder / n for n in names if (folder / n).is_file()],
