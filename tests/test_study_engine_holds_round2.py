@@ -9,14 +9,10 @@ import optuna
 import pytest
 
 from harness_helpers import toy_tune_plan, write_synthetic_text
+from test_study_engine_holds import TOY
 from torch_mars.cli import main
 from torch_mars.train.study.engine import claim, finished_results, open_study
 from torch_mars.train.study.store import open_storage
-
-TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
-TOY += ["--eval-interval", "2", "--eval-batches", "2", "--optimizers", "adamw"]
-TOY += ["--seeds", "0", "--heldout-seeds", "1", "--heldout-data-seeds", "1", "--trials", "1"]
-TOY += ["--finalists", "0"]
 
 
 @pytest.fixture

@@ -141,6 +141,56 @@ def tune_arguments(
     return shlex.split(arguments) + (["--report"] if report else [])
 
 
+def flag_value(value: object) -> str:
+    """A hyperparameter as ``--grid`` spells it: a tuple or list in parentheses."""
+    if isinstance(value, list | tuple):
+        return "(" + ",".join(str(v) for v in value) + ")"
+    return str(value)
+
+
+def winners_sweep_arguments(
+    point: str,
+    winners: dict[str, dict],
+    folder: Path,
+    name: str,
+    seeds: tuple[str, ...],
+    jobs: int,
+    data_seed: int = 0,
+) -> list[str]:
+    """A ``torch-mars sweep`` of one point per optimizer, ``winners``' hyperparameters, at the
+    map's budget for ``point``, each run on ``seeds`` and the data order ``data_seed``; the
+    study ``name`` in ``folder`` (under the root), its journal ``folder/name/study.log``."""
+    tune = tune_arguments(point, jobs, trials=1)
+    budget = tune[: tune.index("--optimizers")]
+    grids = [
+        part
+        for optimizer, hyperparams in winners.items()
+        for key, value in hyperparams.items()
+        for part in ("--grid", f"{optimizer}:{key}={flag_value(value)}")
+    ]
+    where = folder.relative_to(ROOT)
+    return [
+        *budget,
+        "--data-seed",
+        str(data_seed),
+        "--optimizers",
+        *winners,
+        *grids,
+        "--search-seeds",
+        *seeds,
+        "--seeds",
+        *seeds,
+        "--jobs",
+        str(jobs),
+        "--out-dir",
+        str(where),
+        "--name",
+        name,
+        "--storage",
+        f"journal:{where / name / 'study.log'}",
+    ]
+
+
 def journal(point: str, order_seed: int = 0) -> Path:
     return study_folder(point, order_seed) / "study.log"
 
@@ -414,6 +464,7 @@ def pooled_verdicts(first: dict, second: dict) -> tuple[dict[str, str], list[Ver
                 heldout_finals=better["heldout_finals"],
                 rounds=0,
                 lr_profiles=[],
+                winner_score=sum(better["selection_finals"]) / len(better["selection_finals"]),
             )
         )
     return source, verdicts(chosen)

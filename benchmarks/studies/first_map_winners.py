@@ -32,41 +32,14 @@ fight_map = load_script(Path(__file__).with_name("fight_map.py"))
 SEEDS = ("0", "1", "2")
 
 
-def _value(value: object) -> str:
-    if isinstance(value, list):
-        return "(" + ",".join(str(v) for v in value) + ")"
-    return str(value)
-
-
 def sweep_arguments(point: str, jobs: int) -> list[str]:
     old = json.loads(
         (fight_map.ROOT / "benchmarks/results/regime-map" / point / "tune.json").read_text()
     )
-    tune = fight_map.tune_arguments(point, jobs, trials=1)
-    budget = tune[: tune.index("--optimizers")]
-    grids = []
-    for entry in old["optimizers"]:
-        for key, value in entry["hyperparams"].items():
-            grids += ["--grid", f"{entry['optimizer']}:{key}={_value(value)}"]
-    folder = (fight_map.FOLDER / point).relative_to(fight_map.ROOT)
-    return [
-        *budget,
-        "--optimizers",
-        *fight_map.OPTIMIZERS,
-        *grids,
-        "--search-seeds",
-        *SEEDS,
-        "--seeds",
-        *SEEDS,
-        "--jobs",
-        str(jobs),
-        "--out-dir",
-        str(folder),
-        "--name",
-        "first-map-winners",
-        "--storage",
-        f"journal:{folder / 'first-map-winners' / 'study.log'}",
-    ]
+    winners = {entry["optimizer"]: entry["hyperparams"] for entry in old["optimizers"]}
+    return fight_map.winners_sweep_arguments(
+        point, winners, fight_map.FOLDER / point, "first-map-winners", SEEDS, jobs
+    )
 
 
 def compare(point: str) -> str:

@@ -204,47 +204,15 @@ def reference_winners(point: str) -> dict[str, dict]:
     return {o["optimizer"]: o["hyperparams"] for o in json.loads(report.read_text())["optimizers"]}
 
 
-def _value(value: object) -> str:
-    if isinstance(value, list):
-        return "(" + ",".join(str(v) for v in value) + ")"
-    return str(value)
-
-
 def reference_arguments(point: str, data_seed: int, jobs: int) -> list[str]:
     """A plain-grid sweep of the five 80-trial winners on the held-out seeds, data order
     ``data_seed``, at the point's budget."""
-    tune = fight_map.tune_arguments(point, jobs, trials=1)
-    budget = tune[: tune.index("--optimizers")]
-    winners = reference_winners(point)
-    grids = [
-        part
-        for name, hyperparams in winners.items()
-        for key, value in hyperparams.items()
-        for part in ("--grid", f"{name}:{key}={_value(value)}")
-    ]
-    folder = (OUT / point).relative_to(fight_map.ROOT)
-    seeds = [str(s) for s in PROTOCOL.heldout]
+    seeds = tuple(str(s) for s in PROTOCOL.heldout)
     name = f"references-data{data_seed}"
-    return [
-        *budget,
-        "--data-seed",
-        str(data_seed),
-        "--optimizers",
-        *winners,
-        *grids,
-        "--search-seeds",
-        *seeds,
-        "--seeds",
-        *seeds,
-        "--jobs",
-        str(jobs),
-        "--out-dir",
-        str(folder),
-        "--name",
-        name,
-        "--storage",
-        f"journal:{folder / name / 'study.log'}",
-    ]
+    winners = reference_winners(point)
+    return fight_map.winners_sweep_arguments(
+        point, winners, OUT / point, name, seeds, jobs, data_seed
+    )
 
 
 def reference_finals(point: str) -> dict[str, list[float]]:
