@@ -310,7 +310,10 @@ def ran_under(study: optuna.Study, spec: StudySpec) -> bool:
     keys = spec.protocol_keys
     wanted = _protocol_of(spec.identity(), keys)
     current = _protocol_of(study.user_attrs.get("identity", {}), keys)
-    return wanted == current or any(past["protocol"] == wanted for past in protocol_history(study))
+    # a key that became a protocol key after a past protocol was recorded (``search``) had,
+    # then, the value the study's settings still hold
+    pasts = [{**current, **past["protocol"]} for past in protocol_history(study)]
+    return wanted == current or wanted in pasts
 
 
 def join_study(url: str, study_name: str) -> tuple[optuna.Study, dict[str, Any]]:
