@@ -99,3 +99,47 @@ def test_links_in_the_study_folder_are_never_followed(tmp_path, corpus_file):
     assert again.trial.number == number and again.work_dir.is_dir()
     assert not again.work_dir.is_symlink() and (target / "f").read_text() == "keep"
     assert not held.work_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("case", "gone"),
+    [
+        ("pid 1 of this host, no heartbeat for 11 minutes", True),
+        ("another host, heartbeat stamped 70 years ahead", True),
+        ("pid 1 of this host, heartbeat a minute ago", False),
+    ],
+)
+def test_an_owner_record_holds_a_run_only_while_it_beats(tmp_path, corpus_file, case, gone):
+    """r03: a record naming a process that never ends, or a heartbeat from the future, holds
+    its trial at most ten minutes (the documented limit), not for good."""
+    import socket
+    import time
+
+    from torch_mars.train.study.engine import (
+        HEARTBEAT_ATTR,
+        OWNER_ATTR,
+        _boot_id,
+        _process_start,
+    )
+
+    plan = toy_tune_plan(tmp_path / "s", corpus_file, ("adamw",), trials=1, study_name="s")
+    spec = plan.spec()
+    study = open_study(spec)
+    held = claim(spec, study, stale_after_s=600.0)
+    held.lock.close()
+    now = time.time()
+    if case.startswith("another host"):
+        owner, beat = {"host": "elsewhere", "pid": 7, "started": now}, now + 70 * 365 * 86400
+    else:
+        owner = {"host": socket.gethostname(), "boot": _boot_id(), "pid": 1,
+                 "pid_start": _process_start(1), "started": now - 700}  # fmt: skip
+        beat = now - 660 if "11 minutes" in case else now - 60
+    trial_id = held.trial._trial_id
+    study._storage.set_trial_system_attr(trial_id, OWNER_ATTR, owner)
+    study._storage.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, beat)
+    again = claim(spec, study, stale_after_s=600.0)
+    states = {t.number: t.state.name for t in study.get_trials()}
+    assert states[held.trial.number] == ("FAIL" if gone else "RUNNING")
+    if gone:  # its run is claimed again at once
+        assert again.run == held.run
+        again.lock.close()

@@ -16,8 +16,10 @@ run it trains again. No trial ever waits for a worker, so no run is stored under
 label, and none runs forever unowned.
 
 A worker is gone when, on its own host, no process with its id and start time exists (a
-zombie counts as gone), and, on another host, when it has sent no heartbeat for
-``stale_after_s``. Where the trial was made is never read from a path in the study: a trial's
+zombie counts as gone), and, on any host, when it has sent no heartbeat for ``stale_after_s``
+(ten minutes; a worker beats every minute while it trains) or its heartbeat is stamped more
+than a minute ahead of this host's clock: an owner record alone, written by anyone who can
+write the storage, holds a run for ten minutes at most. Where the trial was made is never read from a path in the study: a trial's
 work folder is ``study_dir/runs/trial-<number>``, derived here, so a study handed over from
 elsewhere cannot make a worker read, write or delete anything outside its own study folder.
 Work folders are made and removed only under the claim lock, a folder only while no process
@@ -438,11 +440,19 @@ def _owner_is_gone(trial: optuna.trial.FrozenTrial, stale_after_s: float) -> boo
     owner = trial.system_attrs.get(OWNER_ATTR)
     if not isinstance(owner, dict):
         return True
+    try:
+        beat = float(trial.system_attrs.get(HEARTBEAT_ATTR, owner.get("started", 0.0)))
+    except (TypeError, ValueError):
+        return True  # a record that is no time proves nothing
+    now = time.time()
+    if beat > now + _CLOCK_SLACK_S:
+        return True  # a heartbeat from the future proves nothing
+    stale = now - beat > stale_after_s
     if owner.get("host") == socket.gethostname() and owner.get("boot") == _boot_id():
         start = _process_start(int(owner.get("pid", -1)))
-        return start is None or (bool(start) and start != owner.get("pid_start"))
-    beat = trial.system_attrs.get(HEARTBEAT_ATTR, owner.get("started", 0.0))
-    return time.time() - float(beat) > stale_after_s
+        if start is None or (bool(start) and start != owner.get("pid_start")):
+            return True
+    return stale  # a live process too must prove it trains: its heartbeat
 
 
 def _owner_text(trial: optuna.trial.FrozenTrial) -> str:
@@ -491,6 +501,8 @@ def _remove_work_dir(work_dir: Path) -> None:
 
 
 _STALE_AFTER_S = 600.0
+# How far ahead of this host's clock another host's may run before its heartbeat is refused.
+_CLOCK_SLACK_S = 60.0
 
 
 def by_runs_left(searches: Sequence[Search], results: Mapping[RunId, float]) -> list[Search]:
@@ -639,13 +651,24 @@ def work(
     study = load_study(storage, spec.study_name)
     worse = math.inf if TASK_METRICS[spec.task].lower_is_better else -math.inf
     trained = 0
+    said_waiting = False
     while max_trials is None or trained < max_trials:
         claimed = claim(spec, study, stale_after_s)
         if claimed is False:
             break
         if claimed is None:
+            if not said_waiting:
+                said_waiting = True
+                held = _running(study)
+                first = f" (first: {_owner_text(held[0])})" if held else ""
+                print(
+                    f"waiting: live workers hold every run the study needs now{first}; a worker "
+                    f"counts as gone after {stale_after_s:.0f} s without a heartbeat",
+                    file=sys.stderr,
+                )
             time.sleep(poll_s)
             continue
+        said_waiting = False
         stop = threading.Event()
         beat = threading.Thread(
             target=_heartbeat, args=(study, claimed.trial, stop, heartbeat_s), daemon=True
