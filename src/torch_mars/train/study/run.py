@@ -81,6 +81,21 @@ def run_study(
     """Open (or create) ``plan``'s study, train what it still needs (``max_trials``: at most
     that many runs here), and write its report. ``report_only`` changes and creates nothing.
     ``announce_to``: where the opening line goes (``"stdout"``, ``"stderr"``, or None)."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our lines say what Optuna's would
+    try:
+        return _run_study(plan, report_only, max_trials, show, announce_to)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def _run_study(
+    plan: TunePlan,
+    report_only: bool,
+    max_trials: int | None,
+    show: Show,
+    announce_to: str | None,
+) -> StudyRun:
     from tqdm import tqdm
 
     plan = keep_stored_starts(plan)
