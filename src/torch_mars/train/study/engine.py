@@ -20,8 +20,9 @@ zombie counts as gone), and, on any host, when it has sent no heartbeat for ``st
 (ten minutes; a worker beats every minute while it trains) or its heartbeat is stamped more
 than a minute ahead of this host's clock: an owner record alone, written by anyone who can
 write the storage, holds a run for ten minutes at most. Where the trial was made is never
-read from a path in the study: a trial's work folder is ``study_dir/runs/trial-<number>``, derived here, so a study handed over from
-elsewhere cannot make a worker read, write or delete anything outside its own study folder.
+read from a path in the study: a trial's work folder is ``study_dir/runs/trial-<number>``,
+derived here, so a study handed over from elsewhere cannot make a worker read, write or delete
+anything outside its own study folder.
 Work folders are made and removed only under the claim lock, a folder only while no process
 holds its lock.
 
