@@ -143,3 +143,31 @@ def test_an_owner_record_holds_a_run_only_while_it_beats(tmp_path, corpus_file, 
     if gone:  # its run is claimed again at once
         assert again.run == held.run
         again.lock.close()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "foreign sqlite"])
+def test_a_storage_that_is_not_a_studys_file_is_one_line(tmp_path, corpus_file, capsys, kind):
+    """r04, r05: a FIFO would hang, a device is no file, another application's SQLite database
+    would get Optuna's tables: each is refused in one line, nothing written."""
+    import os
+    import sqlite3
+
+    if kind == "fifo":
+        path = tmp_path / "pipe.log"
+        os.mkfifo(path)
+        storage, says = f"journal:{path}", "is not a regular file"
+    elif kind == "device":
+        storage, says = "journal:/dev/null", "is not a regular file"
+    else:
+        path = tmp_path / "app.db"
+        with sqlite3.connect(path) as db:
+            db.execute("create table customers(name)")
+        storage, says = f"sqlite:///{path}", "holds another application's tables (customers)"
+    args = ["tune", *TOY, "--data", str(corpus_file), "--out-dir", str(tmp_path / "o")]
+    assert main([*args, "--name", "s", "--storage", storage]) == 2
+    error = capsys.readouterr().err.strip()
+    assert says in error and "\n" not in error and "Traceback" not in error
+    if kind == "foreign sqlite":
+        with sqlite3.connect(path) as db:
+            tables = [r[0] for r in db.execute("select name from sqlite_master")]
+        assert tables == ["customers"]

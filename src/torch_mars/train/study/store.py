@@ -100,8 +100,15 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
     if path is not None:
         if path.parent.exists() and not path.parent.is_dir():
             raise StorageError(f"--storage {describe(url)}: {path.parent} is a file, not a folder")
+        if path.exists() and not path.is_file():
+            raise StorageError(
+                f"--storage {describe(url)}: {path} is not a regular file (a FIFO, device or "
+                "folder): a study is stored in a file of its own"
+            )
         if not create and not path.is_file():
             raise StorageError(f"--storage {describe(url)}: no such file {path}")
+        if url.startswith("sqlite") and path.is_file():
+            _check_sqlite_is_ours(path, url)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -119,6 +126,29 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
         raise
     except Exception as error:  # SQLAlchemy's and the drivers' errors have no common base
         raise StorageError(f"--storage {describe(url)}: {_first_line(error)}") from None
+
+
+# Tables of Optuna's RDB schema; an SQLite file with tables, none of them these, is another
+# application's database.
+_OPTUNA_TABLES = frozenset({"studies", "trials", "version_info", "alembic_version"})
+
+
+def _check_sqlite_is_ours(path: Path, url: str) -> None:
+    """Refuse an SQLite file that holds another application's tables (Optuna would add its own
+    to it): one line naming them."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            tables = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
+    except sqlite3.DatabaseError:
+        return  # not an SQLite file: Optuna's own error names it, in one line
+    if tables and not tables & _OPTUNA_TABLES:
+        shown = ", ".join(sorted(tables)[:5])
+        raise StorageError(
+            f"--storage {describe(url)}: {path} holds another application's tables ({shown}); "
+            "give a study a file of its own"
+        )
 
 
 def _first_line(error: BaseException) -> str:
