@@ -1,10 +1,13 @@
 """The study engine of ``torch-mars tune`` and ``torch-mars sweep``, laid out as Optuna lays
 out its own: the store (:mod:`.store`, the one adapter to Optuna's storages), the engine
-(:mod:`.engine`: claims, workers, a study's identity), the searches side by side (the joint
-lr-profiled search :mod:`.profiled`, the coordinate descent :mod:`.descent`, the plain grid
-:mod:`.grid_search`), the declared space (:mod:`.space`), the grid syntax (:mod:`.grid`), the
-verdicts (:mod:`.verdict`: paired intervals, Holm) and tuning curves (:mod:`.curves`), and the
-two commands reduced to their plan and report (:mod:`.tune`, :mod:`.sweep`).
+(:mod:`.engine`: claims, workers, a study's identity), the searches side by side (the surface
+search :mod:`.surface`, tune's default; the lr-profiled search :mod:`.profiled`; the plain grid
+:mod:`.grid_search`), the seeds and protocol (:mod:`.selection`), the declared space
+(:mod:`.space`), the grid syntax (:mod:`.grid`), the verdicts (:mod:`.verdict`: paired and
+crossed intervals, Holm) over a declared family (:mod:`.family`), tuning curves
+(:mod:`.curves`), the two commands reduced to their plan and report (:mod:`.tune`,
+:mod:`.sweep`), the one door of a tune study (:mod:`.run`) and a campaign's verdicts
+(:mod:`.campaign`).
 """
 
 # A user's training function is a task: registered whenever the engine is imported, so that a

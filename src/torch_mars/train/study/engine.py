@@ -1,7 +1,7 @@
 """The one engine of ``torch-mars tune`` and ``torch-mars sweep``: searches replayed over the
 finished runs of an Optuna study, and workers that claim and train the runs they need.
 
-A *search* (:mod:`.profiled`, :mod:`.descent`, :mod:`.grid_search`) is a pure function of the
+A *search* (:mod:`.surface`, :mod:`.profiled`, :mod:`.grid_search`) is a pure function of the
 finished runs: ``replay(results)`` returns the runs it needs next (none once it has finished).
 A *trial* is one harness run, :data:`RunId` ``(optimizer, point key, seed, data seed)``, and its
 value the run's final metric. A killed study resumes by replaying its searches on what finished.
