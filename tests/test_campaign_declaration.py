@@ -1,0 +1,40 @@
+"""The campaign is declared before its first run and never changes mid-way: the committed
+campaign.json is exactly what campaign.py declares (every point of tiny's map in its order, the
+second model's two, the first stage, the family Holm runs over), and an edited declaration is
+refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torch_mars.bench.scripts import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+campaign = load_script(ROOT / "benchmarks" / "studies" / "campaign.py")
+
+
+def test_the_committed_declaration_is_the_declared_campaign():
+    stored = campaign.check_declaration()
+    labels = [f"{p['model']}/{p['point']}" for p in stored["points"]]
+    assert labels[:9] == [f"tiny/{p}" for p in (
+        "b64-4x", "b16-4x", "b256-16x", "b128-16x", "b4-4x", "b128-4x", "b256-4x", "b16-1x",
+        "b16-8x",
+    )]  # fmt: skip
+    assert labels[9:] == ["tiny-w64/b16-4x", "tiny-w64/b64-4x"]
+    assert stored["first_stage"] == [
+        "tiny/b64-4x", "tiny/b16-4x", "tiny/b256-16x", "tiny/b4-4x", "tiny-w64/b64-4x",
+    ]  # fmt: skip
+    assert len(stored["family"]) == 10 and stored["trials"] == 40
+
+
+def test_an_edited_declaration_is_refused_before_any_run(tmp_path, monkeypatch):
+    edited = json.loads(campaign.DECLARATION.read_text())
+    edited["family"] = edited["family"][:1]  # a family cut down after the results
+    path = tmp_path / "campaign.json"
+    path.write_text(json.dumps(edited))
+    monkeypatch.setattr(campaign, "DECLARATION", path)
+    with pytest.raises(SystemExit, match="differs from the campaign this script declares"):
+        campaign.main(["--stage", "1"])
