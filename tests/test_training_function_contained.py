@@ -154,3 +154,50 @@ def test_the_command_line_exits_1_with_one_line_when_nothing_trained(tmp_path, m
     assert "torch-mars tune: no run finished: all 2 failed (first: ValueError: boom)" in said.err
     assert "seed 0 data 0: FAILED: ValueError: boom" in said.out  # as it happened
     assert "FAILED: 2 of adamw's 2 runs" in said.out
+
+
+def test_a_helper_edited_in_the_objectives_module_is_another_study_said_by_file(
+    tmp_path, monkeypatch
+):
+    """#63: the fingerprint is the module's file, so editing a helper the function calls does
+    not silently reuse old results; the refusal names the file and the fix for Python."""
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = tmp_path / "helped.py"
+    module.write_text(
+        "def helper():\n    return 1.0\n\n"
+        "def train(make_optimizer, seed, data_seed, report):\n    return helper() + seed\n"
+    )
+    helped = importlib.import_module("helped")
+    torch_mars.tune(helped.train, ["adamw"], out_dir="o", progress=False, **SMALL)
+    module.write_text(module.read_text().replace("return 1.0", "return 2.0"))
+    with pytest.raises(ValueError, match=r"data: 'helped.py sha256:\w+' there, 'helped.py sha256"):
+        torch_mars.tune(helped.train, ["adamw"], out_dir="o", progress=False, **SMALL)
+
+
+def test_a_script_run_as_main_records_its_file_so_the_study_reopens(tmp_path, monkeypatch):
+    import subprocess
+
+    script = tmp_path / "my_script.py"
+    script.write_text(
+        "import torch_mars\n"
+        "def train(make_optimizer, seed, data_seed, report):\n    return 1.0 + seed\n"
+        "if __name__ == '__main__':\n"
+        "    torch_mars.tune(train, ['adamw'], trials=1, seeds=(0,), heldout_seeds=(1,),\n"
+        "                    heldout_data_seeds=(1,), finalists=0, out_dir='o', progress=False)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)
+    loaded = torch_mars.load_study(tmp_path / "o" / "train")
+    assert loaded.winners["adamw"]
+    from torch_mars.cli import main
+
+    args = ["tune", "--objective", "my_script:train", "--optimizers", "adamw", "--trials", "1"]
+    args += ["--seeds", "0", "--heldout-seeds", "1", "--heldout-data-seeds", "1"]
+    args += ["--finalists", "0", "--out-dir", "o", "--name", "train", "--report"]
+    assert main(args) == 0  # the script's study, reopened from the command line

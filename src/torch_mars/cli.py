@@ -743,7 +743,10 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
                     f"--objective trains your function its own way; drop {', '.join(given)}"
                 )
             import_objective(args.objective)  # a bad path or signature: one line, no study
-            base: Any = ObjectiveConfig(args.objective, model=args.model, device=args.device)
+            # the device only describes where the function's optimizer runs; "auto" is the
+            # same study as torch_mars.tune's default, so that either door reopens it
+            device = {} if args.device == "auto" else {"device": args.device}
+            base: Any = ObjectiveConfig(args.objective, model=args.model, **device)
         else:
             base = dataclasses.replace(_text_config(args, DEFAULT_COMPARE), quiet=True, data_seed=0)
         plan = TunePlan(

@@ -278,8 +278,9 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
                 changed = _differences(_comparable(stored or {}), _comparable(identity))
                 raise StudyMismatch(
                     f"study {spec.study_name!r} in {describe(url)} was run with other settings "
-                    f"({'; '.join(changed[:3])}); give this one another --name (or --out-dir), "
-                    "or pass --overwrite (without --report) to delete that study and start afresh"
+                    f"({'; '.join(changed[:3])}); give this one another name (--name or "
+                    "--out-dir; name= or out_dir= in Python), or start it afresh (--overwrite, "
+                    "without --report; in Python, remove its folder)"
                 )
             live = [t for t in _running(study) if not _owner_is_gone(t, _STALE_AFTER_S)]
             if live:

@@ -149,13 +149,33 @@ def check_contract(function: Any, path: str) -> None:
 
 
 def fingerprint(function: Callable[..., Any]) -> str:
-    """The function by content: its module, name and source."""
+    """The function by content: the whole file of the module that defines it (a helper it
+    calls, edited, is another study's code), named so that a mismatch says which file changed:
+    ``"train.py sha256:1f2e..."``; its own source where no file is found."""
     try:
-        source = inspect.getsource(function)
+        path = Path(inspect.getsourcefile(function) or "")
+        content = path.read_bytes() if path.is_file() else None
     except (OSError, TypeError):
-        source = ""
-    text = f"{function.__module__}:{function.__qualname__}\n{source}"
-    return hashlib.sha256(text.encode()).hexdigest()
+        path, content = Path(""), None
+    if content is None:
+        try:
+            content = inspect.getsource(function).encode()
+        except (OSError, TypeError):
+            content = f"{function.__module__}:{function.__qualname__}".encode()
+    digest = hashlib.sha256(content).hexdigest()[:32]
+    return f"{path.name or function.__qualname__} sha256:{digest}"
+
+
+def function_path(function: Callable[..., Any]) -> str:
+    """``module:function`` as an import reaches it; a function of a script run as
+    ``python script.py`` (module ``__main__``) is recorded as ``script:function``, so that its
+    study reopens from an import, the command line or the script itself."""
+    module = function.__module__
+    if module == "__main__":
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+        if main_file:
+            module = Path(main_file).stem
+    return f"{module}:{function.__qualname__}"
 
 
 def number_of(value: Any) -> float:
@@ -336,7 +356,7 @@ def tune(
         TunePlan,
     )
 
-    path = f"{train.__module__}:{train.__qualname__}"
+    path = function_path(train)
     check_contract(train, path)
     _GIVEN[path] = train
     base = ObjectiveConfig(objective=path, model=defaults)
