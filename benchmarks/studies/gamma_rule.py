@@ -1,0 +1,129 @@
+"""The gamma rule (issue "The map decided, first stage", item 3): each MARS rule's winning gamma,
+gamma / (1 - beta1) and lr, fitted against the point's batch size and tokens per parameter on
+three of the first stage's `tiny` points, predicts the fourth before its report is read; once
+read, the miss is counted in ladder steps.
+
+The fit is least squares in ladder positions (gamma on its ladder, lr on its 1.5x ladder,
+gamma / (1 - beta1) in log2) on the features 1, log2(sequences per step) and log2(tokens per
+parameter multiple): with three points it interpolates them exactly, so a prediction is the
+plane through three winners, and its miss says how far a winner moves that the plane does not.
+Width is fixed at `tiny`'s, so the rule says nothing yet about wider models (the second model
+is one point at one width).
+
+    python benchmarks/studies/gamma_rule.py --fit tiny/b64-4x tiny/b16-4x tiny/b256-16x \\
+        --predict tiny/b4-4x     # writes campaign/gamma-rule.md; scores it once b4-4x is read
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.bench.scripts import load_script
+from torch_mars.train.study.space import LADDERS
+
+fight_map = load_script(Path(__file__).with_name("fight_map.py"))
+CAMPAIGN = fight_map.ROOT / "benchmarks" / "results" / "campaign"
+RULES = ("mars-adamw", "mars-shampoo")
+
+
+@dataclass(frozen=True)
+class Winner:
+    """A rule's winner at a point: its point's batch and tokens multiple, and its values."""
+
+    batch: int
+    multiple: int
+    gamma: float
+    lr: float
+    beta1: float
+
+    def targets(self) -> dict[str, float]:
+        """The fitted quantities, in ladder steps (log2 for gamma / (1 - beta1))."""
+        effective = self.gamma / (1 - self.beta1)
+        return {
+            "gamma (ladder step)": float(LADDERS["gamma"].nearest(self.gamma)),
+            "lr (1.5x step)": float(LADDERS["lr"].nearest(self.lr)),
+            "log2 gamma/(1-beta1)": math.log2(effective) if effective > 0 else -math.inf,
+        }
+
+
+def features(batch: int, multiple: int) -> list[float]:
+    return [1.0, math.log2(batch), math.log2(multiple)]
+
+
+def predict(fit: list[Winner], batch: int, multiple: int) -> dict[str, float]:
+    """Each target at (``batch``, ``multiple``) by least squares over ``fit`` (minimum norm where
+    the points do not determine the plane); NaN for a target some fit point lacks (gamma 0)."""
+    x = np.array([features(w.batch, w.multiple) for w in fit])
+    out = {}
+    for name in fit[0].targets():
+        y = np.array([w.targets()[name] for w in fit])
+        if not np.all(np.isfinite(y)):
+            out[name] = math.nan
+            continue
+        coefficients, *_ = np.linalg.lstsq(x, y, rcond=None)
+        out[name] = float(np.array(features(batch, multiple)) @ coefficients)
+    return out
+
+
+def winner_of(label: str, rule: str) -> Winner | None:
+    """``rule``'s winner at the campaign point ``label`` (``MODEL/POINT``), None until read."""
+    report = CAMPAIGN / label / "tune.json"
+    if not report.is_file():
+        return None
+    entry = next(
+        (o for o in json.loads(report.read_text())["optimizers"] if o["optimizer"] == rule), None
+    )
+    if entry is None or not entry["finished"]:
+        return None
+    batch, multiple = fight_map.POINTS[label.split("/", 1)[1]]
+    values = entry["winner"]
+    return Winner(batch, multiple, values["gamma"], values["lr"], values["beta1"])
+
+
+def rule_text(fit_labels: list[str], left_out: str) -> str:
+    """The prediction at ``left_out`` from the winners at ``fit_labels``, and its miss once the
+    left-out point is read."""
+    batch, multiple = fight_map.POINTS[left_out.split("/", 1)[1]]
+    lines = [
+        f"The gamma rule: fitted on {', '.join(fit_labels)}; predicts {left_out} "
+        f"({batch} sequences per step, {multiple} x 20 tokens per parameter).",
+        "",
+        "| rule | quantity | predicted | read | miss (steps) |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for rule in RULES:
+        fit = [w for w in (winner_of(label, rule) for label in fit_labels) if w is not None]
+        if len(fit) < len(fit_labels):
+            lines.append(f"| {rule} | (fit points not all read yet) | | | |")
+            continue
+        predicted = predict(fit, batch, multiple)
+        read = winner_of(left_out, rule)
+        for name, value in predicted.items():
+            actual = read.targets()[name] if read else math.nan
+            miss = f"{abs(value - actual):.1f}" if read and math.isfinite(actual) else "—"
+            shown = f"{actual:.1f}" if read else "not read"
+            lines.append(f"| {rule} | {name} | {value:.1f} | {shown} | {miss} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fit", nargs=3, required=True, metavar="MODEL/POINT")
+    parser.add_argument("--predict", required=True, metavar="MODEL/POINT")
+    args = parser.parse_args(argv)
+    text = rule_text(args.fit, args.predict)
+    write_text_atomically(CAMPAIGN / "gamma-rule.md", text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The gamma rule's fit (benchmarks/studies/gamma_rule.py): a plane in log2 batch and log2
+tokens through three winners predicts a fourth on that plane exactly, in ladder steps, and a
+gamma of 0 (no log) is said, not fitted."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from torch_mars.bench.scripts import load_script
+
+rule = load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "gamma_rule.py")
+
+
+def test_three_winners_on_a_plane_predict_the_fourth_on_it():
+    # gamma one ladder step up per 4x batch, lr one 1.5x step up per 4x batch, beta1 fixed
+    def winner(batch, multiple):
+        steps = math.log2(batch) / 2
+        return rule.Winner(batch, multiple, gamma=[0.025, 0.05, 0.1, 0.2, 0.4][int(steps) - 1],
+                           lr=1e-3 * 1.5 ** (10 + steps), beta1=0.9)  # fmt: skip
+
+    fit = [winner(16, 4), winner(64, 4), winner(256, 16)]
+    predicted = rule.predict(fit, 4, 4)
+    truth = winner(4, 4).targets()
+    for name in ("gamma (ladder step)", "lr (1.5x step)", "log2 gamma/(1-beta1)"):
+        assert predicted[name] == pytest.approx(truth[name], abs=0.51), name
+
+
+def test_a_gamma_of_zero_is_not_fitted_in_log_space():
+    fit = [
+        rule.Winner(b, 4, gamma=g, lr=0.01, beta1=0.9)
+        for b, g in ((16, 0.0), (64, 0.1), (256, 0.2))
+    ]
+    assert math.isnan(rule.predict(fit, 4, 4)["log2 gamma/(1-beta1)"])
