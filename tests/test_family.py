@@ -79,7 +79,7 @@ def outcome(name: str, offset: float, wobble: float = 0.0) -> OptimizerOutcome:
         2.0 + offset + 0.001 * (i % 4) + 0.0005 * (i // 4) + wobble * (-1) ** i * (i % 3)
         for i in range(12)
     ]
-    return OptimizerOutcome(name, True, {}, [2.0], [2.0], finals, 0, [])
+    return OptimizerOutcome(name, True, {}, [2.0], [2.0], finals, 0, [], winner_score=2.0)
 
 
 def test_a_campaign_point_refuses_a_comparison_its_declaration_lacks(tmp_path):

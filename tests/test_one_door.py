@@ -67,7 +67,12 @@ def test_help_shows_tunes_real_signature():
 
 
 def test_optunas_info_lines_stay_out_of_the_output(tmp_path, capsys):
-    torch_mars.tune(quadratic, ["adamw"], trials=1, out_dir=tmp_path, progress=False, **SMALL)
-    said = capsys.readouterr()
-    assert "A new study created" not in said.err + said.out
-    assert optuna.logging.get_verbosity() == optuna.logging.INFO  # the user's setting, restored
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.INFO)  # as a user's session has it
+    try:
+        torch_mars.tune(quadratic, ["adamw"], trials=1, out_dir=tmp_path, progress=False, **SMALL)
+        said = capsys.readouterr()
+        assert "A new study created" not in said.err + said.out
+        assert optuna.logging.get_verbosity() == optuna.logging.INFO  # the user's, restored
+    finally:
+        optuna.logging.set_verbosity(before)
