@@ -69,8 +69,9 @@ def test_two_gloo_processes_match_one_process(tmp_path, optimizer, sharding):
     assert len(one) == len(two) == 6
     # The harness's muon is torch.optim.Muon, whose bf16 Newton-Schulz runs through DTensor ops
     # on the shards, where bf16 rounding differs from one process: 3% of an update, 3e-5 in
-    # the loss here (docs/distributed.md). MARS-Shampoo's owner ranks match to 1e-5.
-    tolerance = 1e-4 if sharding and optimizer[0] == "muon" else 2e-5
+    # the loss on an AMD EPYC, 1.7e-4 on an Intel Xeon (AVX-512), whose bf16 matmul kernels
+    # round otherwise (docs/distributed.md). MARS-Shampoo's owner ranks match to 1e-5.
+    tolerance = 3e-4 if sharding and optimizer[0] == "muon" else 2e-5
     for a, b in zip(one, two, strict=True):
         assert b["train_loss"] == pytest.approx(a["train_loss"], abs=tolerance)
     assert two[-1]["val_loss"] == pytest.approx(one[-1]["val_loss"], abs=tolerance)
