@@ -43,7 +43,10 @@ def test_the_stored_results_stay_small():
     tune.json, tune.png, study.log.gz): seven points, the second search at b64-4x and the
     second model's two points, 40 files on top of the 329 there were when it was set; and the
     ablations of a point's MARS winners (``fight_ablation.py``: a journal per sweep and the
-    table, five files a rule), 10 more at b64-4x."""
+    table, five files a rule), 10 more at b64-4x. Then the campaign of "The map decided" (five
+    files a point, family.json the fifth, eleven points, and its declaration, verdicts, state
+    and gamma rule) and the search benchmark (per point its table and three reference sweeps of
+    three files, two surrogate tables): 85 more."""
     files = tracked("benchmarks/results")
-    assert len(files) <= 380
+    assert len(files) <= 465
     assert sum((ROOT / f).stat().st_size for f in files) <= 8_000_000
