@@ -162,12 +162,7 @@ def surrogate_table(point: str, replicates: int) -> str:
         )
         for optimizer in plan.optimizers
     }
-    import os
-
-    wanted = os.environ.get("DESIGNS")
     for name, (search_name, selection) in DESIGNS.items():
-        if wanted and search_name not in wanted.split(","):
-            continue
         for budget in BUDGETS:
             cells, runs = [], []
             for optimizer, starts in ((o, plan.starts_of(o)) for o in plan.optimizers):

@@ -827,8 +827,7 @@ def report_json(
                     }
                     for r, m in o.failures.items()
                 ],
-                "worst_heldout": _worst_record(o, plan.selection.heldout_pairs()),
-                "heldout_outliers": o.heldout_extremes(plan.selection.heldout_pairs())[1],
+                **_extremes_record(o, plan.selection.heldout_pairs()),
             }
             for o in found
         ],
@@ -852,12 +851,17 @@ def report_json(
     }
 
 
-def _worst_record(o: OptimizerOutcome, pairs: Sequence[tuple[int, int]]) -> dict | None:
-    worst, _ = o.heldout_extremes(pairs)
+def _extremes_record(o: OptimizerOutcome, pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """``worst_heldout`` (its final, seed and data order; None until all finished) and
+    ``heldout_outliers`` for ``tune.json``."""
+    worst, far = o.heldout_extremes(pairs)
     if worst is None:
-        return None
+        return {"worst_heldout": None, "heldout_outliers": far}
     value, (seed, data) = worst
-    return {"final": value, "seed": seed, "data_seed": data}
+    return {
+        "worst_heldout": {"final": value, "seed": seed, "data_seed": data},
+        "heldout_outliers": far,
+    }
 
 
 def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
