@@ -1,8 +1,10 @@
-"""The surface search, tune's default, on pure functions (no training, seconds): every dimension
-of every optimizer is scored away from its start within 12 trials, a (gamma, lr) ridge is
-followed to its optimum at one selection seed a trial, a replay takes the same path whatever
-order the runs finished in, more trials extend the same search, and the quadratic it fits is
-exact on a quadratic."""
+"""The surface searches (the second design is tune's default) on pure functions (no training,
+seconds): every dimension of every optimizer is scored away from its start within 12 trials, a
+(gamma, lr) ridge is followed to its optimum at one selection seed a trial, a replay takes the
+same path whatever order the runs finished in, more trials extend the same search, and the
+quadratic it fits is exact on a quadratic. The second design's two mends each fix a failure of
+the first on a toy built to show it: a screen step that lost is tried the other way, and a
+selection seed lucky at the lr's stability edge does not choose the winner."""
 
 from __future__ import annotations
 
@@ -14,13 +16,15 @@ import numpy as np
 import pytest
 
 from test_profiled_search import BEST_GAMMA, LR_PER_GAMMA, START, ridge, run_search
+from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.space import dimensions_of
-from torch_mars.train.study.surface import LocalSurface, SurfaceSearch
+from torch_mars.train.study.surface import LocalSurface, SurfaceSearch, SurfaceSearch2
 from torch_mars.train.study.tune import DEFAULT_SEARCH, DEFAULT_TRIALS, SEARCHES, TunePlan
 from torch_mars.train.trainer import TrainConfig
 
 FIVE = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
+DESIGNS = [SurfaceSearch, SurfaceSearch2]
 
 
 def five_optimizer_plan(**settings) -> TunePlan:
@@ -38,15 +42,17 @@ def bowl(centre: dict[str, int]):
 
 def test_the_default_is_the_surface_search_at_40_trials_on_one_selection_seed():
     plan = five_optimizer_plan()
-    assert (plan.search, plan.trials) == (DEFAULT_SEARCH, DEFAULT_TRIALS) == ("surface", 40)
-    assert all(isinstance(s, SurfaceSearch) for s in plan.searches())
+    assert (plan.search, plan.trials) == (DEFAULT_SEARCH, DEFAULT_TRIALS) == ("surface-2", 40)
+    assert all(type(s) is SurfaceSearch2 for s in plan.searches())
     assert PROTOCOL.seeds == (0,) and len(PROTOCOL.heldout_pairs()) == 12
-    assert SEARCHES["lr-profiled"] is not SurfaceSearch  # the map's studies replay their own
+    # the studies that ran the earlier designs replay their own
+    assert SEARCHES["surface"] is SurfaceSearch and SEARCHES["lr-profiled"] is ProfiledSearch
 
 
+@pytest.mark.parametrize("search", ["surface-2", "surface"])
 @pytest.mark.parametrize("order_seed", [0, 1, 2])
-def test_every_dimension_of_every_optimizer_moves_within_12_trials(order_seed):
-    plan = five_optimizer_plan(trials=12, order_seed=order_seed)
+def test_every_dimension_of_every_optimizer_moves_within_12_trials(search, order_seed):
+    plan = five_optimizer_plan(trials=12, order_seed=order_seed, search=search)
     for search in plan.searches():
         own = search.starts[0]
         far = {d: i + 3 for d, i in own.items()}  # the optimum away from every start
@@ -56,38 +62,42 @@ def test_every_dimension_of_every_optimizer_moves_within_12_trials(order_seed):
         assert moved == set(dimensions_of(search.optimizer)), search.optimizer
 
 
+@pytest.mark.parametrize("design", DESIGNS)
 @pytest.mark.parametrize("order_seed", [0, 1, 2, 3])
-def test_a_gamma_lr_ridge_is_followed_to_its_optimum_within_40_trials(order_seed):
-    search = SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed)
+def test_a_gamma_lr_ridge_is_followed_to_its_optimum_within_40_trials(design, order_seed):
+    search = design("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed)
     state, _ = run_search(search)
     assert state.point["gamma"] == BEST_GAMMA
     assert state.point["lr"] == START["lr"] + LR_PER_GAMMA * (BEST_GAMMA - START["gamma"])
     assert state.spent and len(state.trials) == 40
 
 
-def test_a_replay_takes_the_same_path_whatever_order_the_runs_finished_in():
-    search = SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=30)
+@pytest.mark.parametrize("design", DESIGNS)
+def test_a_replay_takes_the_same_path_whatever_order_the_runs_finished_in(design):
+    search = design("mars-adamw", (START,), PROTOCOL, trials=30)
     in_order, _ = run_search(search)
     shuffled, trained = run_search(search, shuffle=3)
     assert [p for p, _ in shuffled.trials] == [p for p, _ in in_order.trials]
     assert len(trained) == len(set(trained))
 
 
-def test_more_trials_extend_the_same_search_and_it_trains_exactly_its_plan():
-    short, _ = run_search(SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=15))
-    search = SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=30)
+@pytest.mark.parametrize("design", DESIGNS)
+def test_more_trials_extend_the_same_search_and_it_trains_exactly_its_plan(design):
+    short, _ = run_search(design("mars-adamw", (START,), PROTOCOL, trials=15))
+    search = design("mars-adamw", (START,), PROTOCOL, trials=30)
     long, trained = run_search(search)
     assert [p for p, _ in long.trials[:15]] == [p for p, _ in short.trials]
     # 30 trials on one seed, 4 finalists on seeds 1 and 2, 12 held-out runs
     assert len(trained) == search.planned_runs == 30 + 4 * 2 + 12
 
 
-def test_a_diverged_trial_never_wins_and_the_fit_survives_it():
+@pytest.mark.parametrize("design", DESIGNS)
+def test_a_diverged_trial_never_wins_and_the_fit_survives_it(design):
     def diverges_above_the_start_lr(point, seed):
         return math.nan if point["lr"] > START["lr"] else ridge(point, seed)
 
     state, _ = run_search(
-        SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=25),
+        design("mars-adamw", (START,), PROTOCOL, trials=25),
         objective=diverges_above_the_start_lr,
     )
     assert state.point["lr"] <= START["lr"] and math.isfinite(state.finalists[0][1])
@@ -112,3 +122,62 @@ def test_the_local_surface_is_exact_on_a_quadratic_with_a_ridge_term():
     slope, intercept = np.polyfit(scores, predicted, 1)
     assert np.allclose(predicted, slope * scores + intercept, atol=1e-3 * abs(slope))
     assert slope > 0
+
+
+def one_sided_beta1(point: dict[str, int], seed: int) -> float:
+    """Best one beta1 step below the start, much worse one step above it (as at b64-4x, where
+    beta1 0.95 lost and 0.85 won), with small gains in three other dimensions that keep a
+    model busy elsewhere."""
+    b = point["beta1"] - (START["beta1"] - 1)
+    elsewhere = sum(
+        0.002 * (point[d] - START[d] - 3) ** 2
+        for d in ("weight_decay", "weight_decay_1d", "lr_1d_ratio")
+    )
+    return (
+        2.0
+        + 0.03 * b**2
+        + 0.1 * max(b - 1, 0)
+        + elsewhere
+        + 0.02 * (point["lr"] - START["lr"]) ** 2
+    )
+
+
+@pytest.mark.parametrize("order_seed", [0, 1, 2])  # each screen steps beta1 up first
+def test_a_screen_step_that_lost_is_tried_the_other_way(order_seed):
+    search = SurfaceSearch2("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed)
+    state, _ = run_search(search, objective=one_sided_beta1)
+    assert state.point["beta1"] == START["beta1"] - 1
+    if order_seed == 1:  # the first design's even ridge predicts no gain there: never tried
+        first, _ = run_search(
+            SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed),
+            objective=one_sided_beta1,
+        )
+        assert min(p["beta1"] for p, _ in first.trials) == START["beta1"]
+
+
+EDGE = START["lr"] + 1
+
+
+def lucky_at_the_edge(point: dict[str, int], seed: int) -> float:
+    """Lowest at the lr ``EDGE`` on seed 0, but every other seed is 0.05 worse there (the
+    stability edge: one seed survives it, the next ones do not); one step down is safe on every
+    seed. The other dimensions barely matter, so every good point sits at the edge."""
+    flat = sum(1e-4 * (point[d] - START[d]) ** 2 for d in point if d != "lr")
+    at_edge = 0.05 if point["lr"] >= EDGE and seed != 0 else 0.0
+    past_edge = 1.0 if point["lr"] > EDGE else 0.0
+    return 2.0 + 0.01 * (point["lr"] - EDGE) ** 2 + flat + at_edge + past_edge
+
+
+@pytest.mark.parametrize("order_seed", [0, 1])
+def test_a_selection_seed_lucky_at_the_lr_edge_does_not_choose_the_winner(order_seed):
+    search = SurfaceSearch2("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed)
+    state, trained = run_search(search, objective=lucky_at_the_edge)
+    assert state.point["lr"] == EDGE - 1
+    finalist_lrs = sorted(p["lr"] for p, _ in state.finalists)
+    assert finalist_lrs == [EDGE - 1] + [EDGE] * 3
+    assert len(trained) <= search.planned_runs + len(PROTOCOL.seeds)  # the step down, if new
+    first, _ = run_search(
+        SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed),
+        objective=lucky_at_the_edge,
+    )
+    assert first.point["lr"] == EDGE  # its four finalists all sit at the edge

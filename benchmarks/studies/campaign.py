@@ -1,17 +1,21 @@
-"""The map decided (issue "The map decided, first stage"): the campaign declared whole before its
-first run, then run point by point on ``tune``'s default protocol (the surface search, one
-selection seed a trial, 4 finalists on two more seeds, each winner held out on 4 seeds x 3
-data orders).
+"""The map decided (issue "The map decided, first stage"): a campaign declared whole before its
+first run, then run point by point on one protocol (one selection seed a trial, 4 finalists on
+two more seeds, each winner held out on 4 seeds x 3 data orders) and one search design.
 
-``benchmarks/results/campaign/campaign.json`` is the declaration: every point (the nine of
-``tiny`` in their order, the second model's two), the optimizers at each, the trial budget, the
-protocol's flags, the first stage, and the family of comparisons Holm runs over. It is written
-once (``--declare``) and committed before any run; every later command reads it and refuses to
-run if the file differs from what this script declares (a family changed mid-campaign).
+Each campaign has its folder, ``benchmarks/results/NAME/``, and its search (:data:`CAMPAIGNS`):
+``campaign`` ran the first surface design (b64-4x finished; closed when the search benchmark
+showed that design short of its references), ``campaign-2`` runs the second, tune's default.
+``NAME/campaign.json`` is the declaration: every point (the nine of ``tiny`` in their order, the
+second model's two), the optimizers at each, the trial budget, the protocol's flags, the first
+stage, and the family of comparisons Holm runs over. It is written once (``--declare``) and
+committed before any run; every later command reads it and refuses to run if the file differs
+from what this script declares (a family changed mid-campaign): a changed design is a new
+campaign in a new folder, never an edit.
 
-Each point is one study, ``benchmarks/results/campaign/MODEL/POINT/study.log`` (a journal),
-resumable and landed like the map's: ``--snapshot`` gzips each live journal beside itself, and
-a point whose journal is missing starts from its snapshot.
+Each point is one study, ``NAME/MODEL/POINT/study.log`` (a journal), resumable and landed like
+the map's: ``--snapshot`` gzips each live journal beside itself, and a point whose journal is
+missing starts from its snapshot. README's and docs/results.md's generated block reads the
+newest campaign.
 
     python benchmarks/studies/campaign.py --declare        # once, before the first run
     python benchmarks/studies/campaign.py --stage 1 --jobs 2   # the first stage, in order
@@ -19,6 +23,7 @@ a point whose journal is missing starts from its snapshot.
     python benchmarks/studies/campaign.py --snapshot | --status
     python benchmarks/studies/campaign.py --report  # each begun point's report, then
         # verdicts.md: every declared comparison, Holm over the family, pending ones said
+    python benchmarks/studies/campaign.py --campaign campaign --report  # the closed one
 """
 
 from __future__ import annotations
@@ -42,20 +47,34 @@ from torch_mars.train.study.campaign import (
 
 fight_map = load_script(Path(__file__).with_name("fight_map.py"))
 
-FOLDER = fight_map.ROOT / "benchmarks" / "results" / "campaign"
-DECLARATION = FOLDER / "campaign.json"
+RESULTS = fight_map.ROOT / "benchmarks" / "results"
 SECOND_MODEL_DATA = "../shared/data/text/python311-docs.txt.gz"
 TRIALS = 40
-PROTOCOL = (
-    "--search surface --seeds 0 --data-seed 0 --finalists 4 --final-seeds 1 2 "
+SELECTION_FLAGS = (
+    "--seeds 0 --data-seed 0 --finalists 4 --final-seeds 1 2 "
     "--heldout-seeds 3 4 5 6 --heldout-data-seeds 1 2 3"
 )
+# Each campaign's folder name -> its search design, oldest first; the newest is the current one.
+CAMPAIGNS = {"campaign": "surface", "campaign-2": "surface-2"}
+CURRENT = list(CAMPAIGNS)[-1]
 ALL_FIVE = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
 PAIRS = (("mars-adamw", ("adamw", "nadamw")), ("mars-shampoo", ("muon",)))
 
 
-def declared() -> dict[str, Any]:
-    """The campaign as this script declares it."""
+def folder_of(name: str) -> Path:
+    return RESULTS / name
+
+
+def declaration_of(name: str) -> Path:
+    return folder_of(name) / "campaign.json"
+
+
+def protocol_of(name: str) -> str:
+    return f"--search {CAMPAIGNS[name]} {SELECTION_FLAGS}"
+
+
+def declared(name: str = CURRENT) -> dict[str, Any]:
+    """The campaign ``name`` as this script declares it."""
     tiny = [
         {"model": "tiny", "data": "stdlib", "point": p, "optimizers": list(ALL_FIVE)}
         for p in fight_map.POINTS
@@ -89,7 +108,7 @@ def declared() -> dict[str, Any]:
     return {
         "campaign": "the map decided",
         "trials": TRIALS,
-        "protocol": PROTOCOL,
+        "protocol": protocol_of(name),
         "heldout": "seeds 3-6 x data orders 1-3 (12 crossed pairs); interval from seed and data "
         "order as crossed random effects (torch_mars.train.study.verdict.crossed_gap)",
         "verdict": "each rule against its control with the lowest held-out mean; Holm at 0.05 "
@@ -100,43 +119,42 @@ def declared() -> dict[str, Any]:
     }
 
 
-def check_declaration() -> dict[str, Any]:
-    """The committed declaration, refused if it is missing or differs from :func:`declared`."""
-    if not DECLARATION.is_file():
-        raise SystemExit(f"{DECLARATION} is missing: run --declare and commit it before any run")
-    stored = json.loads(DECLARATION.read_text())
-    if stored != declared():
+def check_declaration(name: str = CURRENT) -> dict[str, Any]:
+    """The committed declaration of ``name``, refused if it is missing or differs from
+    :func:`declared`."""
+    declaration = declaration_of(name)
+    if not declaration.is_file():
+        raise SystemExit(f"{declaration} is missing: run --declare and commit it before any run")
+    stored = json.loads(declaration.read_text())
+    if stored != declared(name):
         raise SystemExit(
-            f"{DECLARATION} differs from the campaign this script declares: a declared "
+            f"{declaration} differs from the campaign this script declares: a declared "
             "campaign does not change mid-way (declare a new one under another folder)"
         )
     return stored
 
 
-def study_folder(label: str) -> Path:
-    return FOLDER / label
-
-
-def arguments_of(entry: dict[str, Any], jobs: int, report: bool) -> list[str]:
+def arguments_of(name: str, entry: dict[str, Any], jobs: int, report: bool) -> list[str]:
     label = f"{entry['model']}/{entry['point']}"
-    family = ["--family", str(DECLARATION.relative_to(fight_map.ROOT))]
+    family = ["--family", str(declaration_of(name).relative_to(fight_map.ROOT))]
     return family + fight_map.tune_arguments(
         entry["point"],
         jobs,
         TRIALS,
         report,
-        study=study_folder(label),
+        study=folder_of(name) / label,
         model=entry["model"],
         data=entry["data"],
         optimizers=tuple(entry["optimizers"]),
-        protocol=PROTOCOL,
+        protocol=protocol_of(name),
     )
 
 
-def state_text(campaign: dict[str, Any]) -> str:
+def state_text(name: str, campaign: dict[str, Any]) -> str:
     """Where the campaign stands: the first stage's points begun and not, and each begun
     study's runs and run hours, done and left (at its mean run time so far)."""
-    begun = [p for p in campaign["first_stage"] if (study_folder(p) / "study.log").is_file()]
+    folder = folder_of(name)
+    begun = [p for p in campaign["first_stage"] if (folder / p / "study.log").is_file()]
     waiting = [p for p in campaign["first_stage"] if p not in begun]
     later = [
         f"{e['model']}/{e['point']}"
@@ -149,13 +167,16 @@ def state_text(campaign: dict[str, Any]) -> str:
             f"({', '.join(begun) or 'none'}); not begun: {', '.join(waiting) or 'none'}. "
             f"Declared for later stages: {', '.join(later)}.",
             "",
-            fight_map.format_progress(fight_map.progress_rows(FOLDER)),
+            fight_map.format_progress(fight_map.progress_rows(folder)),
         ]
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--campaign", choices=list(CAMPAIGNS), default=CURRENT, help=f"default {CURRENT}"
+    )
     parser.add_argument("--declare", action="store_true", help="write campaign.json (once)")
     parser.add_argument("--stage", type=int, choices=[1], help="run the first stage's points")
     parser.add_argument("--points", nargs="+", default=[], help="MODEL/POINT labels to run")
@@ -164,48 +185,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", action="store_true")
     parser.add_argument("--report", action="store_true")
     args = parser.parse_args(argv)
+    name = args.campaign
+    folder, declaration = folder_of(name), declaration_of(name)
     if args.declare:
-        if DECLARATION.exists():
-            check_declaration()
-            print(f"{DECLARATION} already declared; unchanged")
+        if declaration.exists():
+            check_declaration(name)
+            print(f"{declaration} already declared; unchanged")
             return 0
-        FOLDER.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(DECLARATION, json.dumps(declared(), indent=2) + "\n")
-        print(f"wrote {DECLARATION.relative_to(fight_map.ROOT)}: commit it before any run")
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(declaration, json.dumps(declared(name), indent=2) + "\n")
+        print(f"wrote {declaration.relative_to(fight_map.ROOT)}: commit it before any run")
         return 0
-    campaign = check_declaration()
+    campaign = check_declaration(name)
     by_label = {f"{e['model']}/{e['point']}": e for e in campaign["points"]}
     labels = campaign["first_stage"] if args.stage == 1 or args.report else args.points
     unknown = [label for label in labels if label not in by_label]
     if unknown:
         raise SystemExit(f"--points: {unknown} are not declared ({', '.join(by_label)})")
     if args.status:
-        print(fight_map.format_progress(fight_map.progress_rows(FOLDER)))
+        print(fight_map.format_progress(fight_map.progress_rows(folder)))
         return 0
     if args.snapshot:
         for model in {e["model"] for e in campaign["points"]}:
             for entry in (e for e in campaign["points"] if e["model"] == model):
-                for written in fight_map.snapshot(entry["point"], FOLDER / model):
+                for written in fight_map.snapshot(entry["point"], folder / model):
                     print(f"wrote {written.relative_to(fight_map.ROOT)}")
         return 0
     for label in labels:
         entry = by_label[label]
-        fight_map.restore(entry["point"], FOLDER / entry["model"])
-        if args.report and not (study_folder(label) / "study.log").is_file():
+        fight_map.restore(entry["point"], folder / entry["model"])
+        if args.report and not (folder / label / "study.log").is_file():
             continue  # not begun: pending in the verdicts
-        arguments = arguments_of(entry, args.jobs, args.report)
+        arguments = arguments_of(name, entry, args.jobs, args.report)
         print("torch-mars tune " + shlex.join(arguments), flush=True)
         code = torch_mars(["tune", *arguments])
         if code:
             return code
     if args.report:
-        write_text_atomically(FOLDER / "state.md", state_text(campaign) + "\n")
-        rows = campaign_rows(DECLARATION)
+        write_text_atomically(folder / "state.md", state_text(name, campaign) + "\n")
+        rows = campaign_rows(declaration)
         table = format_campaign_table(rows)
-        write_text_atomically(FOLDER / "verdicts.md", table + "\n")
-        for document in (fight_map.ROOT / "README.md", fight_map.ROOT / "docs" / "results.md"):
-            text = replace_block(document.read_text(), words_line(rows))
-            write_text_atomically(document, text)
+        write_text_atomically(folder / "verdicts.md", table + "\n")
+        if name == CURRENT:
+            for document in (fight_map.ROOT / "README.md", fight_map.ROOT / "docs" / "results.md"):
+                text = replace_block(document.read_text(), words_line(rows))
+                write_text_atomically(document, text)
         print(table)
     return 0
 

@@ -65,7 +65,7 @@ class RacingSearch(ProfiledSearch):
         need(results, [self.run(p, s) for p in raced for s in rest])
         for p in taken:
             key = point_key(p)
-            score = estimates[key] if key in estimates else self._score(results, p)
+            score = estimates[key] if key in estimates else self.score(results, p)
             state.trials.append((p, score))
             known[point_key(p)] = score
             if not state.point or badness(score) < self._best_score(state):

@@ -166,14 +166,16 @@ class ProfiledSearch:
             state.needed = needs.runs
         return state
 
-    # -- the walk (raises Needs where it must wait, BudgetSpent once the budget is gone)
-
-    def _score(
+    def score(
         self, results: Mapping[RunId, float], point: Point, seeds: tuple[int, ...] | None = None
     ) -> float:
+        """``point``'s mean final over ``seeds`` (the selection's unless given); NaN where one
+        diverged."""
         seeds = self.selection.seeds if seeds is None else seeds
         values = [results[self.run(point, s)] for s in seeds]
         return math.fsum(values) / len(values)
+
+    # -- the walk (raises Needs where it must wait, BudgetSpent once the budget is gone)
 
     def _final(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
         """The finalists (the best-scored finite trials, ties in search order) read on the
@@ -185,7 +187,7 @@ class ProfiledSearch:
             return
         need(results, [self.run(p, s) for p, _ in ranked for s in self.selection.final_seeds])
         seeds = self.selection.choosing_seeds
-        scored = [(p, self._score(results, p, seeds)) for p, _ in ranked]
+        scored = [(p, self.score(results, p, seeds)) for p, _ in ranked]
         state.finalists = sorted(scored, key=lambda ps: badness(ps[1]))
         state.point = state.finalists[0][0]
 
@@ -203,7 +205,7 @@ class ProfiledSearch:
         taken = fresh[:room]
         need(results, [self.run(p, s) for p in taken for s in self.selection.seeds])
         for p in taken:
-            score = self._score(results, p)
+            score = self.score(results, p)
             state.trials.append((p, score))
             known[point_key(p)] = score
             if not state.point or badness(score) < self._best_score(state):

@@ -42,12 +42,13 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import combinations
+from typing import ClassVar
 
 import numpy as np
 
 from torch_mars.train.study.engine import RunId
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
-from torch_mars.train.study.selection import badness
+from torch_mars.train.study.selection import badness, need
 from torch_mars.train.study.space import LADDERS, Point, dimensions_of, point_key
 
 # The local model's reach: a trial k ladder steps (summed in squares) from the best point
@@ -57,6 +58,13 @@ WEIGHT_SCALE = 2.0
 # the scores' spread: enough to define the fit with fewer trials than terms, too little to
 # bend it where the trials decide.
 RIDGE = 1e-3
+# The penalty on the squared terms: a prior that the surface is straight along a dimension
+# until trials on both sides of the best point show it bends. With one side scored (a screen
+# step that lost), an even penalty splits the loss between slope and curvature and predicts no
+# change on the other side, which is then never tried (measured at b64-4x: beta1 stepped up,
+# lost, and 0.85 was never scored); this one gives the slope the loss, so the other side is
+# predicted to gain and is tried. Both sides scored, it shrinks the curvature by ~10%.
+CURVATURE_RIDGE = 3e-2
 # How far from the best point's lr the model looks for a candidate's best lr (ladder steps).
 LR_REACH = 3
 
@@ -82,9 +90,14 @@ class LocalSurface:
 
     @classmethod
     def fit(
-        cls, dimensions: tuple[str, ...], centre: Point, trials: list[tuple[Point, float]]
+        cls,
+        dimensions: tuple[str, ...],
+        centre: Point,
+        trials: list[tuple[Point, float]],
+        curvature_ridge: float = RIDGE,
     ) -> LocalSurface:
-        """Weighted ridge least squares on ``trials``; a diverged trial counts as the worst
+        """Weighted ridge least squares on ``trials`` (``curvature_ridge``: the penalty on the
+        squared terms; :data:`RIDGE` on every other); a diverged trial counts as the worst
         finite score (it says "worse here", not how much)."""
         finite = [badness(s) for _, s in trials if math.isfinite(badness(s))]
         worst = max(finite) if finite else 0.0
@@ -96,7 +109,10 @@ class LocalSurface:
         spread = float(np.std(scores)) or 1.0
         target = (scores - float(np.average(scores, weights=weights))) / spread
         root = np.sqrt(weights)[:, None]
-        penalty = math.sqrt(RIDGE * float(weights.sum())) * np.eye(terms.shape[1])[1:]
+        width = len(dimensions)
+        strength = np.full(terms.shape[1], RIDGE)
+        strength[1 + width : 1 + 2 * width] = curvature_ridge
+        penalty = np.diag(np.sqrt(strength * float(weights.sum())))[1:]
         system = np.vstack([terms * root, penalty])
         rhs = np.concatenate([target * root[:, 0], np.zeros(terms.shape[1] - 1)])
         coefficients, *_ = np.linalg.lstsq(system, rhs, rcond=None)
@@ -117,7 +133,10 @@ class LocalSurface:
 class SurfaceSearch(ProfiledSearch):
     """The search of one optimizer (see the module's docstring); ``order_seed`` draws the
     screen's directions and the order it visits the dimensions in. ``max_rounds`` caps the
-    model's steps (a quick look; a comparison never sets it)."""
+    model's steps (a quick look; a comparison never sets it). The first design (the campaign's
+    first studies replay it): an even ridge on every term, finalists the best points scored."""
+
+    curvature_ridge: ClassVar[float] = RIDGE
 
     def _search(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
         dimensions = dimensions_of(self.optimizer)
@@ -128,7 +147,7 @@ class SurfaceSearch(ProfiledSearch):
         state.moves.append("start")
         self._screen(results, state, [d for d in dimensions if d != "lr"])
         while not self._capped(state):
-            surface = LocalSurface.fit(dimensions, state.point, state.trials)
+            surface = LocalSurface.fit(dimensions, state.point, state.trials, self.curvature_ridge)
             chosen = self._next_step(surface, state.point, profiled)
             if chosen is None:
                 return
@@ -186,3 +205,47 @@ class SurfaceSearch(ProfiledSearch):
         values = predicted[np.arange(len(candidates)), best_lr]
         index = int(np.argmin(values))  # the first of equals: the moves' declared order
         return {**candidates[index], "lr": best["lr"] - LR_REACH + int(best_lr[index])}
+
+
+@dataclass(frozen=True)
+class SurfaceSearch2(SurfaceSearch):
+    """The second design, tune's default: the same walk with two mends measured at b64-4x
+    (docs/harness.md).
+
+    - The fit assumes a dimension straight until trials on both sides of the best point show it
+      bends (:data:`CURVATURE_RIDGE`), so a screen step that lost predicts a gain the other way
+      and the steps try it.
+    - The finalists hedge the lr: the best point, the same setting one lr step down, then the
+      best points of other settings. One selection seed flatters the lr at the stability edge
+      most, where the seeds spread most; the finalists' seeds judge the two lrs evenly. The step
+      down is read on every choosing seed, its selection seed too where no trial scored it
+      (one run more than the plan's).
+    """
+
+    curvature_ridge: ClassVar[float] = CURVATURE_RIDGE
+
+    def _final(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
+        count = self.selection.finalists
+        finite = sorted(
+            ((p, s) for p, s in state.trials if math.isfinite(badness(s))), key=lambda ps: ps[1]
+        )
+        if not count or not finite:
+            super()._final(results, state)
+            return
+        best = finite[0][0]
+        chosen = [best]
+        lower = {**best, "lr": best["lr"] - 1}
+        if count > 1 and LADDERS["lr"].has(lower["lr"]):
+            chosen.append(lower)
+        settings = {self._setting_key(p) for p in chosen}
+        for point, _ in finite:
+            if len(chosen) >= count:
+                break
+            if self._setting_key(point) not in settings:
+                chosen.append(point)
+                settings.add(self._setting_key(point))
+        seeds = self.selection.choosing_seeds
+        need(results, [self.run(p, s) for p in chosen for s in seeds])
+        scored = [(p, self.score(results, p, seeds)) for p in chosen]
+        state.finalists = sorted(scored, key=lambda ps: badness(ps[1]))
+        state.point = state.finalists[0][0]

@@ -67,7 +67,7 @@ from torch_mars.train.study.space import (
     tunable_optimizers,
     values_of,
 )
-from torch_mars.train.study.surface import SurfaceSearch
+from torch_mars.train.study.surface import SurfaceSearch, SurfaceSearch2
 from torch_mars.train.study.verdict import PairedGap, crossed_gap, paired_gap
 from torch_mars.train.task import task_of
 from torch_mars.train.trainer import TrainConfig
@@ -86,10 +86,11 @@ PROTOCOL_KEYS = (
 )
 # The searches a study can run, by the name its record keeps: the default first.
 SEARCHES: dict[str, type[ProfiledSearch]] = {
+    "surface-2": SurfaceSearch2,
     "surface": SurfaceSearch,
     "lr-profiled": ProfiledSearch,
 }
-DEFAULT_SEARCH = "surface"
+DEFAULT_SEARCH = "surface-2"
 # Every optimizer's trials unless told: the surface search's budget (docs/harness.md).
 DEFAULT_TRIALS = 40
 # The tuning curve's rows in the report: the expected best after this many trials.
@@ -485,7 +486,16 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 else [],
                 rounds=state.rounds,
                 lr_profiles=state.lr_profiles,
-                finalists=[(p, search_scores[point_key(p)], final) for p, final in state.finalists],
+                finalists=[
+                    (
+                        p,
+                        search_scores[point_key(p)]
+                        if point_key(p) in search_scores
+                        else search.score(results, p),  # a finalist no trial scored
+                        final,
+                    )
+                    for p, final in state.finalists
+                ],
                 winner_score=search_scores.get(point_key(point), math.nan),
                 runs=frozenset(results.asked & finished.keys()),
                 moved=moved_dimensions(search.starts[0], [p for p, _ in state.trials]),
