@@ -1,7 +1,7 @@
-"""The campaign is declared before its first run and never changes mid-way: the committed
-campaign.json is exactly what campaign.py declares (every point of tiny's map in its order, the
-second model's two, the first stage, the family Holm runs over), and an edited declaration is
-refused before anything runs."""
+"""A campaign is declared before its first run and never changes mid-way: each committed
+campaign.json is exactly what campaign.py declares for it (every point of tiny's map in its
+order, the second model's two, the first stage, the family Holm runs over, its search design),
+and an edited declaration is refused before anything runs."""
 
 from __future__ import annotations
 
@@ -11,13 +11,16 @@ from pathlib import Path
 import pytest
 
 from torch_mars.bench.scripts import load_script
+from torch_mars.train.study.tune import DEFAULT_SEARCH
 
 ROOT = Path(__file__).resolve().parents[1]
 campaign = load_script(ROOT / "benchmarks" / "studies" / "campaign.py")
 
 
-def test_the_committed_declaration_is_the_declared_campaign():
-    stored = campaign.check_declaration()
+@pytest.mark.parametrize("name", ["campaign", "campaign-2"])
+def test_each_committed_declaration_is_the_declared_campaign(name):
+    stored = campaign.check_declaration(name)
+    assert stored["protocol"].startswith(f"--search {campaign.CAMPAIGNS[name]} ")
     labels = [f"{p['model']}/{p['point']}" for p in stored["points"]]
     assert labels[:9] == [f"tiny/{p}" for p in (
         "b64-4x", "b16-4x", "b256-16x", "b128-16x", "b4-4x", "b128-4x", "b256-4x", "b16-1x",
@@ -30,11 +33,15 @@ def test_the_committed_declaration_is_the_declared_campaign():
     assert len(stored["family"]) == 10 and stored["trials"] == 40
 
 
+def test_the_current_campaign_runs_tunes_default_search():
+    assert campaign.CAMPAIGNS[campaign.CURRENT] == DEFAULT_SEARCH
+
+
 def test_an_edited_declaration_is_refused_before_any_run(tmp_path, monkeypatch):
-    edited = json.loads(campaign.DECLARATION.read_text())
+    edited = json.loads(campaign.declaration_of(campaign.CURRENT).read_text())
     edited["family"] = edited["family"][:1]  # a family cut down after the results
-    path = tmp_path / "campaign.json"
-    path.write_text(json.dumps(edited))
-    monkeypatch.setattr(campaign, "DECLARATION", path)
+    (tmp_path / campaign.CURRENT).mkdir()
+    (tmp_path / campaign.CURRENT / "campaign.json").write_text(json.dumps(edited))
+    monkeypatch.setattr(campaign, "RESULTS", tmp_path)
     with pytest.raises(SystemExit, match="differs from the campaign this script declares"):
         campaign.main(["--stage", "1"])

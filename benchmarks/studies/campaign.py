@@ -161,8 +161,10 @@ def state_text(name: str, campaign: dict[str, Any]) -> str:
         for e in campaign["points"]
         if f"{e['model']}/{e['point']}" not in campaign["first_stage"]
     ]
+    closed = [] if name == CURRENT else [f"Closed: campaign {CURRENT} supersedes it.", ""]
     return "\n".join(
-        [
+        closed
+        + [
             f"First stage: {len(begun)} of {len(campaign['first_stage'])} points begun "
             f"({', '.join(begun) or 'none'}); not begun: {', '.join(waiting) or 'none'}. "
             f"Declared for later stages: {', '.join(later)}.",
