@@ -41,6 +41,26 @@ def test_a_stored_final_that_is_no_number_is_one_line_naming_the_trial(tmp_path,
         finished_results(study.get_trials())
 
 
+def test_a_journal_that_lost_a_finished_runs_final_line_is_refused_in_one_line(
+    tmp_path, corpus_file, capsys
+):
+    """r09: a COMPLETE run without its ``final`` record was read as diverged; it is a gap in
+    the journal, refused naming the trial (a diverged run stores ``final`` None, never
+    nothing)."""
+    journal = tmp_path / "j.log"
+    args = ["tune", *TOY, "--data", str(corpus_file), "--out-dir", str(tmp_path / "o")]
+    args += ["--name", "s", "--storage", f"journal:{journal}"]
+    assert main([*args, "--max-trials", "1"]) == 0
+    lines = journal.read_text().splitlines(keepends=True)
+    gap = next(i for i, line in enumerate(lines) if '"user_attr":{"final"' in line)
+    journal.write_text("".join(lines[:gap] + lines[gap + 1 :]))
+    capsys.readouterr()
+    assert main([*args, "--report"]) == 2
+    err = capsys.readouterr().err
+    assert "trial 0 of the study is COMPLETE without its final record" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_worker_runs_only_the_function_its_command_line_names(tmp_path, monkeypatch, capsys):
     """r01: whoever can write a shared storage cannot choose the code its workers import."""
     monkeypatch.chdir(tmp_path)
@@ -87,6 +107,7 @@ def test_links_in_the_study_folder_are_never_followed(tmp_path, corpus_file):
 
     held = claim(spec, study, stale_after_s=1e9)
     held.lock.close()
+    held.trial.set_user_attr("final", 1.0)
     study.tell(held.trial, 1.0)  # finished, its folder left behind as by a kill
     assert held.work_dir.is_dir()
     target = tmp_path / "target"
@@ -107,11 +128,15 @@ def test_links_in_the_study_folder_are_never_followed(tmp_path, corpus_file):
         ("pid 1 of this host, no heartbeat for 11 minutes", True),
         ("another host, heartbeat stamped 70 years ahead", True),
         ("pid 1 of this host, heartbeat a minute ago", False),
+        ("a dead pid of this host in another PID namespace, heartbeat a minute ago", False),
+        ("a dead pid of this host in another PID namespace, no heartbeat for 11 minutes", True),
+        ("a dead pid of this host and namespace, heartbeat a minute ago", True),
     ],
 )
 def test_an_owner_record_holds_a_run_only_while_it_beats(tmp_path, corpus_file, case, gone):
     """r03: a record naming a process that never ends, or a heartbeat from the future, holds
-    its trial at most ten minutes (the documented limit), not for good."""
+    its trial at most ten minutes (the documented limit), not for good. r15: a worker of this
+    host in another PID namespace is live while it beats, whatever its pid names here."""
     import socket
     import time
 
@@ -133,6 +158,10 @@ def test_an_owner_record_holds_a_run_only_while_it_beats(tmp_path, corpus_file, 
     else:
         owner = {"host": socket.gethostname(), "boot": _boot_id(), "pid": 1,
                  "pid_start": _process_start(1), "started": now - 700}  # fmt: skip
+        if "dead pid" in case:
+            owner["pid"] = 2**22 + 1  # beyond pid_max: no process has it
+        if "another PID namespace" in case:
+            owner["pid_namespace"] = "pid:[1]"
         beat = now - 660 if "11 minutes" in case else now - 60
     trial_id = held.trial._trial_id
     study._storage.set_trial_system_attr(trial_id, OWNER_ATTR, owner)

@@ -15,8 +15,9 @@ it leaves one RUNNING trial whose owner process is gone, which the next claim fa
 run it trains again. No trial ever waits for a worker, so no run is stored under another's
 label, and none runs forever unowned.
 
-A worker is gone when, on its own host, no process with its id and start time exists (a
-zombie counts as gone), and, on any host, when it has sent no heartbeat for ``stale_after_s``
+A worker is gone when, on its own host and PID namespace, no process with its id and start
+time exists (a zombie counts as gone; a worker in another namespace of this host is judged as
+one on another host), and, on any host, when it has sent no heartbeat for ``stale_after_s``
 (ten minutes; a worker beats every minute while it trains) or its heartbeat is stamped more
 than a minute ahead of this host's clock: an owner record alone, written by anyone who can
 write the storage, holds a run for ten minutes at most. Where the trial was made is never
@@ -370,7 +371,14 @@ def finished_results(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, 
         run = run_of(trial)
         failed_itself = trial.state == TrialState.FAIL and "error" in trial.user_attrs
         if run is not None and (trial.state == TrialState.COMPLETE or failed_itself):
-            final = trial.user_attrs.get("final")
+            if "final" not in trial.user_attrs:  # a diverged run stores None, never nothing
+                raise ValueError(
+                    f"trial {trial.number} of the study is {trial.state.name} without its "
+                    "final record: the journal lost a line or was edited (restore it from its "
+                    "study.log.gz snapshot, or fail that trial in the storage to train its run "
+                    "again)"
+                )
+            final = trial.user_attrs["final"]
             if final is not None and (
                 isinstance(final, bool) or not isinstance(final, int | float)
             ):
@@ -423,11 +431,22 @@ def _boot_id() -> str:
         return ""
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace (Linux), "" where the system cannot say: a pid means one
+    process only inside its namespace (two containers on one host share its name and boot)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def owner_record(device: str) -> dict[str, Any]:
-    """Who claims a trial: this process, on this host and boot, and its device."""
+    """Who claims a trial: this process, on this host, boot and PID namespace, and its
+    device."""
     return {
         "host": socket.gethostname(),
         "boot": _boot_id(),
+        "pid_namespace": _pid_namespace(),
         "pid": os.getpid(),
         "pid_start": _process_start(os.getpid()),
         "started": time.time(),
@@ -450,7 +469,10 @@ def _owner_is_gone(trial: optuna.trial.FrozenTrial, stale_after_s: float) -> boo
     if beat > now + _CLOCK_SLACK_S:
         return True  # a heartbeat from the future proves nothing
     stale = now - beat > stale_after_s
-    if owner.get("host") == socket.gethostname() and owner.get("boot") == _boot_id():
+    same_host = owner.get("host") == socket.gethostname() and owner.get("boot") == _boot_id()
+    # a record from before namespaces were recorded reads as this one's, as it was then
+    namespace = owner.get("pid_namespace", _pid_namespace())
+    if same_host and namespace == _pid_namespace():
         start = _process_start(int(owner.get("pid", -1)))
         if start is None or (bool(start) and start != owner.get("pid_start")):
             return True
