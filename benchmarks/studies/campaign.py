@@ -163,8 +163,8 @@ def state_text(name: str, campaign: dict[str, Any]) -> str:
     ]
     closed = [] if name == CURRENT else [f"Closed: campaign {CURRENT} supersedes it.", ""]
     return "\n".join(
-        closed
-        + [
+        [
+            *closed,
             f"First stage: {len(begun)} of {len(campaign['first_stage'])} points begun "
             f"({', '.join(begun) or 'none'}); not begun: {', '.join(waiting) or 'none'}. "
             f"Declared for later stages: {', '.join(later)}.",
