@@ -51,6 +51,8 @@ def test_a_finished_study_reads_back_without_its_function(tmp_path):
         {"adamw": 1.0015, "mars-adamw": 1.0015}
     )  # seeds 1, 2
     assert isinstance(loaded.winners["mars-adamw"]["betas"], tuple)
+    assert loaded.answer == ran.answer and loaded.answer.startswith("**Answer** (1 trial each")
+    assert "- neither mars-adamw nor adamw beat the other" in loaded.answer  # one verdict
 
 
 def test_a_verdict_with_one_held_out_pair_is_refused_before_any_run(tmp_path):

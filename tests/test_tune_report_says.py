@@ -1,9 +1,11 @@
-"""What tune's report says in words: which dimensions each search moved, a warning where only
-the lr moved (a search that tuned nothing else), each winner's worst held-out run and its runs
-far from the median."""
+"""What tune's report says in words: its answer first (the best optimizer held out, and one
+sentence per comparison with its interval, word and budget), which dimensions each search
+moved, a warning where only the lr moved (a search that tuned nothing else), each winner's
+worst held-out run and its runs far from the median."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from torch_mars.train.study.selection import PROTOCOL
@@ -45,3 +47,24 @@ def test_the_report_gives_each_winners_worst_held_out_run_and_its_outliers():
     text = format_tune_table(PLAN, [outcome("mars-adamw", [], finals)])
     assert "mars-adamw's worst held-out run: 2.5000 (seed 6, data order 2)" in text
     assert "runs over 3 std from the median: 1." in text
+
+
+def test_the_report_answers_first_in_a_sentence_per_comparison():
+    def scored(name, finals):  # a winner its search scored: a verdict is read
+        return dataclasses.replace(outcome(name, [], finals), winner_score=2.0)
+
+    spread = [0.001 * ((i * 7) % 5) for i in range(12)]
+    nadamw = scored("nadamw", [2.0 + d for d in spread])
+    ahead = scored("mars-adamw", [1.9 + d for d in spread])
+    level = scored("mars-adamw", [2.0 + d + 0.001 * (i % 2) for i, d in enumerate(spread)])
+    won = format_tune_table(PLAN, [nadamw, ahead]).split("\n")
+    assert won[0].startswith("**Answer** (40 trials each, 12 held-out runs; held-out mean")
+    assert "best overall **mars-adamw**, 1.9018, 0.1000 ahead of nadamw." in won[0]
+    assert won[1].startswith("- mars-adamw beat nadamw on this model at this budget: ")
+    assert won[1].endswith("held out, **win**.")
+    tied = format_tune_table(PLAN, [nadamw, level]).split("\n")[1]
+    assert tied.startswith("- neither mars-adamw nor nadamw beat the other") and "**tie**" in tied
+    waiting = scored("nadamw", [2.0] * 11 + [float("nan")])
+    assert format_tune_table(PLAN, [waiting, ahead]).startswith(
+        "**Answer:** not yet: nadamw still without every held-out run"
+    )

@@ -262,7 +262,8 @@ OBJECTIVE_TASK = register_task(
 @dataclass(frozen=True)
 class TuneResult:
     """What :func:`tune` ends with, or :meth:`load` reads back from a study's folder: the
-    report's table (markdown), each optimizer's winner as keyword arguments for
+    report (markdown; :attr:`answer` its first paragraph, the answer in words), each
+    optimizer's winner as keyword arguments for
     :func:`~torch_mars.train.optimizers.build_optimizer` (paste them into your code), each
     winner's held-out mean (NaN until its held-out runs have all finished), the verdicts (one
     dict each: rule, control, gap, interval, p, pairs, decision, provisional), and the files
@@ -276,6 +277,12 @@ class TuneResult:
 
     def __str__(self) -> str:
         return self.table
+
+    @property
+    def answer(self) -> str:
+        """The report's answer in words: the best optimizer held out, then one sentence per
+        comparison with its interval, decision and budget (the summary's first paragraph)."""
+        return self.table.split("\n\n", 1)[0]
 
     @classmethod
     def load(cls, folder: str | Path) -> TuneResult:

@@ -603,13 +603,16 @@ def format_tune_table(
         f"held out: seeds {','.join(map(str, sel.heldout))} x data orders "
         f"{','.join(map(str, sel.heldout_data_seeds))}"
     )
-    lines = [
+    ranked = sorted(found, key=lambda o: (math.isnan(o.heldout_mean), o.heldout_mean))
+    if found_verdicts is None:
+        found_verdicts = verdicts(found, pairs=sel.heldout_pairs())
+    lines = [*answer_sentences(plan, ranked, found_verdicts), ""]
+    lines += [
         f"| optimizer | trials | {heldout} | selection (seeds "
         f"{','.join(map(str, sel.choosing_seeds))}, data order {sel.data_seed}) | "
         "dimensions moved |",
         "|---|---:|---:|---:|---:|",
     ]
-    ranked = sorted(found, key=lambda o: (math.isnan(o.heldout_mean), o.heldout_mean))
     for o in ranked:
         progress = progress_label(o.finished, len(o.trial_scores))
         status = f" ({progress})" if progress else ""
@@ -624,8 +627,6 @@ def format_tune_table(
         *moved_sentences(ranked),
         *heldout_sentences(ranked, sel.heldout_pairs()),
     ]
-    if found_verdicts is None:
-        found_verdicts = verdicts(found, pairs=sel.heldout_pairs())
     if found_verdicts:
         lines += [
             "",
@@ -654,6 +655,45 @@ def format_tune_table(
     if sel.finalists:
         lines += ["", finalists_table(sel, ranked)]
     return "\n".join(lines)
+
+
+def answer_sentences(
+    plan: TunePlan, ranked: Sequence[OptimizerOutcome], found_verdicts: Sequence[Verdict]
+) -> list[str]:
+    """The report's answer in words, first: the best optimizer held out (and by how much it
+    leads the next), then one sentence per comparison with its interval, its word and the
+    budget it was read at. ``ranked``: best held-out mean first."""
+    plural = "" if plan.trials == 1 else "s"
+    budget = (
+        f"{plan.trials} trial{plural} each, {len(plan.selection.heldout_pairs())} held-out runs"
+    )
+    read = [o for o in ranked if not math.isnan(o.heldout_mean)]
+    if len(read) < len(ranked) or not read:
+        waiting = ", ".join(o.optimizer for o in ranked if o not in read)
+        return [f"**Answer:** not yet: {waiting} still without every held-out run ({budget})."]
+    best, *rest = read
+    lead = (
+        f", {rest[0].heldout_mean - best.heldout_mean:.4f} ahead of {rest[0].optimizer}"
+        if rest
+        else ""
+    )
+    lines = [
+        f"**Answer** ({budget}; held-out mean, lower is better): best overall "
+        f"**{best.optimizer}**, {best.heldout_mean:.4f}{lead}."
+    ]
+    for v in found_verdicts:
+        said = {
+            "win": f"{v.rule} beat {v.control}",
+            "loss": f"{v.control} beat {v.rule}",
+            "tie": f"neither {v.rule} nor {v.control} beat the other",
+        }.get(v.decision, f"{v.rule} against {v.control}: not decided yet")
+        caveat = " (provisional: comparisons of the declared family are pending)"
+        lines.append(
+            f"- {said} on this model at this budget: {v.rule} - {v.control} = "
+            f"{v.gap.text()} held out, **{v.decision}**"
+            f"{caveat if v.provisional else ''}."
+        )
+    return lines
 
 
 def failure_sentences(
