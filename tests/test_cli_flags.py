@@ -46,6 +46,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--final-seeds": ["9", "--finalists", "2"],
     "--order-seed": ["1"],
     "--search": ["lr-profiled"],
+    "--fixed": ["weight_decay=0.05"],
     "--family": ["campaign.json"],
     "--show-recipe": [],
     "--objective": ["examples.plain_loop:train"],

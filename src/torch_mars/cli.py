@@ -70,7 +70,7 @@ from torch_mars.train.run_shell import train_run
 from torch_mars.train.schedules import TEXT_SCHEDULES
 from torch_mars.train.study.grid import parse_grid, parse_value
 from torch_mars.train.study.selection import PROTOCOL, protocol_selection
-from torch_mars.train.study.space import tunable_optimizers
+from torch_mars.train.study.space import check_fixed, tunable_optimizers
 from torch_mars.train.study.store import (
     check_study_name,
     dashboard_hint,
@@ -175,6 +175,17 @@ def _output_file(text: str) -> Path:
 
 def _positive_int(text: str) -> int:
     return _whole_number(text, 1)
+
+
+def _fixed_dimension(text: str) -> tuple[str, float]:
+    name, sep, value = text.partition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if not sep or not name or number is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: give NAME=NUMBER, e.g. weight_decay=0.05")
+    return name, number
 
 
 def _nonnegative_int(text: str) -> int:
@@ -578,6 +589,15 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "coordinate descent of the studies before it, docs/harness.md)",
     )
     group.add_argument(
+        "--fixed",
+        nargs="+",
+        type=_fixed_dimension,
+        default=[],
+        metavar="NAME=VALUE",
+        help="hold a dimension at a value for every optimizer that has it, never tuned (e.g. "
+        "weight_decay=0.05 gamma=0.025; not lr); part of the study's identity",
+    )
+    group.add_argument(
         "--seeds",
         nargs="+",
         type=_nonnegative_int,
@@ -763,6 +783,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             study_dir=folder,
             trials=args.trials,
             search=args.search,
+            fixed=check_fixed(dict(args.fixed), args.optimizers),
             family_file=args.family,
             order_seed=args.order_seed,
             max_rounds=args.max_rounds,

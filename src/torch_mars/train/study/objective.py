@@ -30,7 +30,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -335,6 +335,7 @@ def tune(
     finalists: int | None = None,
     final_seeds: Sequence[int] | None = None,
     search: str | None = None,
+    fixed: Mapping[str, float] | None = None,
     out_dir: str | Path = "runs",
     name: str | None = None,
     defaults: str = "tiny",
@@ -346,8 +347,10 @@ def tune(
     ``seeds`` (data order ``data_seed``; the ``finalists`` best points of each search also on
     ``final_seeds``, the best mean over all of them winning), each winner read on
     ``heldout_seeds`` x ``heldout_data_seeds``, paired intervals, tuning curves, and the report
-    files in
-    ``out_dir/name`` (``name``: the function's name). A killed study resumes (call it again).
+    files in ``out_dir/name`` (``name``: the function's name). ``fixed`` holds dimensions at a
+    value for every optimizer that has them, never tuned (``{"weight_decay": 0.05}``; not the
+    lr; each in its range, :data:`~torch_mars.train.study.space.FIXED_RANGES`). A killed study
+    resumes (call it again).
     ``defaults`` names the GPT config whose tuned recipes start the searches; ``jobs`` > 1
     needs ``train`` importable from its module. ``progress``: a bar on stderr counting the
     runs against those the study plans (with ``jobs`` > 1, each worker prints a line per run
@@ -356,6 +359,7 @@ def tune(
     :data:`~torch_mars.train.study.tune.DEFAULT_TRIALS` and ``DEFAULT_SEARCH``)."""
     from torch_mars.train.study.run import run_study
     from torch_mars.train.study.selection import protocol_selection
+    from torch_mars.train.study.space import check_fixed
     from torch_mars.train.study.store import check_study_name
     from torch_mars.train.study.tune import (
         DEFAULT_SEARCH,
@@ -379,6 +383,7 @@ def tune(
         study_dir=folder,
         trials=DEFAULT_TRIALS if trials is None else trials,
         search=DEFAULT_SEARCH if search is None else search,
+        fixed=check_fixed(fixed or {}, tuple(optimizers)),
         storage=storage,
         study_name=name or train.__name__,
         jobs=jobs,

@@ -52,8 +52,9 @@ from torch_mars.train.study.selection import Needs, Selection, badness, need
 from torch_mars.train.study.space import (
     DISTRIBUTIONS,
     LADDERS,
+    Fixed,
     Point,
-    dimensions_of,
+    free_dimensions,
     hyperparams_of,
     parse_point_key,
     point_key,
@@ -113,7 +114,8 @@ def planned_runs(trials: int, selection: Selection) -> int:
 class ProfiledSearch:
     """The search of one optimizer (lower metric is better) on the GPT config ``model``
     (whose defaults fill what the space does not set), from ``starts`` (its own defaults
-    first), spending ``trials``."""
+    first), spending ``trials``; the ``fixed`` dimensions (``(name, value)`` pairs) are held at
+    their values and never moved."""
 
     optimizer: str
     starts: tuple[Point, ...]
@@ -123,6 +125,7 @@ class ProfiledSearch:
     order_seed: int = 0
     max_extensions: int = 4
     max_rounds: int | None = None
+    fixed: Fixed = ()
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -130,15 +133,20 @@ class ProfiledSearch:
         if not self.starts:
             raise ValueError(f"the search of {self.optimizer} needs a start point")
         for start in self.starts:
-            if set(start) != set(dimensions_of(self.optimizer)):
+            if set(start) != set(self.dimensions):
                 raise ValueError(f"start point of {self.optimizer} lacks a dimension: {start}")
+
+    @property
+    def dimensions(self) -> tuple[str, ...]:
+        """The dimensions this search moves: the optimizer's, but for the ``fixed`` ones."""
+        return free_dimensions(self.optimizer, self.fixed)
 
     @property
     def planned_runs(self) -> int:
         return planned_runs(self.trials, self.selection)
 
     def hyperparams(self, key: str) -> dict[str, Any]:
-        return hyperparams_of(self.optimizer, parse_point_key(key), self.model)
+        return hyperparams_of(self.optimizer, parse_point_key(key), self.model, self.fixed)
 
     def trial_params(self, key: str) -> dict[str, tuple[Any, BaseDistribution]]:
         point = parse_point_key(key)
@@ -250,7 +258,7 @@ class ProfiledSearch:
         for start in self.starts:
             self._profile(results, state, start)
         state.moves.append("start")
-        others = [d for d in dimensions_of(self.optimizer) if d != "lr"]
+        others = [d for d in self.dimensions if d != "lr"]
         random.Random(self.order_seed).shuffle(others)
         pairs = list(combinations(others, 2))
         random.Random(self.order_seed + 1).shuffle(pairs)

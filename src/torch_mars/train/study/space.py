@@ -30,7 +30,7 @@ the ladders; ``hyperparams_of`` spells a point as the harness's hyperparameters.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +124,49 @@ def dimensions_of(optimizer: str) -> tuple[str, ...]:
     return tuple(d for d in LADDERS if d in SPELLING[optimizer])
 
 
+# What a fixed dimension may be set to (``tune --fixed``): its allowed range, in words and as a
+# test. The lr is never fixed: every search profiles it.
+FIXED_RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {
+    "beta1": ("in [0, 1)", lambda v: 0.0 <= v < 1.0),
+    "beta2": ("in [0, 1)", lambda v: 0.0 <= v < 1.0),
+    "weight_decay": (">= 0", lambda v: v >= 0.0),
+    "lr_1d_ratio": ("> 0", lambda v: v > 0.0),
+    "weight_decay_1d": (">= 0", lambda v: v >= 0.0),
+    "gamma": (">= 0", lambda v: v >= 0.0),
+}
+Fixed = tuple[tuple[str, float], ...]
+
+
+def check_fixed(fixed: Mapping[str, Any], optimizers: Sequence[str]) -> Fixed:
+    """``fixed`` (dimension -> value, held for every optimizer that has the dimension)
+    checked, as sorted pairs: each a dimension some of ``optimizers`` has, never the lr, a
+    finite number in its range (:data:`FIXED_RANGES`). A ValueError names the first wrong one."""
+    pairs = []
+    for dimension, value in sorted(fixed.items()):
+        if dimension == "lr":
+            raise ValueError("--fixed lr: the lr is never fixed (every search profiles it)")
+        if dimension not in FIXED_RANGES:
+            raise ValueError(
+                f"--fixed {dimension}: no such dimension (one of {', '.join(FIXED_RANGES)})"
+            )
+        if not any(dimension in dimensions_of(o) for o in optimizers):
+            raise ValueError(
+                f"--fixed {dimension}: none of {', '.join(optimizers)} has that dimension"
+            )
+        words, allowed = FIXED_RANGES[dimension]
+        number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if number is None or not math.isfinite(number) or not allowed(float(number)):
+            raise ValueError(f"--fixed {dimension}={value!r}: must be a number {words}")
+        pairs.append((dimension, float(number)))
+    return tuple(pairs)
+
+
+def free_dimensions(optimizer: str, fixed: Fixed = ()) -> tuple[str, ...]:
+    """The dimensions a search of ``optimizer`` moves: all it has but the ``fixed`` ones."""
+    held = {d for d, _ in fixed}
+    return tuple(d for d in dimensions_of(optimizer) if d not in held)
+
+
 def shares_space(a: str, b: str) -> bool:
     """Whether ``a`` and ``b`` have the same dimensions but for :data:`MARS_ONLY`, so that each
     can be tried at the other's point (a MARS rule and its same-cost controls).
@@ -171,17 +214,20 @@ def values_of(point: Mapping[str, int]) -> dict[str, float]:
     return {d: LADDERS[d].value(i) for d, i in point.items()}
 
 
-def hyperparams_of(optimizer: str, point: Mapping[str, int], model: str) -> dict[str, Any]:
+def hyperparams_of(
+    optimizer: str, point: Mapping[str, int], model: str, fixed: Fixed = ()
+) -> dict[str, Any]:
     """The harness hyperparameters of ``point`` for ``optimizer`` on the GPT config ``model``:
-    every dimension it has and the fixed 1-D betas (a tuple entry that is no dimension, such as
-    MARS-Shampoo's unread ``betas[1]``, keeps its default)."""
+    every dimension it has (``point``'s, and the ``fixed`` values of those it holds) and the
+    fixed 1-D betas (a tuple entry that is no dimension, such as MARS-Shampoo's unread
+    ``betas[1]``, keeps its default)."""
     _check_known(optimizer)
-    if set(point) != set(dimensions_of(optimizer)):
-        raise ValueError(
-            f"a {optimizer} point needs exactly {dimensions_of(optimizer)}, got {sorted(point)}"
-        )
+    free = free_dimensions(optimizer, fixed)
+    if set(point) != set(free):
+        raise ValueError(f"a {optimizer} point needs exactly {free}, got {sorted(point)}")
     defaults = default_hyperparams(optimizer, model)
-    values = values_of(point)
+    own = dimensions_of(optimizer)
+    values = values_of(point) | {d: v for d, v in fixed if d in own}
     settings: dict[str, Any] = {BETAS_1D_KEY[optimizer]: FIXED_1D_BETAS}
     for dimension, value in values.items():
         key, index = SPELLING[optimizer][dimension]

@@ -49,7 +49,7 @@ import numpy as np
 from torch_mars.train.study.engine import RunId
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import badness, need
-from torch_mars.train.study.space import LADDERS, Point, dimensions_of, point_key
+from torch_mars.train.study.space import LADDERS, Point, point_key
 
 # The local model's reach: a trial k ladder steps (summed in squares) from the best point
 # weighs exp(-k / (2 * WEIGHT_SCALE**2)).
@@ -139,7 +139,7 @@ class SurfaceSearch(ProfiledSearch):
     curvature_ridge: ClassVar[float] = RIDGE
 
     def _search(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
-        dimensions = dimensions_of(self.optimizer)
+        dimensions = self.dimensions
         own, *peers = self.starts
         profiled = {self._setting_key(own)}
         self.score_points(results, state, [{**own, "lr": own["lr"] + k} for k in (0, -1, 1)])

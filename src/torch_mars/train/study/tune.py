@@ -55,8 +55,11 @@ from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.space import (
     LADDERS,
+    Fixed,
     Point,
+    check_fixed,
     dimensions_of,
+    free_dimensions,
     hyperparams_of,
     parse_point_key,
     point_at,
@@ -120,6 +123,8 @@ class TunePlan:
             an optimizer not in it starts by :meth:`starts_of`'s rule.
         family_file: a campaign's declaration, whose family of comparisons (every point's)
             Holm runs over (None: the study's own comparisons; :mod:`.family`).
+        fixed: dimensions held at a value for every optimizer that has them, never moved
+            (``(name, value)`` pairs, :func:`~.space.check_fixed`); part of the study's identity.
     """
 
     base: TrainConfig
@@ -136,6 +141,7 @@ class TunePlan:
     overwrite: bool = False
     starts: Mapping[str, tuple[Point, ...]] | None = None
     family_file: Path | None = None
+    fixed: Fixed = ()
 
     def __post_init__(self) -> None:
         if not self.optimizers:
@@ -150,6 +156,8 @@ class TunePlan:
             raise ValueError(f"--trials must be >= 1, got {self.trials}")
         if self.search not in SEARCHES:
             raise ValueError(f"--search must be one of {', '.join(SEARCHES)}, not {self.search!r}")
+        if check_fixed(dict(self.fixed), self.optimizers) != tuple(self.fixed):
+            raise ValueError(f"fixed {self.fixed}: give it as check_fixed returns it")
         pairs = len(self.selection.heldout_pairs())
         if pairs < 2 and study_family(self.optimizers):
             raise ValueError(
@@ -170,6 +178,8 @@ class TunePlan:
             for peer in self.optimizers
             if peer != optimizer and shares_space(peer, optimizer)
         ]
+        free = free_dimensions(optimizer, self.fixed)
+        points = [{d: p[d] for d in free} for p in points]
         return tuple({point_key(p): p for p in points}.values())
 
     def searches(self) -> list[ProfiledSearch]:
@@ -182,6 +192,7 @@ class TunePlan:
                 model=self.base.model,
                 order_seed=self.order_seed,
                 max_rounds=self.max_rounds,
+                fixed=self.fixed,
             )
             for name in self.optimizers
         ]
@@ -199,6 +210,8 @@ class TunePlan:
             "starts": {n: [point_key(p) for p in self.starts_of(n)] for n in self.optimizers},
             "space": space_record(),
         }
+        if self.fixed:  # absent when none: the identities of studies from before stay as stored
+            settings["fixed"] = dict(self.fixed)
         return StudySpec(
             base=self.base,
             searches=tuple(self.searches()),
@@ -244,6 +257,7 @@ def plan_of_identity(
         storage=storage,
         study_name=study_name,
         starts=stored_starts(identity, history),
+        fixed=tuple(sorted(search.get("fixed", {}).items())),
     )
 
 
@@ -499,7 +513,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 winner_score=search_scores.get(point_key(point), math.nan),
                 runs=frozenset(results.asked & finished.keys()),
                 moved=moved_dimensions(search.starts[0], [p for p, _ in state.trials]),
-                dimensions=dimensions_of(search.optimizer),
+                dimensions=search.dimensions,
                 failures={r: failed[r] for r in sorted(results.asked & failed.keys())},
             )
         )
@@ -624,6 +638,7 @@ def format_tune_table(
     lines += [
         "",
         *failure_sentences(ranked, sel.heldout_pairs()),
+        *fixed_sentences(plan.fixed),
         *moved_sentences(ranked),
         *heldout_sentences(ranked, sel.heldout_pairs()),
     ]
@@ -715,6 +730,14 @@ def failure_sentences(
             f"{seed} data order {data}: {message}){verdict}."
         )
     return lines
+
+
+def fixed_sentences(fixed: Fixed) -> list[str]:
+    """The dimensions the study held at a value: one line, none where nothing was fixed."""
+    if not fixed:
+        return []
+    held = ", ".join(f"{d} {v:g}" for d, v in fixed)
+    return [f"- Fixed for every optimizer that has them, never tuned: {held}."]
 
 
 def moved_sentences(found: Sequence[OptimizerOutcome]) -> list[str]:
@@ -852,7 +875,9 @@ def report_json(
                 "winner": values_of(o.winner),
                 "hyperparams": {
                     k: list(v) if isinstance(v, tuple) else v
-                    for k, v in hyperparams_of(o.optimizer, o.winner, plan.base.model).items()
+                    for k, v in hyperparams_of(
+                        o.optimizer, o.winner, plan.base.model, plan.fixed
+                    ).items()
                 }
                 if o.winner
                 else {},

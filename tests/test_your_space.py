@@ -1,0 +1,103 @@
+"""Your space: a dimension held at your value (``fixed``) reaches every run of every optimizer
+that has it and is never moved, the others still all move, the report says so, a study with
+other fixed values is another study, and a wrong value is refused naming the argument and its
+range before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_mars
+from harness_helpers import toy_tune_plan, write_synthetic_text
+from test_profiled_search import run_search
+from torch_mars.cli import main
+from torch_mars.train.study.engine import StudyMismatch
+from torch_mars.train.study.selection import PROTOCOL
+from torch_mars.train.study.space import check_fixed, dimensions_of
+from torch_mars.train.study.tune import TunePlan
+from torch_mars.train.trainer import TrainConfig
+
+SMALL = dict(seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,), finalists=0)
+SEEN: list[dict] = []
+
+
+def records_its_settings(make_optimizer, seed, data_seed, report):
+    """Records the matrix group's settings each run trains with; lowest at a small lr."""
+    model = torch.nn.Linear(4, 4)
+    group = make_optimizer(model).param_groups[0]
+    SEEN.append({k: group.get(k) for k in ("lr", "weight_decay", "gamma")})
+    return 1.0 + abs(group["lr"] - 0.003) + 0.001 * seed
+
+
+def test_a_fixed_dimension_reaches_every_run_and_is_never_moved(tmp_path):
+    SEEN.clear()
+    result = torch_mars.tune(
+        records_its_settings,
+        ["adamw", "mars-adamw"],
+        trials=6,
+        fixed={"weight_decay": 0.05, "gamma": 0.025},
+        out_dir=tmp_path,
+        progress=False,
+        **SMALL,
+    )
+    assert len(SEEN) == 2 * (6 + 2)  # six trials and two held-out runs each
+    assert {s["weight_decay"] for s in SEEN} == {0.05}
+    assert {s["gamma"] for s in SEEN if s["gamma"] is not None} == {0.025}
+    assert len({s["lr"] for s in SEEN}) > 1  # the lr is still tuned
+    assert result.winners["mars-adamw"]["weight_decay"] == 0.05
+    assert result.winners["mars-adamw"]["gamma"] == 0.025
+    assert "- Fixed for every optimizer that has them, never tuned: gamma 0.025, " in result.table
+    assert "weight_decay 0.05." in result.table
+    with pytest.raises(StudyMismatch):  # other fixed values: another study, not this one
+        torch_mars.tune(
+            records_its_settings, ["adamw", "mars-adamw"], trials=6,
+            fixed={"weight_decay": 0.1, "gamma": 0.025}, out_dir=tmp_path, progress=False,
+            **SMALL,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("order_seed", [0, 1])
+def test_every_dimension_left_free_still_moves_within_12_trials(order_seed):
+    fixed = check_fixed({"beta2": 0.99, "gamma": 0.05}, ["nadamw", "mars-adamw"])
+    plan = TunePlan(
+        TrainConfig(model="tiny"), ("nadamw", "mars-adamw"), PROTOCOL, Path("unused"),
+        trials=12, order_seed=order_seed, fixed=fixed,
+    )  # fmt: skip
+    for search in plan.searches():
+        state, _ = run_search(search, objective=lambda p, seed: 2.0 + 0.01 * sum(p.values()))
+        moved = {d for point, _ in state.trials for d in point if point[d] != search.starts[0][d]}
+        free = set(dimensions_of(search.optimizer)) - {"beta2", "gamma"}
+        assert moved == free and not any("beta2" in p or "gamma" in p for p, _ in state.trials)
+
+
+@pytest.mark.parametrize(
+    ("fixed", "optimizers", "message"),
+    [
+        ({"lr": 0.01}, ["adamw"], "--fixed lr: the lr is never fixed"),
+        ({"beta1": 1.0}, ["adamw"], r"--fixed beta1=1.0: must be a number in \[0, 1\)"),
+        ({"weight_decay": -0.1}, ["adamw"], "--fixed weight_decay=-0.1: must be a number >= 0"),
+        ({"gamma": 0.1}, ["adamw", "nadamw"], "--fixed gamma: none of adamw, nadamw has"),
+        ({"momentum": 0.9}, ["muon"], "--fixed momentum: no such dimension"),
+        ({"beta1": float("nan")}, ["adamw"], "--fixed beta1=nan: must be a number"),
+    ],
+)
+def test_a_wrong_fixed_value_is_refused_naming_the_argument_and_its_range(
+    fixed, optimizers, message
+):
+    with pytest.raises(ValueError, match=message):
+        check_fixed(fixed, optimizers)
+
+
+def test_the_command_line_refuses_a_fixed_value_before_any_run(tmp_path, capsys):
+    corpus = write_synthetic_text(tmp_path / "corpus.txt")
+    args = ["tune", "--data", str(corpus), "--out-dir", str(tmp_path / "o"), "--name", "s"]
+    assert main([*args, "--optimizers", "adamw", "--fixed", "gamma=0.1"]) == 2
+    assert "--fixed gamma: none of adamw has that dimension" in capsys.readouterr().err
+    assert main([*args, "--fixed", "weight_decay"]) == 2
+    assert "give NAME=NUMBER" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    plan = toy_tune_plan(tmp_path / "p", corpus, ("adamw",), trials=1, study_name="p")
+    assert "fixed" not in plan.spec().settings  # none fixed: identities stored before hold
