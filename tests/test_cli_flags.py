@@ -47,6 +47,8 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--order-seed": ["1"],
     "--search": ["lr-profiled"],
     "--fixed": ["weight_decay=0.05"],
+    # its effect on a study: test_your_space.py (it needs an objective to apply to)
+    "--direction": ["maximize", "--objective", "examples.plain_loop:train"],
     "--family": ["campaign.json"],
     "--show-recipe": [],
     "--objective": ["examples.plain_loop:train"],

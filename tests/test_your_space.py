@@ -99,5 +99,43 @@ def test_the_command_line_refuses_a_fixed_value_before_any_run(tmp_path, capsys)
     assert main([*args, "--fixed", "weight_decay"]) == 2
     assert "give NAME=NUMBER" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+    assert main([*args, "--direction", "maximize"]) == 2
+    assert "--direction applies to --objective" in capsys.readouterr().err
     plan = toy_tune_plan(tmp_path / "p", corpus, ("adamw",), trials=1, study_name="p")
     assert "fixed" not in plan.spec().settings  # none fixed: identities stored before hold
+
+
+def test_the_direction_is_in_a_studys_identity_only_when_it_maximizes():
+    from torch_mars.train.study.objective import ObjectiveConfig
+
+    def budget(**settings):
+        config = ObjectiveConfig("test_your_space:records_its_settings", **settings)
+        plan = TunePlan(config, ("adamw",), PROTOCOL, Path("u"))
+        return plan.spec().identity()["budget"]
+
+    assert "direction" not in budget()  # the identities stored before it still match
+    assert budget(direction="maximize")["direction"] == "maximize"
+
+
+def accuracy_peaks_at_a_small_lr(make_optimizer, seed, data_seed, report):
+    """A score, higher better: best at lr 0.003."""
+    group = make_optimizer(torch.nn.Linear(4, 4)).param_groups[0]
+    return 0.9 - abs(group["lr"] - 0.003) - 0.001 * seed
+
+
+def test_a_score_to_maximize_is_read_negated_and_its_best_wins(tmp_path):
+    scored = torch_mars.tune(
+        accuracy_peaks_at_a_small_lr, ["adamw"], trials=6, direction="maximize",
+        out_dir=tmp_path, progress=False, **SMALL,
+    )  # fmt: skip
+    losses = torch_mars.tune(
+        accuracy_peaks_at_a_small_lr, ["adamw"], trials=6, out_dir=tmp_path, name="as_loss",
+        progress=False, **SMALL,
+    )  # fmt: skip
+    best_lr = scored.winners["adamw"]["lr"]
+    assert abs(best_lr - 0.003) < abs(losses.winners["adamw"]["lr"] - 0.003)
+    assert scored.heldout_means["adamw"] < 0  # the negated score
+    assert "held-out mean of the score negated, lower is better" in scored.answer
+    assert "Every value below is the function's score negated (direction maximize)" in scored.table
+    with pytest.raises(ValueError, match="direction must be one of minimize, maximize"):
+        torch_mars.tune(accuracy_peaks_at_a_small_lr, ["adamw"], direction="max", **SMALL)

@@ -685,6 +685,13 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "(docs/tuning-your-model.md); --model names the recipe the searches start from",
     )
     group.add_argument(
+        "--direction",
+        choices=("minimize", "maximize"),
+        default="minimize",
+        help="with --objective: maximize when the function returns a score (accuracy, reward); "
+        "the study then reads its negative, lower better throughout",
+    )
+    group.add_argument(
         "--worker",
         action="store_true",
         help="join the existing study --name in --storage, with its settings (model, budget, "
@@ -713,7 +720,7 @@ _TUNE_WORKER_OWN = {
 }
 # The harness flags an --objective study reads: the recipe its searches start from, the
 # selection's data order and the device; the function trains the rest its own way.
-_OBJECTIVE_READS = {"model", "data_seed", "device"}
+_OBJECTIVE_READS = {"model", "data_seed", "device", "direction"}
 
 
 def _given_flags(args: argparse.Namespace, keep: set[str]) -> list[str]:
@@ -766,8 +773,12 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             # the device only describes where the function's optimizer runs; "auto" is the
             # same study as torch_mars.tune's default, so that either door reopens it
             device = {} if args.device == "auto" else {"device": args.device}
-            base: Any = ObjectiveConfig(args.objective, model=args.model, **device)
+            base: Any = ObjectiveConfig(
+                args.objective, model=args.model, direction=args.direction, **device
+            )
         else:
+            if args.direction != "minimize":
+                raise ValueError("--direction applies to --objective: the text task's loss falls")
             base = dataclasses.replace(_text_config(args, DEFAULT_COMPARE), quiet=True, data_seed=0)
         plan = TunePlan(
             base=base,

@@ -15,6 +15,10 @@ from typing import Any, Protocol
 
 from torch_mars.train.run_record import MetricSpec
 
+# A config field's metadata key: the study's identity leaves the field out at its default, so
+# that a setting added later keeps the identities stored before it.
+OMITTED_AT_DEFAULT = "omitted_at_default"
+
 
 class TaskConfig(Protocol):
     """What every task's run config has (:class:`~torch_mars.train.trainer.TrainConfig`,

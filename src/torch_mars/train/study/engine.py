@@ -79,7 +79,7 @@ from torch_mars.train.study.store import (
     storage_url,
     study_names,
 )
-from torch_mars.train.task import TaskConfig, task_named, task_of
+from torch_mars.train.task import OMITTED_AT_DEFAULT, TaskConfig, task_named, task_of
 
 PAUSE_AFTER_VARIABLE = "TORCH_MARS_PAUSE_AFTER"
 # A run's identity in a study: (optimizer, point key, seed, data seed).
@@ -173,11 +173,14 @@ class StudySpec:
         return self.study_dir / "runs" / f"trial-{number}"
 
     def identity(self) -> dict[str, Any]:
-        """Everything that changes the study's results, as the storage keeps it (JSON)."""
+        """Everything that changes the study's results, as the storage keeps it (JSON). A
+        field marked ``OMITTED_AT_DEFAULT`` in its metadata is left out at its default, so a
+        setting added later keeps the identities stored before it."""
         budget = {
             f.name: getattr(self.base, f.name)
             for f in dataclasses.fields(self.base)
             if f.name not in RUN_FIELDS
+            and not (f.metadata.get(OMITTED_AT_DEFAULT) and getattr(self.base, f.name) == f.default)
         }
         if budget.get("block_size", 0) is None:
             from torch_mars.models.gpt import GPT_CONFIGS

@@ -40,9 +40,11 @@ from torch import nn
 from torch_mars.train.optimizers import build_optimizer, default_hyperparams
 from torch_mars.train.run_record import TASK_METRICS, RunFailed, RunResult
 from torch_mars.train.run_shell import build_result
-from torch_mars.train.task import Task, register_task
+from torch_mars.train.task import OMITTED_AT_DEFAULT, Task, register_task
 
 CONTRACT = "train(make_optimizer, seed, data_seed, report) -> float"
+# What the function's value is: a loss (lower better) or a score (higher better).
+DIRECTIONS = ("minimize", "maximize")
 _PARAMETERS = ("make_optimizer", "seed", "data_seed", "report")
 # Functions handed to :func:`tune` in this process, by import path: one defined in a script or
 # a notebook trains here even where its module cannot be imported again.
@@ -68,6 +70,9 @@ class ObjectiveConfig:
         device: where ``make_optimizer``'s optimizer is described as running (the function
             places its own model).
         run_dir: where the run's reported curve is written.
+        direction: ``"minimize"`` (the function returns a loss) or ``"maximize"`` (an
+            accuracy, a reward): the run's final metric is the value, or its negative, so that
+            lower is better throughout the study and its report.
     """
 
     objective: str
@@ -83,12 +88,17 @@ class ObjectiveConfig:
     overwrite: bool = False
     stop_after: int | None = None
     checkpoint_interval: int = 0
+    direction: str = field(default="minimize", metadata={OMITTED_AT_DEFAULT: True})
     task_name: ClassVar[str] = "objective"
 
     def __post_init__(self) -> None:
         module, colon, name = self.objective.partition(":")
         if not (module and colon and name):
             raise ValueError(f"--objective must be MODULE:FUNCTION, got {self.objective!r}")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(
+                f"direction must be one of {', '.join(DIRECTIONS)}, got {self.direction!r}"
+            )
         self.run_dir = Path(self.run_dir)
 
     @property
@@ -228,10 +238,11 @@ def run_objective(config: ObjectiveConfig, function: Callable[..., Any] | None) 
     value = number_of(returned)
     if not math.isfinite(value):
         raise FloatingPointError(f"returned {value}")
+    metric = -value if config.direction == "maximize" else value
     progress = {
         "train_time_s": time.perf_counter() - started,
-        "best": float(value),
-        "final": float(value),
+        "best": metric,
+        "final": metric,
         "last_train_loss": math.nan,
     }
     return build_result(config, steps=0, budget=1, progress=progress)
@@ -336,6 +347,7 @@ def tune(
     final_seeds: Sequence[int] | None = None,
     search: str | None = None,
     fixed: Mapping[str, float] | None = None,
+    direction: str = "minimize",
     out_dir: str | Path = "runs",
     name: str | None = None,
     defaults: str = "tiny",
@@ -349,8 +361,10 @@ def tune(
     ``heldout_seeds`` x ``heldout_data_seeds``, paired intervals, tuning curves, and the report
     files in ``out_dir/name`` (``name``: the function's name). ``fixed`` holds dimensions at a
     value for every optimizer that has them, never tuned (``{"weight_decay": 0.05}``; not the
-    lr; each in its range, :data:`~torch_mars.train.study.space.FIXED_RANGES`). A killed study
-    resumes (call it again).
+    lr; each in its range, :data:`~torch_mars.train.study.space.FIXED_RANGES`).
+    ``direction="maximize"``: ``train`` returns a score (accuracy, reward); the study and its
+    report read its negative, so that lower is better throughout. A killed study resumes (call
+    it again).
     ``defaults`` names the GPT config whose tuned recipes start the searches; ``jobs`` > 1
     needs ``train`` importable from its module. ``progress``: a bar on stderr counting the
     runs against those the study plans (with ``jobs`` > 1, each worker prints a line per run
@@ -370,7 +384,7 @@ def tune(
     path = function_path(train)
     check_contract(train, path)
     _GIVEN[path] = train
-    base = ObjectiveConfig(objective=path, model=defaults)
+    base = ObjectiveConfig(objective=path, model=defaults, direction=direction)
     check_study_name(name or train.__name__)
     folder = Path(os.path.abspath(out_dir)) / (name or train.__name__)  # paths stay absolute
     selection = protocol_selection(

@@ -621,6 +621,12 @@ def format_tune_table(
     if found_verdicts is None:
         found_verdicts = verdicts(found, pairs=sel.heldout_pairs())
     lines = [*answer_sentences(plan, ranked, found_verdicts), ""]
+    if getattr(plan.base, "direction", "minimize") == "maximize":
+        lines += [
+            "Every value below is the function's score negated (direction maximize), so that "
+            "lower is better throughout: -0.9500 is a score of 0.9500.",
+            "",
+        ]
     lines += [
         f"| optimizer | trials | {heldout} | selection (seeds "
         f"{','.join(map(str, sel.choosing_seeds))}, data order {sel.data_seed}) | "
@@ -687,13 +693,15 @@ def answer_sentences(
         waiting = ", ".join(o.optimizer for o in ranked if o not in read)
         return [f"**Answer:** not yet: {waiting} still without every held-out run ({budget})."]
     best, *rest = read
+    negated = getattr(plan.base, "direction", "minimize") == "maximize"
+    quantity = "held-out mean of the score negated" if negated else "held-out mean"
     lead = (
         f", {rest[0].heldout_mean - best.heldout_mean:.4f} ahead of {rest[0].optimizer}"
         if rest
         else ""
     )
     lines = [
-        f"**Answer** ({budget}; held-out mean, lower is better): best overall "
+        f"**Answer** ({budget}; {quantity}, lower is better): best overall "
         f"**{best.optimizer}**, {best.heldout_mean:.4f}{lead}."
     ]
     for v in found_verdicts:
