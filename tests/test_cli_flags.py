@@ -49,6 +49,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--fixed": ["weight_decay=0.05"],
     # its effect on a study: test_your_space.py (it needs an objective to apply to)
     "--direction": ["maximize", "--objective", "examples.plain_loop:train"],
+    "--objective-version": ["2", "--objective", "examples.plain_loop:train"],
     "--family": ["campaign.json"],
     "--show-recipe": [],
     "--objective": ["examples.plain_loop:train"],

@@ -177,6 +177,36 @@ def test_a_helper_edited_in_the_objectives_module_is_another_study_said_by_file(
         torch_mars.tune(helped.train, ["adamw"], out_dir="o", progress=False, **SMALL)
 
 
+def test_a_declared_version_keeps_the_study_through_an_edit_until_it_changes(tmp_path, monkeypatch):
+    """#63: with ``version=``, the study knows the code by the version its author declares: an
+    edit that changes no result keeps it (nothing trains again); a new version is refused
+    naming both."""
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = tmp_path / "versioned.py"
+    module.write_text(
+        "def train(make_optimizer, seed, data_seed, report):\n    return 1.0 + seed\n"
+    )
+    versioned = importlib.import_module("versioned")
+    calls = []
+    monkeypatch.setattr(versioned, "train", versioned.train)
+
+    def counted(make_optimizer, seed, data_seed, report):  # stands for versioned.train
+        calls.append(seed)
+        return 1.0 + seed
+
+    counted.__module__, counted.__qualname__ = "versioned", "train"
+    torch_mars.tune(counted, ["adamw"], out_dir="o", progress=False, version="1", **SMALL)
+    trained = len(calls)
+    module.write_text("# a comment\n" + module.read_text())
+    torch_mars.tune(counted, ["adamw"], out_dir="o", progress=False, version="1", **SMALL)
+    assert trained > 0 and len(calls) == trained  # resumed: nothing trained again
+    with pytest.raises(ValueError, match="data: 'declared version 1' there, 'declared version 2'"):
+        torch_mars.tune(counted, ["adamw"], out_dir="o", progress=False, version="2", **SMALL)
+
+
 def test_a_script_run_as_main_records_its_file_so_the_study_reopens(tmp_path, monkeypatch):
     import subprocess
 

@@ -100,7 +100,7 @@ def test_the_command_line_refuses_a_fixed_value_before_any_run(tmp_path, capsys)
     assert "give NAME=NUMBER" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
     assert main([*args, "--direction", "maximize"]) == 2
-    assert "--direction applies to --objective" in capsys.readouterr().err
+    assert "--direction and --objective-version apply to --objective" in capsys.readouterr().err
     plan = toy_tune_plan(tmp_path / "p", corpus, ("adamw",), trials=1, study_name="p")
     assert "fixed" not in plan.spec().settings  # none fixed: identities stored before hold
 

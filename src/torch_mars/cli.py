@@ -692,6 +692,13 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "the study then reads its negative, lower better throughout",
     )
     group.add_argument(
+        "--objective-version",
+        metavar="TEXT",
+        help="with --objective: the function's version as you declare it; the study knows your "
+        "code by it instead of by its module file's content (bump it when an edit changes "
+        "results)",
+    )
+    group.add_argument(
         "--worker",
         action="store_true",
         help="join the existing study --name in --storage, with its settings (model, budget, "
@@ -720,7 +727,7 @@ _TUNE_WORKER_OWN = {
 }
 # The harness flags an --objective study reads: the recipe its searches start from, the
 # selection's data order and the device; the function trains the rest its own way.
-_OBJECTIVE_READS = {"model", "data_seed", "device", "direction"}
+_OBJECTIVE_READS = {"model", "data_seed", "device", "direction", "objective_version"}
 
 
 def _given_flags(args: argparse.Namespace, keep: set[str]) -> list[str]:
@@ -774,11 +781,18 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             # same study as torch_mars.tune's default, so that either door reopens it
             device = {} if args.device == "auto" else {"device": args.device}
             base: Any = ObjectiveConfig(
-                args.objective, model=args.model, direction=args.direction, **device
+                args.objective,
+                model=args.model,
+                direction=args.direction,
+                version=args.objective_version,
+                **device,
             )
         else:
-            if args.direction != "minimize":
-                raise ValueError("--direction applies to --objective: the text task's loss falls")
+            if args.direction != "minimize" or args.objective_version is not None:
+                raise ValueError(
+                    "--direction and --objective-version apply to --objective: the text task's "
+                    "loss falls, and its code is this package's"
+                )
             base = dataclasses.replace(_text_config(args, DEFAULT_COMPARE), quiet=True, data_seed=0)
         plan = TunePlan(
             base=base,

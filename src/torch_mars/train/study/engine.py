@@ -214,7 +214,11 @@ def _study_data(base: TaskConfig) -> Any:
 
 
 def _data_fingerprint(base: TaskConfig) -> str:
-    """The base's data by content."""
+    """The base's data by content; where the config declares a ``version`` of its code (a
+    user's training function), that version instead: the user says when results change."""
+    declared = getattr(base, "version", None)
+    if declared is not None:
+        return f"declared version {declared}"
     return task_of(base).data_fingerprint(_study_data(base))
 
 

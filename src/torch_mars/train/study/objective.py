@@ -73,6 +73,10 @@ class ObjectiveConfig:
         direction: ``"minimize"`` (the function returns a loss) or ``"maximize"`` (an
             accuracy, a reward): the run's final metric is the value, or its negative, so that
             lower is better throughout the study and its report.
+        version: the function's version as its author declares it: the study knows the code by
+            it instead of by its module file's content (None: by the file), so that an edit
+            that changes no result (a comment, a log line) keeps the study, and one that does is
+            declared by a new version.
     """
 
     objective: str
@@ -89,6 +93,7 @@ class ObjectiveConfig:
     stop_after: int | None = None
     checkpoint_interval: int = 0
     direction: str = field(default="minimize", metadata={OMITTED_AT_DEFAULT: True})
+    version: str | None = field(default=None, metadata={OMITTED_AT_DEFAULT: True})
     task_name: ClassVar[str] = "objective"
 
     def __post_init__(self) -> None:
@@ -348,6 +353,7 @@ def tune(
     search: str | None = None,
     fixed: Mapping[str, float] | None = None,
     direction: str = "minimize",
+    version: str | None = None,
     out_dir: str | Path = "runs",
     name: str | None = None,
     defaults: str = "tiny",
@@ -363,8 +369,9 @@ def tune(
     value for every optimizer that has them, never tuned (``{"weight_decay": 0.05}``; not the
     lr; each in its range, :data:`~torch_mars.train.study.space.FIXED_RANGES`).
     ``direction="maximize"``: ``train`` returns a score (accuracy, reward); the study and its
-    report read its negative, so that lower is better throughout. A killed study resumes (call
-    it again).
+    report read its negative, so that lower is better throughout. ``version``: the study knows
+    your code by this declared version rather than by its module file's content (bump it when
+    an edit changes results). A killed study resumes (call it again).
     ``defaults`` names the GPT config whose tuned recipes start the searches; ``jobs`` > 1
     needs ``train`` importable from its module. ``progress``: a bar on stderr counting the
     runs against those the study plans (with ``jobs`` > 1, each worker prints a line per run
@@ -384,7 +391,7 @@ def tune(
     path = function_path(train)
     check_contract(train, path)
     _GIVEN[path] = train
-    base = ObjectiveConfig(objective=path, model=defaults, direction=direction)
+    base = ObjectiveConfig(objective=path, model=defaults, direction=direction, version=version)
     check_study_name(name or train.__name__)
     folder = Path(os.path.abspath(out_dir)) / (name or train.__name__)  # paths stay absolute
     selection = protocol_selection(
