@@ -20,8 +20,8 @@ optimizer's 80-trial winner of the map on the same 12 held-out runs (seeds 3-6 x
 1-3; one ``sweep`` of the five winners per data order, journals in
 ``search-benchmark/POINT/references-dataN/``), so that the gap to the reference is paired.
 ``--report POINT`` writes ``search-benchmark/POINT.md`` from the reports alone: per design and
-optimizer the design's winner minus the reference on the held-out runs (crossed interval), its trials,
-dimensions moved, and the point's runs and CPU hours.
+optimizer the design's winner minus the reference on the held-out runs (crossed interval), its
+trials, dimensions moved, and each design's runs and CPU hours at the point.
 
     python benchmarks/studies/search_benchmark.py --surrogate b64-4x b16-4x
     python benchmarks/studies/search_benchmark.py --references b64-4x --jobs 2
