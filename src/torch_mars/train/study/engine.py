@@ -137,8 +137,10 @@ class StudySpec:
     """A study: the base run (its optimizer, seeds and hyperparams are set per run), the
     searches, the seeds whose runs keep their evaluation curve, where the study lives (its
     folder is made absolute), how many local workers run it, ``settings``: the searches' own
-    identity (JSON), the optimizer names its trials' ``optimizer`` parameter takes, and
-    ``protocol_keys``: the settings that choose runs without changing any."""
+    identity (JSON), the optimizer names its trials' ``optimizer`` parameter takes,
+    ``protocol_keys``: the settings that choose runs without changing any, and ``in_common``:
+    a stored identity and this one reduced to what both describe (a table of optimizers that
+    grew since the study began changes no result of its optimizers)."""
 
     base: TaskConfig
     searches: tuple[Search, ...]
@@ -151,6 +153,7 @@ class StudySpec:
     jobs: int = 1
     overwrite: bool = False
     protocol_keys: tuple[str, ...] = ()
+    in_common: Callable[[dict[str, Any], dict[str, Any]], tuple[dict, dict]] | None = None
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -267,12 +270,15 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
         if spec.study_name in study_names(storage):
             study = load_study(storage, spec.study_name)
             stored = study.user_attrs.get("identity")
-            if stored is not None and _comparable(stored) == _comparable(identity):
+            seen, wanted = stored, identity
+            if stored is not None and spec.in_common is not None:
+                seen, wanted = spec.in_common(stored, identity)
+            if seen is not None and _comparable(seen) == _comparable(wanted):
                 return study
-            if stored is not None and _comparable(stored, keys) == _comparable(identity, keys):
+            if seen is not None and _comparable(seen, keys) == _comparable(wanted, keys):
                 if read_only:
                     return study
-                changed = _differences(_protocol_of(stored, keys), _protocol_of(identity, keys))
+                changed = _differences(_protocol_of(seen, keys), _protocol_of(wanted, keys))
                 past = {"protocol": _protocol_of(stored, keys), "until": time.time()}
                 study.set_user_attr(_PROTOCOL_HISTORY, [*protocol_history(study), past])
                 study.set_user_attr("identity", identity)
@@ -283,7 +289,7 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
                 )
                 return study
             if read_only or not spec.overwrite:
-                changed = _differences(_comparable(stored or {}), _comparable(identity))
+                changed = _differences(_comparable(seen or {}), _comparable(wanted))
                 raise StudyMismatch(
                     f"study {spec.study_name!r} in {describe(url)} was run with other settings "
                     f"({'; '.join(changed[:3])}); give this one another name (--name or "
@@ -338,6 +344,20 @@ def join_study(url: str, study_name: str) -> tuple[optuna.Study, dict[str, Any]]
     if identity is None:
         raise ValueError(f"study {study_name!r} in {describe(url)} is not a torch-mars study")
     return study, identity
+
+
+def _optimizer_choices(
+    trials: Sequence[optuna.trial.FrozenTrial], spec: StudySpec
+) -> CategoricalDistribution:
+    """The ``optimizer`` parameter's choices: those the study's trials already use (Optuna
+    refuses another set for the same parameter), else the spec's. An optimizer added to the
+    table after a study began is then no choice of it: its trials carry it in their user
+    attributes only."""
+    for trial in trials:
+        stored = trial.distributions.get("optimizer")
+        if isinstance(stored, CategoricalDistribution):
+            return stored
+    return CategoricalDistribution(spec.optimizer_choices)
 
 
 def run_of(trial: optuna.trial.FrozenTrial) -> RunId | None:
@@ -581,12 +601,13 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
         run = free[0]
         optimizer, key, seed, data_seed = run
         search = spec.search_of(optimizer)
-        choices = CategoricalDistribution(spec.optimizer_choices)
-        params = {
-            "optimizer": (optimizer, choices),
+        choices = _optimizer_choices(trials, spec)
+        params: dict[str, tuple[Any, BaseDistribution]] = {
             "seed": (seed, _SEED_PARAM),
             "data_seed": (data_seed, _SEED_PARAM),
         }
+        if optimizer in choices.choices:  # the user attrs name it either way
+            params["optimizer"] = (optimizer, choices)
         params |= {f"{optimizer}.{name}": p for name, p in search.trial_params(key).items()}
         user_attrs = {
             "optimizer": optimizer,

@@ -257,14 +257,35 @@ def parse_point_key(key: str) -> Point:
     return {d: int(i) for d, i in (part.split(":") for part in key.split(","))}
 
 
-def space_record() -> dict[str, Any]:
-    """The space as data, for a study's identity: a study tuned on other ladders or spellings is
-    another study."""
+def space_record(optimizers: Sequence[str]) -> dict[str, Any]:
+    """The space of ``optimizers`` as data, for a study's identity: their spellings and the
+    ladders of their dimensions (a study tuned on other ladders or spellings is another study;
+    an optimizer it does not tune is no part of it)."""
+    used = {d for o in optimizers for d in dimensions_of(o)}
     return {
-        "ladders": {d: [list(r.levels), r.anchor, r.factor] for d, r in LADDERS.items()},
-        "spelling": {o: {d: list(s) for d, s in spell.items()} for o, spell in SPELLING.items()},
+        "ladders": {
+            d: [list(r.levels), r.anchor, r.factor] for d, r in LADDERS.items() if d in used
+        },
+        "spelling": {o: {d: list(s) for d, s in SPELLING[o].items()} for o in optimizers},
         "betas_1d": list(FIXED_1D_BETAS),
     }
+
+
+def spaces_in_common(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict, dict]:
+    """Two space records reduced to the optimizers both spell and the ladders of their
+    dimensions: a study recorded with every optimizer of the table then (before records held
+    only their own) or before an optimizer joined the table compares on what both describe."""
+    common = [o for o in a.get("spelling", {}) if o in b.get("spelling", {})]
+
+    def reduced(record: dict[str, Any]) -> dict[str, Any]:
+        used = {d for o in common for d in record["spelling"][o]}
+        return {
+            **record,
+            "ladders": {d: v for d, v in record.get("ladders", {}).items() if d in used},
+            "spelling": {o: record["spelling"][o] for o in common},
+        }
+
+    return reduced(a), reduced(b)
 
 
 # Optuna's record of a point's dimensions: ranges wide enough that no ladder leaves them.

@@ -66,6 +66,7 @@ from torch_mars.train.study.space import (
     point_key,
     shares_space,
     space_record,
+    spaces_in_common,
     start_point,
     tunable_optimizers,
     values_of,
@@ -208,7 +209,7 @@ class TunePlan:
             "order_seed": self.order_seed,
             "max_rounds": self.max_rounds,
             "starts": {n: [point_key(p) for p in self.starts_of(n)] for n in self.optimizers},
-            "space": space_record(),
+            "space": space_record(self.optimizers),
         }
         if self.fixed:  # absent when none: the identities of studies from before stay as stored
             settings["fixed"] = dict(self.fixed)
@@ -224,7 +225,24 @@ class TunePlan:
             jobs=self.jobs,
             overwrite=self.overwrite,
             protocol_keys=PROTOCOL_KEYS,
+            in_common=identities_in_common,
         )
+
+
+def identities_in_common(
+    stored: dict[str, Any], wanted: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two tune identities with their space records reduced to the optimizers both record
+    (:func:`~.space.spaces_in_common`): adding an optimizer to the table, or to a study by a
+    new protocol, leaves every stored study of the others as it was."""
+    a, b = stored.get("search", {}).get("space"), wanted.get("search", {}).get("space")
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return stored, wanted
+    a, b = spaces_in_common(a, b)
+    return (
+        {**stored, "search": {**stored["search"], "space": a}},
+        {**wanted, "search": {**wanted["search"], "space": b}},
+    )
 
 
 def plan_of_identity(
