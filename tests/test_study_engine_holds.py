@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -156,7 +157,8 @@ def test_a_study_naming_a_folder_outside_its_own_cannot_make_tune_touch_it(
 
 
 def test_overwrite_refuses_while_a_trial_trains(tmp_path, corpus_file, capsys):
-    """r6: the study is not deleted under a live worker; one line says why."""
+    """r6: the study is not deleted under a live worker; one line says why and the way out
+    (round 2, r03: stop the process, or retry once its heartbeat has aged out)."""
     plan = toy_plan(tmp_path, corpus_file)
     held = claim(plan.spec(), open_study(plan.spec()), stale_after_s=1e9)
     longer = tune_args(corpus_file, tmp_path, "--overwrite")
@@ -164,6 +166,7 @@ def test_overwrite_refuses_while_a_trial_trains(tmp_path, corpus_file, capsys):
     assert main(longer) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "training now" in error and "not deleted" in error
+    assert re.search(r"stop those processes, or run --overwrite again in (59\d|600) s$", error)
     assert [t.state.name for t in trials_of(plan.spec().url)] == ["RUNNING"]
     held.lock.close()
 

@@ -298,10 +298,13 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
                 )
             live = [t for t in _running(study) if not _owner_is_gone(t, _STALE_AFTER_S)]
             if live:
+                left = max(_hold_left_s(t, _STALE_AFTER_S) for t in live)
                 raise StudyMismatch(
                     f"--overwrite: study {spec.study_name!r} in {describe(url)} has "
                     f"{len(live)} trial(s) training now (first: {_owner_text(live[0])}); "
-                    "it is not deleted while they train"
+                    "it is not deleted while they train. A worker that trains nothing holds "
+                    f"its trial {_STALE_AFTER_S:.0f} s past its last heartbeat: stop those "
+                    f"processes, or run --overwrite again in {left:.0f} s"
                 )
             delete_study(storage, spec.study_name)
         study = optuna.create_study(
@@ -504,6 +507,16 @@ def _owner_is_gone(trial: optuna.trial.FrozenTrial, stale_after_s: float) -> boo
         if start is None or (bool(start) and start != owner.get("pid_start")):
             return True
     return stale  # a live process too must prove it trains: its heartbeat
+
+
+def _hold_left_s(trial: optuna.trial.FrozenTrial, stale_after_s: float) -> float:
+    """Seconds until a RUNNING trial's owner counts as gone unless it beats again."""
+    owner = trial.system_attrs.get(OWNER_ATTR) or {}
+    try:
+        beat = float(trial.system_attrs.get(HEARTBEAT_ATTR, owner.get("started", 0.0)))
+    except (TypeError, ValueError):
+        return 0.0
+    return max(0.0, stale_after_s - (time.time() - beat))
 
 
 def _owner_text(trial: optuna.trial.FrozenTrial) -> str:
