@@ -1,12 +1,15 @@
-"""What tune's report says in words: its answer first (the best optimizer held out, and one
+"""What tune's report says, in words and in its figure: its answer first (the best optimizer held out, and one
 sentence per comparison with its interval, word and budget), which dimensions each search
 moved, a warning where only the lr moved (a search that tuned nothing else), each winner's
-worst held-out run and its runs far from the median."""
+worst held-out run and its runs far from the median; the held-out runs keep the curves the
+function reported, and the figure draws each winner's."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+
+import pytest
 
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.space import dimensions_of, start_point
@@ -68,3 +71,31 @@ def test_the_report_answers_first_in_a_sentence_per_comparison():
     assert format_tune_table(PLAN, [waiting, ahead]).startswith(
         "**Answer:** not yet: nadamw still without every held-out run"
     )
+
+
+def reports_a_falling_curve(make_optimizer, seed, data_seed, report):
+    for step in (1, 2, 3):
+        report(step, 2.0 / step + 0.01 * seed)
+    return 2.0 / 3 + 0.01 * seed
+
+
+def test_the_held_out_runs_keep_their_reported_curves_and_the_figure_draws_them(tmp_path):
+    import optuna
+
+    import torch_mars
+    from torch_mars.train.study.tune import _mean_curve, curves_of
+
+    small = dict(seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,), finalists=0)
+    result = torch_mars.tune(
+        reports_a_falling_curve, ["adamw"], trials=2, out_dir=tmp_path, progress=False, **small
+    )
+    folder = tmp_path / "reports_a_falling_curve"
+    study = optuna.load_study(
+        study_name="reports_a_falling_curve", storage=f"sqlite:///{folder}/study.db"
+    )
+    curves = curves_of(study.get_trials(), "value")
+    assert sorted(run[2] for run in curves) == [1, 2]  # the held-out runs only
+    assert all([step for step, _ in c] == [1, 2, 3] for c in curves.values())
+    mean = _mean_curve(list(curves.values()))
+    assert mean[0] == (1, pytest.approx(2.0 + 0.015)) and mean[-1][0] == 3
+    assert folder / "tune.png" in result.paths

@@ -225,8 +225,10 @@ def run_objective(config: ObjectiveConfig, function: Callable[..., Any] | None) 
     config.run_dir.mkdir(parents=True, exist_ok=True)
     curve = (config.run_dir / "metrics.jsonl").open("w")
 
+    sign = -1.0 if config.direction == "maximize" else 1.0  # as the final metric reads
+
     def report(step: int, value: float) -> None:
-        curve.write(json.dumps({"step": int(step), "value": float(value)}) + "\n")
+        curve.write(json.dumps({"step": int(step), "value": sign * float(value)}) + "\n")
 
     started = time.perf_counter()
     folder = os.getcwd()

@@ -72,7 +72,12 @@ from torch_mars.train.study.space import (
     values_of,
 )
 from torch_mars.train.study.surface import SurfaceSearch, SurfaceSearch2
-from torch_mars.train.study.verdict import PairedGap, crossed_gap, paired_gap
+from torch_mars.train.study.verdict import (
+    PairedGap,
+    crossed_gap,
+    paired_gap,
+    student_t_quantile,
+)
 from torch_mars.train.task import task_of
 from torch_mars.train.trainer import TrainConfig
 
@@ -428,6 +433,8 @@ class OptimizerOutcome:
     dimensions: tuple[str, ...] = ()
     # the runs it reads that failed, with their messages (each scored worst, never averaged)
     failures: dict[RunId, str] = dataclasses.field(default_factory=dict)
+    # each finished held-out run's evaluation curve: ``(step, metric)`` points in step order
+    heldout_curves: list[list[tuple[float, float]]] = dataclasses.field(default_factory=list)
 
     @property
     def moved_text(self) -> str:
@@ -490,6 +497,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
     """Each optimizer's outcome from the study's trials (as far as it has got)."""
     finished = finished_results(trials)
     failed = failed_runs(trials)
+    curves = curves_of(trials, task_of(plan.base).metric.key)
     found = []
     for search in plan.searches():
         results = _AskedFor(finished)
@@ -533,9 +541,30 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 moved=moved_dimensions(search.starts[0], [p for p, _ in state.trials]),
                 dimensions=search.dimensions,
                 failures={r: failed[r] for r in sorted(results.asked & failed.keys())},
+                heldout_curves=[
+                    curves[run]
+                    for seed, data in plan.selection.heldout_pairs()
+                    if point and (run := search.run(point, seed, data)) in curves
+                ],
             )
         )
     return found
+
+
+def curves_of(
+    trials: Sequence[optuna.trial.FrozenTrial], metric: str
+) -> dict[RunId, list[tuple[float, float]]]:
+    """Each run's stored evaluation curve (the runs a study keeps them for: its held-out ones)
+    as ``(step, metric)`` points, the first column being the step (or epoch)."""
+    curves = {}
+    for trial in trials:
+        curve, run = trial.user_attrs.get("curve"), run_of(trial)
+        if not isinstance(curve, dict) or run is None or metric not in curve.get("columns", []):
+            continue
+        at = curve["columns"].index(metric)
+        points = [(row[0], row[at]) for row in curve.get("rows", []) if row[at] is not None]
+        curves[run] = sorted(points)
+    return curves
 
 
 def moved_dimensions(start: Point, points: Sequence[Point]) -> tuple[str, ...]:
@@ -830,8 +859,11 @@ def _winner_text(point: Point) -> str:
 
 
 def plot_tune(found: Sequence[OptimizerOutcome], out_path: Path) -> Path | None:
-    """Two panels: each optimizer's lr profiles (faint) with its winner's drawn solid, and its
-    tuning curve (expected best after k trials; dashed: best so far in the search's order)."""
+    """Four panels: each optimizer's lr profiles (faint) with its winner's drawn solid; its
+    tuning curve (expected best after k trials; dashed: best so far in the search's order); its
+    winner's held-out mean with a 95% interval over the held-out runs; and its winner's
+    evaluation curve on the held-out runs (their mean at each step), where runs report more
+    than one point."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -840,7 +872,7 @@ def plot_tune(found: Sequence[OptimizerOutcome], out_path: Path) -> Path | None:
     drawn = [o for o in found if o.trial_scores]
     if not drawn:
         return None
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    figure, ((left, right), (heldout, curves)) = plt.subplots(2, 2, figsize=(12, 9))
     for index, o in enumerate(drawn):
         colour = f"C{index}"
         winner_lr = values_of(o.winner)["lr"]
@@ -859,20 +891,53 @@ def plot_tune(found: Sequence[OptimizerOutcome], out_path: Path) -> Path | None:
         ks = range(1, len(o.trial_scores) + 1)
         right.plot(ks, o.curve, color=colour, label=o.optimizer)
         right.plot(ks, best_so_far(o.trial_scores), color=colour, linestyle="--", alpha=0.6)
+        if o.heldout_complete and len(o.heldout_finals) > 1:
+            half = _t_half_width(o.heldout_finals)
+            heldout.errorbar([index], [o.heldout_mean], yerr=[half], fmt="o", color=colour)
+        mean_curve = _mean_curve(o.heldout_curves)
+        if len(mean_curve) > 1:
+            curves.plot(*zip(*mean_curve, strict=True), color=colour, label=o.optimizer)
     left.set_xscale("log")
     left.set_xlabel("peak learning rate")
-    left.set_ylabel("selection score (mean final validation loss)")
+    left.set_ylabel("selection score (mean final metric)")
     left.set_title("lr profiles (solid: the winner's)")
     right.set_xlabel("trials")
     right.set_ylabel("best selection score")
     right.set_title("tuning curves (dashed: best so far in search order)")
-    for axis in (left, right):
+    heldout.set_xticks(range(len(drawn)), [o.optimizer for o in drawn], fontsize=8)
+    heldout.set_ylabel("held-out final metric")
+    heldout.set_title("each winner held out: mean, 95% interval over its runs")
+    curves.set_xlabel("step")
+    curves.set_ylabel("metric on the held-out runs (mean)")
+    curves.set_title(
+        "each winner's curve, held out"
+        if curves.get_legend_handles_labels()[1]
+        else "no run reported a curve of more than one point"
+    )
+    for axis in (left, right, heldout, curves):
         axis.grid(alpha=0.3, which="both")
         if axis.get_legend_handles_labels()[1]:
             axis.legend(fontsize=8)
     from torch_mars.train.plots import save_figure
 
     return save_figure(figure, out_path)
+
+
+def _t_half_width(values: Sequence[float]) -> float:
+    """Half the 95% t interval of the mean of ``values`` (independent runs)."""
+    quantile = student_t_quantile(0.05, len(values) - 1)
+    return quantile * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def _mean_curve(curves: Sequence[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """The mean of ``curves`` at each step all of them reported."""
+    if not curves:
+        return []
+    steps = set.intersection(*({step for step, _ in c} for c in curves))
+    return [
+        (step, statistics.fmean(v for c in curves for at, v in c if at == step))
+        for step in sorted(steps)
+    ]
 
 
 def report_json(
