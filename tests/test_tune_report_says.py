@@ -1,8 +1,8 @@
-"""What tune's report says, in words and in its figure: its answer first (the best optimizer held out, and one
-sentence per comparison with its interval, word and budget), which dimensions each search
-moved, a warning where only the lr moved (a search that tuned nothing else), each winner's
-worst held-out run and its runs far from the median; the held-out runs keep the curves the
-function reported, and the figure draws each winner's."""
+"""What tune's report says, in words and in its figure: its answer first (the best optimizer
+held out, and one sentence per comparison with its interval, word and budget), which
+dimensions each search moved, a warning where only the lr moved (a search that tuned nothing
+else), each winner's worst held-out run and its runs far from the median; the held-out runs
+keep the curves the function reported, and the figure draws each winner's."""
 
 from __future__ import annotations
 
