@@ -19,6 +19,7 @@ import pytest
 import torch_mars
 from harness_helpers import dying_env
 from torch_mars.cli import main
+from torch_mars.train.study.space import dimensions_of
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SMALL = dict(trials=2, seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,), finalists=0)
@@ -73,6 +74,24 @@ def test_the_examples_where_users_already_train_run(tmp_path, name):
     assert [o["trials"] for o in report["optimizers"]] == [2, 2]
     assert all(v is not None for o in report["optimizers"] for v in o["heldout_finals"])
     assert result.verdicts
+
+
+def test_a_library_model_at_a_quick_budget_has_every_dimension_tuned(tmp_path):
+    """#63: a model we did not write (transformers' ViT, a tiny config), 12 trials each: every
+    dimension of every optimizer moved, gamma included, and the report says so."""
+    pytest.importorskip("transformers")
+    library_vit = example("library_vit")
+    library_vit.STEPS = 4  # a search's path, not the model's quality, is what this reads
+    quick = dict(seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,), finalists=0)
+    result = torch_mars.tune(
+        library_vit.train, ["adamw", "mars-adamw"], trials=12, out_dir=tmp_path,
+        progress=False, **quick,
+    )  # fmt: skip
+    report = json.loads((tmp_path / "train" / "tune.json").read_text())
+    for entry in report["optimizers"]:
+        assert entry["trials"] == 12
+        assert set(entry["moved"]) == set(dimensions_of(entry["optimizer"])), entry["optimizer"]
+    assert "WARNING" not in result.table and "(every dimension)" in result.table
 
 
 OBJECTIVE = ["--optimizers", "adamw", "nadamw", "--trials", "2", "--seeds", "0"]
