@@ -24,24 +24,34 @@ class CampaignRow:
     decision: Decision
 
 
-def campaign_rows(declaration: Path) -> list[CampaignRow]:
-    """Every comparison of the campaign declared in ``declaration``, in its order."""
-    family = campaign_family(declaration)
-    root = Path(declaration).parent
-    gaps: dict[Comparison, PairedGap] = {}
-    controls: dict[Comparison, str] = {}
+def stored_verdicts(
+    root: Path, family: list[Comparison], skip_scope: str = ""
+) -> dict[Comparison, tuple[PairedGap, str]]:
+    """Each comparison of ``family`` read where its point's study reported it
+    (``root/SCOPE/tune.json``): its gap and the control it was read against; a point with no
+    report yet, or one that read no gap, is left out (pending), and so is ``skip_scope``."""
+    read: dict[Comparison, tuple[PairedGap, str]] = {}
     for comparison in family:
-        report = root / comparison.scope / "tune.json"
-        if not report.is_file():
+        report = Path(root) / comparison.scope / "tune.json"
+        if comparison.scope == skip_scope or not report.is_file():
             continue
         for entry in json.loads(report.read_text()).get("verdicts", []):
             if entry["rule"] == comparison.rule and entry.get("pairs"):
-                gaps[comparison] = PairedGap(
-                    entry["gap"], *entry["interval"], entry["p"], entry["pairs"]
-                )
-                controls[comparison] = entry["control"]
-    decided = decide(family, gaps)
-    return [CampaignRow(c, controls.get(c), gaps.get(c), decided[c]) for c in family]
+                gap = PairedGap(entry["gap"], *entry["interval"], entry["p"], entry["pairs"])
+                read[comparison] = (gap, entry["control"])
+    return read
+
+
+def campaign_rows(declaration: Path) -> list[CampaignRow]:
+    """Every comparison of the campaign declared in ``declaration``, in its order."""
+    family = campaign_family(declaration)
+    read = stored_verdicts(Path(declaration).parent, family)
+    decided = decide(family, {c: gap for c, (gap, _) in read.items()})
+    rows = []
+    for comparison in family:
+        gap, control = read.get(comparison, (None, None))
+        rows.append(CampaignRow(comparison, control, gap, decided[comparison]))
+    return rows
 
 
 def format_campaign_table(rows: list[CampaignRow]) -> str:

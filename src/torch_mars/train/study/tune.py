@@ -29,6 +29,7 @@ import optuna
 
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.compare import mean_std_text
+from torch_mars.train.study.campaign import stored_verdicts
 from torch_mars.train.study.curves import best_so_far, expected_best_curve
 from torch_mars.train.study.engine import (
     RunId,
@@ -394,16 +395,8 @@ def sibling_gaps(
     if not scope:
         return {}
     root = Path(study_dir).resolve().parents[len(Path(scope).parts) - 1]
-    gaps = {}
-    for comparison in family:
-        report = root / comparison.scope / "tune.json"
-        if comparison.scope == scope or not report.is_file():
-            continue
-        for entry in json.loads(report.read_text()).get("verdicts", []):
-            if entry["rule"] == comparison.rule and entry.get("pairs"):
-                gap = PairedGap(entry["gap"], *entry["interval"], entry["p"], entry["pairs"])
-                gaps[comparison] = gap
-    return gaps
+    read = stored_verdicts(root, list(family), skip_scope=scope)
+    return {comparison: gap for comparison, (gap, _) in read.items()}
 
 
 # ---------------------------------------------------------------- the report
