@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from benchmark_scripts import load_benchmark_script
+from torch_mars.train.study.store import restore_journals, snapshot_journals, stored_study
 
 fight_map = load_benchmark_script("studies/fight_map.py")
 second_model = load_benchmark_script("studies/second_model.py")
@@ -254,14 +255,16 @@ def test_a_stored_study_reads_the_same_from_its_snapshot_as_from_its_live_journa
     study.log.gz; neither file is changed."""
     live = tmp_path / "b64-4x" / "study.log"
     _live_tune_study(live)
-    fight_map.snapshot("b64-4x", tmp_path)
-    from_live = fight_map.stored_trials(live.parent)
+    snapshot_journals(tmp_path / "b64-4x")
+    from_live = stored_study(live.parent)
     live.rename(tmp_path / "kept.log")
-    from_snapshot = fight_map.stored_trials(live.parent)
+    from_snapshot = stored_study(live.parent)
     assert not live.exists()
     for trials, identity, _ in (from_live, from_snapshot):
         assert [t.value for t in trials] == [1.7, 1.7, 1.7, None]
         assert identity["search"]["optimizers"] == ["muon", "mars-shampoo"]
+    restore_journals(tmp_path)  # the live journal, missing, starts from its snapshot
+    assert live.read_bytes() == (tmp_path / "kept.log").read_bytes()
 
 
 def test_the_second_models_status_prints_its_own_studies_and_runs_nothing(

@@ -9,7 +9,8 @@ import dataclasses
 import pytest
 
 from harness_helpers import toy_tune_plan, write_synthetic_text
-from torch_mars.train.study.engine import _PROTOCOL_HISTORY, _protocol_of, open_study, ran_under
+from torch_mars.train.study.engine import _protocol_of, open_study, ran_under
+from torch_mars.train.study.store import PROTOCOL_HISTORY_ATTR
 from torch_mars.train.study.tune import PROTOCOL_KEYS
 
 
@@ -28,7 +29,7 @@ def test_a_budget_recorded_before_search_was_a_protocol_setting_still_reports(
     at_40 = dataclasses.replace(plan, trials=40)
     past = _protocol_of(at_40.spec().identity(), PROTOCOL_KEYS)
     del past["search"]  # as the map's studies stored their 40-trial protocol
-    study.set_user_attr(_PROTOCOL_HISTORY, [{"protocol": past, "until": 0.0}])
+    study.set_user_attr(PROTOCOL_HISTORY_ATTR, [{"protocol": past, "until": 0.0}])
     assert ran_under(study, at_40.spec()) and ran_under(study, plan.spec())
     assert not ran_under(study, dataclasses.replace(at_40, search="surface").spec())
     assert not ran_under(study, dataclasses.replace(plan, trials=20).spec())

@@ -44,6 +44,7 @@ from torch_mars.train.study.campaign import (
     replace_block,
     words_line,
 )
+from torch_mars.train.study.store import restore_journals, snapshot_journals
 
 fight_map = load_script(Path(__file__).with_name("fight_map.py"))
 
@@ -210,12 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.snapshot:
         for model in {e["model"] for e in campaign["points"]}:
             for entry in (e for e in campaign["points"] if e["model"] == model):
-                for written in fight_map.snapshot(entry["point"], folder / model):
+                for written in snapshot_journals(folder / model / entry["point"]):
                     print(f"wrote {written.relative_to(fight_map.ROOT)}")
         return 0
     for label in labels:
         entry = by_label[label]
-        fight_map.restore(entry["point"], folder / entry["model"])
+        restore_journals(folder / entry["model"] / entry["point"])
         if args.report and not (folder / label / "study.log").is_file():
             continue  # not begun: pending in the verdicts
         arguments = arguments_of(name, entry, args.jobs, args.report)

@@ -32,12 +32,9 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gzip
 import json
 import shlex
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from torch_mars.atomic_files import write_text_atomically
@@ -47,7 +44,13 @@ from torch_mars.train.compare import mean_std_text
 from torch_mars.train.plots import save_figure
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import Selection
-from torch_mars.train.study.store import load_study, open_storage, study_names
+from torch_mars.train.study.store import (
+    load_study,
+    open_storage,
+    restore_journals,
+    snapshot_journals,
+    study_names,
+)
 from torch_mars.train.study.tune import OptimizerOutcome, Verdict, run_cost, verdicts
 from torch_mars.train.study.verdict import PairedGap, holm_decisions, paired_gap
 
@@ -193,55 +196,6 @@ def winners_sweep_arguments(
 
 def journal(point: str, order_seed: int = 0) -> Path:
     return study_folder(point, order_seed) / "study.log"
-
-
-def restore(point: str, folder: Path = FOLDER) -> None:
-    """Start each journal of a point (in ``folder``) from its snapshot where the live journal
-    is missing."""
-    for snapshot in sorted((folder / point).glob("**/study.log.gz")):
-        live = snapshot.with_suffix("")
-        if not live.exists():
-            with gzip.open(snapshot, "rb") as source, live.open("wb") as target:
-                shutil.copyfileobj(source, target)
-
-
-def stored_trials(study_dir: Path) -> tuple[list, dict, list[dict]]:
-    """A study's trials, identity and protocol history, read from its live journal in
-    ``study_dir`` or else its snapshot (unpacked into a temporary copy; neither is changed)."""
-    from torch_mars.train.study.engine import protocol_history
-
-    live = study_dir / "study.log"
-    with tempfile.TemporaryDirectory() as folder:
-        copy = Path(folder) / "study.log"
-        if live.is_file():
-            shutil.copyfile(live, copy)
-        else:
-            with gzip.open(live.with_suffix(".log.gz"), "rb") as packed, copy.open("wb") as out:
-                shutil.copyfileobj(packed, out)
-        storage = open_storage(f"journal:{copy}", create=False)
-        (name,) = study_names(storage)
-        study = load_study(storage, name)
-        trials = study.get_trials(deepcopy=False)
-        return trials, study.user_attrs["identity"], protocol_history(study)
-
-
-def snapshot(point: str, folder: Path = FOLDER) -> list[Path]:
-    """``study.log.gz`` beside each live journal of the point in ``folder`` (its study's, and
-    those of its side studies such as ``first-map-winners/``), each written whole, then moved
-    into place."""
-    written = []
-    for live in sorted((folder / point).glob("**/study.log")):
-        target = live.with_suffix(".log.gz")
-        partial = target.with_suffix(".gz.partial")
-        with (
-            live.open("rb") as source,
-            partial.open("wb") as raw,
-            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed,
-        ):
-            shutil.copyfileobj(source, packed)
-        partial.replace(target)
-        written.append(target)
-    return written
 
 
 def progress_rows(folder: Path = FOLDER) -> list[dict]:
@@ -564,11 +518,11 @@ def main() -> int:
         return 0
     if args.snapshot:
         for point in args.points:
-            for written in snapshot(point):
+            for written in snapshot_journals(FOLDER / point):
                 print(f"wrote {written.relative_to(ROOT)}")
         return 0
     for point in args.points:
-        restore(point)
+        restore_journals(FOLDER / point)
         if args.report and not journal(point, args.order_seed).is_file():
             continue
         arguments = tune_arguments(

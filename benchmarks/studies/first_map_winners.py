@@ -25,6 +25,7 @@ from pathlib import Path
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
+from torch_mars.train.study.store import restore_journals
 
 fight_map = load_script(Path(__file__).with_name("fight_map.py"))
 
@@ -68,7 +69,7 @@ def main() -> int:
     parser.add_argument("point")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
-    fight_map.restore(args.point)
+    restore_journals(fight_map.FOLDER / args.point)
     arguments = sweep_arguments(args.point, args.jobs)
     print("torch-mars sweep " + shlex.join(arguments), flush=True)
     code = torch_mars(["sweep", *arguments])

@@ -48,6 +48,7 @@ from torch_mars.train.study.engine import finished_results
 from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.selection import PROTOCOL, Selection, badness
 from torch_mars.train.study.space import dimensions_of, parse_point_key, point_key
+from torch_mars.train.study.store import stored_study
 from torch_mars.train.study.tune import SEARCHES, plan_of_identity
 from torch_mars.train.study.verdict import crossed_gap
 
@@ -141,7 +142,7 @@ def replay_to_end(search: ProfiledSearch, train: Callable[[tuple], float]):
 
 
 def surrogate_table(point: str, replicates: int) -> str:
-    trials, identity, history = fight_map.stored_trials(fight_map.study_folder(point))
+    trials, identity, history = stored_study(fight_map.study_folder(point))
     plan = plan_of_identity(identity, Path("/nonexistent"), None, "x", history)
     finished = finished_results(trials)
     reference = plan_of_identity(identity, Path("/nonexistent"), None, "x", history)
@@ -219,7 +220,7 @@ def reference_finals(point: str) -> dict[str, list[float]]:
         folder = OUT / point / f"references-data{data_seed}"
         if not (folder / "study.log").is_file() and not (folder / "study.log.gz").is_file():
             continue
-        trials, _, _ = fight_map.stored_trials(folder)
+        trials, _, _ = stored_study(folder)
         for (optimizer, _, seed, data), value in finished_results(trials).items():
             values[(optimizer, seed, data)] = value
     return {

@@ -32,6 +32,7 @@ from pathlib import Path
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
+from torch_mars.train.study.store import restore_journals, snapshot_journals
 
 fight_map = load_script(Path(__file__).with_name("fight_map.py"))
 
@@ -100,10 +101,10 @@ def main() -> int:
         return 0
     for point in args.points:
         if args.snapshot:
-            for written in fight_map.snapshot(point, FOLDER):
+            for written in snapshot_journals(FOLDER / point):
                 print(f"wrote {written.relative_to(fight_map.ROOT)}")
             continue
-        fight_map.restore(point, FOLDER)
+        restore_journals(FOLDER / point)
         arguments = fight_map.tune_arguments(
             point,
             args.jobs,

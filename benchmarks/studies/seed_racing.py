@@ -31,6 +31,7 @@ from torch_mars.train.study.engine import RunId, finished_results
 from torch_mars.train.study.profiled import BudgetSpent, ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import badness, need
 from torch_mars.train.study.space import Point, point_key
+from torch_mars.train.study.store import stored_study
 from torch_mars.train.study.tune import plan_of_identity
 
 FIGHT_MAP = load_script(Path(__file__).with_name("fight_map.py"))
@@ -78,7 +79,7 @@ class RacingSearch(ProfiledSearch):
 
 def point_rows(point: str, margins: list[float]) -> list[list[str]]:
     """One row per finished search of the point and margin."""
-    trials, identity, history = FIGHT_MAP.stored_trials(FOLDER / point)
+    trials, identity, history = stored_study(FOLDER / point)
     plan = plan_of_identity(identity, FOLDER / point, None, point, history)
     results = finished_results(trials)
     rows = []

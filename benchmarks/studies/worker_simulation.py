@@ -36,6 +36,7 @@ from torch_mars.train.study.engine import (
     needed_runs,
     run_of,
 )
+from torch_mars.train.study.store import stored_study
 from torch_mars.train.study.tune import plan_of_identity
 
 FIGHT_MAP = load_script(Path(__file__).with_name("fight_map.py"))
@@ -113,7 +114,7 @@ def point_rows(
 ) -> list[list[str]]:
     """One row per worker count: the point's study (its searches of ``optimizers`` only,
     where named) replayed without and with speculation."""
-    trials, identity, history = FIGHT_MAP.stored_trials(FIGHT_MAP.study_folder(point))
+    trials, identity, history = stored_study(FIGHT_MAP.study_folder(point))
     plan = plan_of_identity(identity, FIGHT_MAP.study_folder(point), None, point, history)
     searches = [s for s in plan.searches() if not optimizers or s.optimizer in optimizers]
     values = finished_results(trials)

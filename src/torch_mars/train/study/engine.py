@@ -67,6 +67,7 @@ from torch_mars.train.run_record import TASK_METRICS, RunFailed, RunFolderBusy, 
 from torch_mars.train.run_shell import RUN_CONTROL_FIELDS, diverged_result, train_run
 from torch_mars.train.runtime import describe_device, pause_if_asked, resolve_device
 from torch_mars.train.study.store import (
+    PROTOCOL_HISTORY_ATTR,
     StorageError,
     claim_lock,
     create_claimed_trial,
@@ -280,7 +281,7 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
                     return study
                 changed = _differences(_protocol_of(seen, keys), _protocol_of(wanted, keys))
                 past = {"protocol": _protocol_of(stored, keys), "until": time.time()}
-                study.set_user_attr(_PROTOCOL_HISTORY, [*protocol_history(study), past])
+                study.set_user_attr(PROTOCOL_HISTORY_ATTR, [*protocol_history(study), past])
                 study.set_user_attr("identity", identity)
                 print(
                     f"study {spec.study_name!r} takes a new protocol "
@@ -316,13 +317,10 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
     return study
 
 
-_PROTOCOL_HISTORY = "protocol_history"
-
-
 def protocol_history(study: optuna.Study) -> list[dict[str, Any]]:
     """The protocols a study ran under before its current one, oldest first: each
     ``{"protocol": ..., "until": unix time}``, written by :func:`open_study`."""
-    return list(study.user_attrs.get(_PROTOCOL_HISTORY, []))
+    return list(study.user_attrs.get(PROTOCOL_HISTORY_ATTR, []))
 
 
 def ran_under(study: optuna.Study, spec: StudySpec) -> bool:

@@ -25,11 +25,14 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import gzip
 import hashlib
 import importlib.util
 import json
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -320,3 +323,55 @@ def check_study_name(name: str) -> str:
             "'.' or '-', no '/'"
         )
     return name
+
+
+# ---------------------------------------------------------------- journals that land
+
+# The study's user attribute that holds the protocols it ran under before its current one.
+PROTOCOL_HISTORY_ATTR = "protocol_history"
+
+
+def snapshot_journals(folder: Path) -> list[Path]:
+    """``study.log.gz`` beside each live journal (``study.log``) under ``folder``, each written
+    whole, then moved into place (what lands in the repository: a live journal does not)."""
+    written = []
+    for live in sorted(Path(folder).glob("**/study.log")):
+        target = live.with_suffix(".log.gz")
+        partial = target.with_suffix(".gz.partial")
+        with (
+            live.open("rb") as source,
+            partial.open("wb") as raw,
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed,
+        ):
+            shutil.copyfileobj(source, packed)
+        partial.replace(target)
+        written.append(target)
+    return written
+
+
+def restore_journals(folder: Path) -> None:
+    """Start each journal under ``folder`` from its snapshot where the live one is missing."""
+    for snapshot in sorted(Path(folder).glob("**/study.log.gz")):
+        live = snapshot.with_suffix("")
+        if not live.exists():
+            with gzip.open(snapshot, "rb") as source, live.open("wb") as target:
+                shutil.copyfileobj(source, target)
+
+
+def stored_study(study_dir: Path) -> tuple[list[FrozenTrial], dict[str, Any], list[dict]]:
+    """A study's trials, identity and protocol history (oldest first), read from its live
+    journal in ``study_dir`` or else its snapshot, through a temporary copy: neither is
+    changed."""
+    live = Path(study_dir) / "study.log"
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / "study.log"
+        if live.is_file():
+            shutil.copyfile(live, copy)
+        else:
+            with gzip.open(live.with_suffix(".log.gz"), "rb") as packed, copy.open("wb") as out:
+                shutil.copyfileobj(packed, out)
+        storage = open_storage(f"journal:{copy}", create=False)
+        (name,) = study_names(storage)
+        study = load_study(storage, name)
+        history = list(study.user_attrs.get(PROTOCOL_HISTORY_ATTR, []))
+        return study.get_trials(deepcopy=False), study.user_attrs["identity"], history
