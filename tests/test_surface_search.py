@@ -181,3 +181,36 @@ def test_a_selection_seed_lucky_at_the_lr_edge_does_not_choose_the_winner(order_
         objective=lucky_at_the_edge,
     )
     assert first.point["lr"] == EDGE  # its four finalists all sit at the edge
+
+
+def test_the_progress_count_includes_the_finalists_step_down_and_never_passes_its_plan():
+    """A finalist no trial scored adds a run past the static plan: the counter's plan grows
+    with it (303 of 303 at b64-4x, not 303 of 300)."""
+    import types
+
+    from torch_mars.train.study.engine import study_progress
+    from torch_mars.train.study.space import parse_point_key
+
+    search = SurfaceSearch2("mars-adamw", (START,), PROTOCOL, trials=12)
+    spec = types.SimpleNamespace(searches=(search,))
+    objective = bowl({d: i - 3 for d, i in START.items()})  # its best a screen point
+    results: dict = {}
+    while needed := search.replay(results).needed:
+        done, planned = study_progress(spec, trials_of(results))
+        assert done == len(results) and planned >= max(done + len(needed), search.planned_runs)
+        for run in needed:
+            results[run] = objective(parse_point_key(run[1]), run[2])
+    assert len(results) == search.planned_runs + 1  # the step down was no trial
+    assert study_progress(spec, trials_of(results)) == (len(results), len(results))
+
+
+def trials_of(results: dict) -> list:
+    import optuna
+
+    return [
+        optuna.trial.create_trial(
+            value=value,
+            user_attrs={"optimizer": o, "point": k, "seed": s, "data_seed": d, "final": value},
+        )
+        for (o, k, s, d), value in results.items()
+    ]

@@ -52,7 +52,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -419,13 +419,43 @@ def finished_results(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, 
     return results
 
 
+class AskedFor(Mapping[RunId, float]):
+    """Finished results that keep each run a replay asks for: the runs its protocol reads,
+    not the study's others (another budget's, another protocol's)."""
+
+    def __init__(self, results: Mapping[RunId, float]) -> None:
+        self._results = results
+        self.asked: set[RunId] = set()
+
+    def __getitem__(self, run: RunId) -> float:
+        self.asked.add(run)
+        return self._results[run]
+
+    def __contains__(self, run: object) -> bool:
+        self.asked.add(run)  # type: ignore[arg-type]
+        return run in self._results
+
+    def __iter__(self) -> Iterator[RunId]:
+        return iter(self._results)
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+
 def study_progress(spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial]) -> tuple[int, int]:
-    """``(finished, planned)``: the study's finished runs of its searches' optimizers, and the
-    runs its searches plan at least (:attr:`Search.planned_runs`; a search can add a few, so
-    the first may pass the second)."""
-    optimizers = {search.optimizer for search in spec.searches}
-    finished = sum(1 for run in finished_results(trials) if run[0] in optimizers)
-    return finished, sum(search.planned_runs for search in spec.searches)
+    """``(finished, planned)``: the finished runs the searches read (not the study's others:
+    another budget's, another protocol's), and the runs they plan: a finished search's exactly,
+    an unfinished one's at least :attr:`Search.planned_runs`, more where its replay already
+    asks for more (a finalist no trial scored). So the first never passes the second."""
+    results = finished_results(trials)
+    finished = planned = 0
+    for search in spec.searches:
+        asked = AskedFor(results)
+        needed = search.replay(asked).needed
+        read = len(asked.asked & results.keys())
+        finished += read
+        planned += max(search.planned_runs, read + len(needed)) if needed else read
+    return finished, planned
 
 
 # ---------------------------------------------------------------- owners

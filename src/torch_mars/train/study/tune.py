@@ -20,7 +20,7 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from torch_mars.train.compare import mean_std_text
 from torch_mars.train.study.campaign import stored_verdicts
 from torch_mars.train.study.curves import best_so_far, expected_best_curve
 from torch_mars.train.study.engine import (
+    AskedFor,
     RunId,
     StudySpec,
     budget_of,
@@ -463,29 +464,6 @@ class OptimizerOutcome:
         return expected_best_curve(self.trial_scores)
 
 
-class _AskedFor(Mapping[RunId, float]):
-    """Finished results that keep each run a replay asks for: the runs its protocol reads,
-    not the study's others (another budget's, another protocol's)."""
-
-    def __init__(self, results: Mapping[RunId, float]) -> None:
-        self._results = results
-        self.asked: set[RunId] = set()
-
-    def __getitem__(self, run: RunId) -> float:
-        self.asked.add(run)
-        return self._results[run]
-
-    def __contains__(self, run: object) -> bool:
-        self.asked.add(run)  # type: ignore[arg-type]
-        return run in self._results
-
-    def __iter__(self) -> Iterator[RunId]:
-        return iter(self._results)
-
-    def __len__(self) -> int:
-        return len(self._results)
-
-
 def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list[OptimizerOutcome]:
     """Each optimizer's outcome from the study's trials (as far as it has got)."""
     finished = finished_results(trials)
@@ -493,7 +471,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
     curves = curves_of(trials, task_of(plan.base).metric.key)
     found = []
     for search in plan.searches():
-        results = _AskedFor(finished)
+        results = AskedFor(finished)
         state: ProfiledState = search.replay(results)
         point = state.point
         search_scores = {point_key(p): score for p, score in state.trials}
@@ -520,16 +498,10 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 rounds=state.rounds,
                 lr_profiles=state.lr_profiles,
                 finalists=[
-                    (
-                        p,
-                        search_scores[point_key(p)]
-                        if point_key(p) in search_scores
-                        else search.score(results, p),  # a finalist no trial scored
-                        final,
-                    )
+                    (p, _selection_score(search, results, p, search_scores), final)
                     for p, final in state.finalists
                 ],
-                winner_score=search_scores.get(point_key(point), math.nan),
+                winner_score=_selection_score(search, results, point, search_scores),
                 runs=frozenset(results.asked & finished.keys()),
                 moved=moved_dimensions(search.starts[0], [p for p, _ in state.trials]),
                 dimensions=search.dimensions,
@@ -542,6 +514,22 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
             )
         )
     return found
+
+
+def _selection_score(
+    search: ProfiledSearch,
+    results: Mapping[RunId, float],
+    point: Point,
+    search_scores: Mapping[str, float],
+) -> float:
+    """``point``'s score on the selection seeds: as its search scored it, or, for a finalist
+    no trial scored (the second surface design's lr step down), from its runs there (NaN
+    until they have finished)."""
+    if point_key(point) in search_scores:
+        return search_scores[point_key(point)]
+    if not point or any(search.run(point, s) not in results for s in search.selection.seeds):
+        return math.nan
+    return search.score(results, point)
 
 
 def curves_of(
@@ -714,7 +702,7 @@ def format_tune_table(
     lines.append("")
     lines += [f"- {o.optimizer}: {_winner_text(o.winner)}" for o in ranked if o.winner]
     if sel.finalists:
-        lines += ["", finalists_table(sel, ranked)]
+        lines += ["", finalists_table(sel, ranked, plan.search)]
     return "\n".join(lines)
 
 
@@ -825,11 +813,18 @@ def heldout_sentences(
     return lines
 
 
-def finalists_table(sel: Selection, found: Sequence[OptimizerOutcome]) -> str:
-    """Each optimizer's finalists: the search's best points, each with its score on the
-    selection seeds and its mean over the finalists' seeds too (the winner first)."""
+def finalists_table(
+    sel: Selection, found: Sequence[OptimizerOutcome], search: str = DEFAULT_SEARCH
+) -> str:
+    """Each optimizer's finalists (as the ``search`` design draws them), each with its score
+    on the selection seeds and its mean over the finalists' seeds too (the winner first)."""
+    drawn = (
+        "its best point, that setting one lr step down, then the best points of other settings"
+        if SEARCHES[search] is SurfaceSearch2
+        else "its best points"
+    )
     lines = [
-        f"Finalists: each search's {sel.finalists} best points re-read on seeds "
+        f"Finalists: {sel.finalists} points of each search ({drawn}) re-read on seeds "
         f"{','.join(map(str, sel.final_seeds))}; the best mean over seeds "
         f"{','.join(map(str, sel.choosing_seeds))} wins (the search's own best is marked *).",
         "",
