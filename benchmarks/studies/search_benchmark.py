@@ -23,8 +23,13 @@ optimizer's 80-trial winner of the map on the same 12 held-out runs (seeds 3-6 x
 optimizer the design's winner minus the reference on the held-out runs (crossed interval), its
 trials, dimensions moved, and each design's runs and CPU hours at the point.
 
+A candidate design not yet any campaign's runs as its own study, on the campaign's protocol
+with ``--search NAME``: ``--design NAME --run POINT`` (``search-benchmark/POINT/design-NAME/``,
+resumable, landed like a campaign's); the table reads it beside the campaigns'.
+
     python benchmarks/studies/search_benchmark.py --surrogate b64-4x b16-4x
     python benchmarks/studies/search_benchmark.py --references b64-4x --jobs 2
+    python benchmarks/studies/search_benchmark.py --design surface-3 --run b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --report b64-4x
 """
 
@@ -48,7 +53,7 @@ from torch_mars.train.study.engine import finished_results
 from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.selection import PROTOCOL, Selection, badness
 from torch_mars.train.study.space import dimensions_of, parse_point_key, point_key
-from torch_mars.train.study.store import stored_study
+from torch_mars.train.study.store import restore_journals, stored_study
 from torch_mars.train.study.tune import SEARCHES, plan_of_identity
 from torch_mars.train.study.verdict import crossed_gap
 
@@ -229,9 +234,44 @@ def reference_finals(point: str) -> dict[str, list[float]]:
     }
 
 
+def design_folder(point: str, design: str) -> Path:
+    """Where a candidate design's study at ``point`` lives."""
+    return OUT / point / f"design-{design}"
+
+
+def design_arguments(point: str, design: str, jobs: int, report: bool) -> list[str]:
+    """``torch-mars tune`` of the five optimizers at ``point`` on the campaign's protocol with
+    the search ``design``."""
+    if design not in SEARCHES:
+        raise SystemExit(f"--design must be one of {', '.join(SEARCHES)}, not {design!r}")
+    return fight_map.tune_arguments(
+        point,
+        jobs,
+        campaign.TRIALS,
+        report,
+        study=design_folder(point, design),
+        protocol=f"--search {design} {campaign.SELECTION_FLAGS}",
+    )
+
+
+def design_reports(point: str) -> list[tuple[str, str, Path]]:
+    """``(design, where, tune.json)`` of every design that ran at ``point``: each campaign's
+    study there, then each candidate's not yet any campaign's."""
+    found = [
+        (design, name, campaign.folder_of(name) / "tiny" / point / "tune.json")
+        for name, design in campaign.CAMPAIGNS.items()
+    ]
+    found += [
+        (design, f"design-{design}", design_folder(point, design) / "tune.json")
+        for design in SEARCHES
+        if design not in campaign.CAMPAIGNS.values()
+    ]
+    return [(design, where, report) for design, where, report in found if report.is_file()]
+
+
 def real_table(point: str) -> str:
-    """Each design that ran at ``point`` (a campaign's study there, :data:`campaign.CAMPAIGNS`)
-    against the 80-trial references on the same held-out runs."""
+    """Each design that ran at ``point`` (:func:`design_reports`) against the 80-trial
+    references on the same held-out runs."""
     references = reference_finals(point)
     lines = [
         f"Real runs at {point}: each design at 40 trials on one selection seed (4 finalists on "
@@ -246,10 +286,7 @@ def real_table(point: str) -> str:
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     costs = []
-    for name, design in campaign.CAMPAIGNS.items():
-        report = campaign.folder_of(name) / "tiny" / point / "tune.json"
-        if not report.is_file():
-            continue
+    for design, name, report in design_reports(point):
         ran = json.loads(report.read_text())
         pairs = [tuple(p) for p in ran["optimizers"][0]["heldout_pairs"]]
         for entry in ran["optimizers"]:
@@ -285,8 +322,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicates", type=int, default=8)
     parser.add_argument("--references", choices=list(fight_map.POINTS))
     parser.add_argument("--report", choices=list(fight_map.POINTS))
+    parser.add_argument("--design", choices=list(SEARCHES), help="a candidate design to --run")
+    parser.add_argument("--run", choices=list(fight_map.POINTS), help="run --design at POINT")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
+    if bool(args.design) != bool(args.run):
+        parser.error("--design and --run go together")
+    if args.run:
+        restore_journals(design_folder(args.run, args.design))
+        arguments = design_arguments(args.run, args.design, args.jobs, report=False)
+        print("torch-mars tune " + shlex.join(arguments), flush=True)
+        code = torch_mars(["tune", *arguments])
+        if code:
+            return code
     if args.references:
         for data_seed in PROTOCOL.heldout_data_seeds:
             arguments = reference_arguments(args.references, data_seed, args.jobs)

@@ -1,0 +1,31 @@
+"""The search benchmark's real runs: every design that ran at a point (each campaign's study
+there, and each candidate design's own study) is read against the 80-trial references, and a
+candidate design runs on the campaign's protocol with only the search changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torch_mars.bench.scripts import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+benchmark = load_script(ROOT / "benchmarks" / "studies" / "search_benchmark.py")
+
+
+def test_a_candidate_design_runs_the_campaigns_protocol_with_its_own_search():
+    arguments = benchmark.design_arguments("b64-4x", "lr-profiled", jobs=2, report=False)
+    text = " ".join(arguments)
+    assert f"--search lr-profiled {benchmark.campaign.SELECTION_FLAGS}" in text
+    assert "--trials 40" in text and "--name design-lr-profiled" in text
+    assert "benchmarks/results/search-benchmark/b64-4x/design-lr-profiled/study.log" in text
+    with pytest.raises(SystemExit, match="--design must be one of"):
+        benchmark.design_arguments("b64-4x", "no-such-search", jobs=2, report=False)
+
+
+def test_the_real_table_reads_every_design_that_ran_at_the_point():
+    designs = [design for design, _, _ in benchmark.design_reports("b64-4x")]
+    assert designs[:2] == ["surface", "surface-2"]  # the two campaigns' studies landed
+    table = benchmark.real_table("b64-4x")
+    assert "| surface-2 | nadamw | 1.7578 | 1.7479 | +0.0099 [-0.0062, +0.0260] |" in table
