@@ -57,6 +57,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--storage": ["journal:study.log"],
     "--worker": [],
     "--max-trials": ["4"],
+    "--time-budget": ["30"],
     "--report": [],
     "--tasks": ["arc_easy"],
     "--include-path": ["tests"],

@@ -188,6 +188,16 @@ def _fixed_dimension(text: str) -> tuple[str, float]:
     return name, number
 
 
+def _positive_minutes(text: str) -> float:
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = math.nan
+    if not (math.isfinite(minutes) and minutes > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: minutes must be a number > 0")
+    return minutes
+
+
 def _nonnegative_int(text: str) -> int:
     return _whole_number(text, 0)
 
@@ -710,6 +720,13 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         help="stop each worker after it has trained this many runs (the study resumes later)",
     )
     group.add_argument(
+        "--time-budget",
+        type=_positive_minutes,
+        metavar="MINUTES",
+        help="begin no run after this many minutes (those in flight finish); the report says "
+        "how far the study got, and the same command resumes it",
+    )
+    group.add_argument(
         "--report", action="store_true", help="write the report of the study as it stands, and stop"
     )
 
@@ -722,6 +739,7 @@ _TUNE_WORKER_OWN = {
     "out_dir",
     "jobs",
     "max_trials",
+    "time_budget",
     "report",
     "objective",
 }
@@ -754,6 +772,7 @@ class TuneRequest:
     report_only: bool
     max_trials: int | None
     objective: str | None = None  # what a worker's own command line names
+    time_budget_s: float | None = None
 
 
 def _tune_request(args: argparse.Namespace) -> TuneRequest:
@@ -826,6 +845,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
         args.report,
         args.max_trials,
         args.objective if args.worker else None,
+        None if args.time_budget is None else 60.0 * args.time_budget,
     )
 
 
@@ -868,12 +888,20 @@ def _tune(request: TuneRequest) -> int:
         plan = dataclasses.replace(plan, jobs=request.jobs)
     show = "bar" if sys.stderr.isatty() and plan.jobs == 1 else "lines"
     # a report changes no study, whatever else the command line says (--overwrite included)
-    ran = run_study(plan, report_only=request.report_only, max_trials=request.max_trials, show=show)
+    ran = run_study(
+        plan,
+        report_only=request.report_only,
+        max_trials=request.max_trials,
+        time_budget_s=request.time_budget_s,
+        show=show,
+    )
     if not request.report_only:
         print(f"{ran.trained} runs trained here")
     print((ran.plan.study_dir / "summary.md").read_text(), end="")
     print("wrote " + ", ".join(str(path) for path in ran.written))
     print(dashboard_hint(ran.plan.spec().url))
+    if ran.stopped:
+        print(f"torch-mars tune: {ran.stopped}", file=sys.stderr)
     if ran.nothing:
         print(f"torch-mars tune: {ran.nothing}", file=sys.stderr)
         return 1

@@ -736,16 +736,19 @@ def work(
     heartbeat_s: float = 60.0,
     stale_after_s: float = _STALE_AFTER_S,
     max_trials: int | None = None,
+    stop_at: float | None = None,
 ) -> int:
-    """One worker: claim needed runs and train them until the study is finished, or until it
-    has trained ``max_trials``; returns the number of runs it trained. While other workers hold
-    every needed run, it waits for them, looking again every ``poll_s`` seconds."""
+    """One worker: claim needed runs and train them until the study is finished, until it has
+    trained ``max_trials``, or until the Unix time ``stop_at`` (a wall-clock budget: no run is
+    claimed after it; the one in flight finishes); returns the number of runs it trained. While
+    other workers hold every needed run, it waits for them, looking again every ``poll_s``
+    seconds."""
     storage = open_storage(spec.url, create=False)
     study = load_study(storage, spec.study_name)
     worse = math.inf if TASK_METRICS[spec.task].lower_is_better else -math.inf
     trained = 0
     said_waiting = False
-    while max_trials is None or trained < max_trials:
+    while (max_trials is None or trained < max_trials) and not past(stop_at):
         claimed = claim(spec, study, stale_after_s)
         if claimed is False:
             break
@@ -812,8 +815,19 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+def past(stop_at: float | None) -> bool:
+    """Whether a wall-clock budget ending at the Unix time ``stop_at`` is spent."""
+    return stop_at is not None and time.time() >= stop_at
+
+
 def _worker_process(
-    spec: StudySpec, index: int, threads: int, gpus: int, max_trials: int | None, lines: bool
+    spec: StudySpec,
+    index: int,
+    threads: int,
+    gpus: int,
+    max_trials: int | None,
+    stop_at: float | None,
+    lines: bool,
 ) -> None:
     _die_with_parent()
     torch.set_num_threads(threads)
@@ -823,6 +837,7 @@ def _worker_process(
         spec,
         progress=(lambda line: print(f"[worker {index}] {line}", flush=True)) if lines else None,
         max_trials=max_trials,
+        stop_at=stop_at,
     )
 
 
@@ -830,15 +845,17 @@ def run_workers(
     spec: StudySpec,
     progress: Callable[[str], None] | None = None,
     max_trials: int | None = None,
+    stop_at: float | None = None,
 ) -> int:
-    """Run ``spec.jobs`` workers (in this process for one) until the study is finished, or
-    each has trained ``max_trials``; each takes its share of the cores, and one GPU each where
-    there are GPUs. ``progress(line)`` is called as each run finishes here; worker processes
-    print their lines themselves (prefixed ``[worker N]``), and none where ``progress`` is
-    None. Returns when every worker has ended, however it ended (a killed worker's trial is
-    trained again by the others); the count is the runs this process's study gained."""
+    """Run ``spec.jobs`` workers (in this process for one) until the study is finished, each
+    has trained ``max_trials``, or the wall-clock budget ends at ``stop_at`` (:func:`work`);
+    each takes its share of the cores, and one GPU each where there are GPUs.
+    ``progress(line)`` is called as each run finishes here; worker processes print their lines
+    themselves (prefixed ``[worker N]``), and none where ``progress`` is None. Returns when
+    every worker has ended, however it ended (a killed worker's trial is trained again by the
+    others); the count is the runs this process's study gained."""
     if spec.jobs == 1:
-        return work(spec, progress, max_trials=max_trials)
+        return work(spec, progress, max_trials=max_trials, stop_at=stop_at)
     study = load_study(open_storage(spec.url, create=False), spec.study_name)
     before = len(finished_results(study.get_trials(deepcopy=False)))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -847,7 +864,7 @@ def run_workers(
     workers = [
         context.Process(
             target=_worker_process,
-            args=(spec, i, threads, gpus, max_trials, progress is not None),
+            args=(spec, i, threads, gpus, max_trials, stop_at, progress is not None),
         )
         for i in range(spec.jobs)
     ]
@@ -858,8 +875,8 @@ def run_workers(
     lost = [i for i, w in enumerate(workers) if w.exitcode != 0]
     if lost:
         print(f"worker(s) {lost} ended abnormally; their trials are retrained", file=sys.stderr)
-    if lost and max_trials is None:
-        work(spec, progress)  # what the lost workers left, so that the study is done here
+    if lost and max_trials is None:  # what the lost workers left, so that the study is done here
+        work(spec, progress, stop_at=stop_at)
     return len(finished_results(study.get_trials(deepcopy=False))) - before
 
 

@@ -356,6 +356,7 @@ def tune(
     fixed: Mapping[str, float] | None = None,
     direction: str = "minimize",
     version: str | None = None,
+    time_budget_s: float | None = None,
     out_dir: str | Path = "runs",
     name: str | None = None,
     defaults: str = "tiny",
@@ -373,7 +374,9 @@ def tune(
     ``direction="maximize"``: ``train`` returns a score (accuracy, reward); the study and its
     report read its negative, so that lower is better throughout. ``version``: the study knows
     your code by this declared version rather than by its module file's content (bump it when
-    an edit changes results). A killed study resumes (call it again).
+    an edit changes results). ``time_budget_s``: begin no run after that many seconds (those in
+    flight finish); the result is the report as far as the study got, and the same call resumes
+    it. A killed study resumes (call it again).
     ``defaults`` names the GPT config whose tuned recipes start the searches; ``jobs`` > 1
     needs ``train`` importable from its module. ``progress``: a bar on stderr counting the
     runs against those the study plans (with ``jobs`` > 1, each worker prints a line per run
@@ -412,7 +415,9 @@ def tune(
         jobs=jobs,
     )
     show = ("bar" if jobs == 1 else "lines") if progress else "none"
-    ran = run_study(plan, show=show, announce_to=None)
+    ran = run_study(plan, time_budget_s=time_budget_s, show=show, announce_to=None)
+    if ran.stopped:
+        print(f"tune {plan.study_name!r}: {ran.stopped}", file=sys.stderr)
     if ran.nothing:  # the report says which runs failed and why
         raise ObjectiveFailed(f"tune {plan.study_name!r}: {ran.nothing}; report in {folder}")
     return TuneResult.load(folder)

@@ -5,7 +5,9 @@ its report written, a study where nothing finished said so)."""
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -38,13 +40,16 @@ Show = Literal["bar", "lines", "none"]
 class StudyRun:
     """What :func:`run_study` did: the plan it reported (a report of a study that never ran
     under the given protocol reports the study's own), the study, the report files, the runs
-    trained here, and a line saying nothing finished (None where something did)."""
+    trained here, a line saying nothing finished (None where something did, or where the time
+    budget stopped the work first), and one saying the time budget stopped it."""
 
     plan: TunePlan
     study: optuna.Study
     written: list[Path]
     trained: int
     nothing: str | None
+    # a line saying the wall-clock budget ended the work before the study finished (None else)
+    stopped: str | None = None
 
 
 def announce(plan: TunePlan, url: str) -> str:
@@ -75,16 +80,21 @@ def run_study(
     *,
     report_only: bool = False,
     max_trials: int | None = None,
+    time_budget_s: float | None = None,
     show: Show = "bar",
     announce_to: str | None = "stdout",
 ) -> StudyRun:
     """Open (or create) ``plan``'s study, train what it still needs (``max_trials``: at most
-    that many runs here), and write its report. ``report_only`` changes and creates nothing.
+    that many runs here; ``time_budget_s``: no run begun after that many seconds, the study
+    resuming later), and write its report. ``report_only`` changes and creates nothing.
     ``announce_to``: where the opening line goes (``"stdout"``, ``"stderr"``, or None)."""
+    if time_budget_s is not None and not (math.isfinite(time_budget_s) and time_budget_s > 0):
+        raise ValueError(f"the time budget must be > 0 seconds, got {time_budget_s}")
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our lines say what Optuna's would
     try:
-        return _run_study(plan, report_only, max_trials, show, announce_to)
+        stop_at = None if time_budget_s is None else time.time() + time_budget_s
+        return _run_study(plan, report_only, max_trials, stop_at, show, announce_to)
     finally:
         optuna.logging.set_verbosity(verbosity)
 
@@ -93,6 +103,7 @@ def _run_study(
     plan: TunePlan,
     report_only: bool,
     max_trials: int | None,
+    stop_at: float | None,
     show: Show,
     announce_to: str | None,
 ) -> StudyRun:
@@ -126,8 +137,17 @@ def _run_study(
                 bar.write(line)  # a failure is shown as it happens, over the bar
 
         # worker processes (jobs > 1) print their own lines, none when nothing is shown
-        trained = run_workers(spec, None if show == "none" else progress, max_trials)
+        trained = run_workers(spec, None if show == "none" else progress, max_trials, stop_at)
         bar.close()
     written = write_tune_report(plan, study)
-    nothing = None if report_only else nothing_trained(study.get_trials(deepcopy=False))
-    return StudyRun(plan, study, written, trained, nothing)
+    trials = study.get_trials(deepcopy=False)
+    stopped = None
+    if not report_only and stop_at is not None and max_trials is None:
+        done, planned = study_progress(spec, trials)
+        if done < planned:  # the workers ended before the study: the budget ended them
+            stopped = (
+                f"the time budget ended the work at {done} of {planned} runs; the same call "
+                "resumes the study"
+            )
+    nothing = None if report_only or stopped else nothing_trained(trials)
+    return StudyRun(plan, study, written, trained, nothing, stopped)
