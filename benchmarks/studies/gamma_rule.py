@@ -11,7 +11,7 @@ Width is fixed at `tiny`'s, so the rule says nothing yet about wider models (the
 is one point at one width).
 
     python benchmarks/studies/gamma_rule.py --fit tiny/b64-4x tiny/b16-4x tiny/b256-16x \\
-        --predict tiny/b4-4x     # writes campaign/gamma-rule.md; scores it once b4-4x is read
+        --predict tiny/b4-4x     # writes CAMPAIGN/gamma-rule.md; scores it once b4-4x is read
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from torch_mars.bench.scripts import load_script
 from torch_mars.train.study.space import LADDERS
 
 fight_map = load_script(Path(__file__).with_name("fight_map.py"))
-CAMPAIGN = fight_map.ROOT / "benchmarks" / "results" / "campaign"
+campaign = load_script(Path(__file__).with_name("campaign.py"))
+CAMPAIGN = campaign.folder_of(campaign.CURRENT)  # the current campaign's points
 RULES = ("mars-adamw", "mars-shampoo")
 
 
