@@ -47,6 +47,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--order-seed": ["1"],
     "--search": ["lr-profiled"],
     "--fixed": ["weight_decay=0.05"],
+    "--ladder": ["weight_decay=0,0.05"],
     # its effect on a study: test_your_space.py (it needs an objective to apply to)
     "--direction": ["maximize", "--objective", "examples.plain_loop:train"],
     "--objective-version": ["2", "--objective", "examples.plain_loop:train"],

@@ -162,3 +162,40 @@ def test_a_time_budget_stops_the_work_and_the_same_call_resumes_it(tmp_path, mon
     assert len(SEEN) == 6 and done.heldout_means["adamw"] == done.heldout_means["adamw"]
     with pytest.raises(ValueError, match="the time budget must be > 0 seconds, got 0"):
         torch_mars.tune(records_its_settings, ["adamw"], time_budget_s=0, **SMALL)
+
+
+def test_your_ladder_is_the_only_values_a_dimension_takes(tmp_path):
+    SEEN.clear()
+    result = torch_mars.tune(
+        records_its_settings, ["adamw", "mars-adamw"], trials=8,
+        ladders={"weight_decay": (0.0, 0.05, 0.2), "gamma": (0.02, 0.3)}, out_dir=tmp_path,
+        progress=False, **SMALL,
+    )  # fmt: skip
+    assert {s["weight_decay"] for s in SEEN} <= {0.0, 0.05, 0.2}
+    assert len({s["weight_decay"] for s in SEEN}) > 1  # still searched
+    assert {s["gamma"] for s in SEEN if s["gamma"] is not None} <= {0.02, 0.3}
+    assert result.winners["adamw"]["weight_decay"] in (0.0, 0.05, 0.2)
+    assert "- Searched on your values: gamma 0.02, 0.3; weight_decay 0, 0.05, 0.2." in result.table
+    assert "weight_decay: 0, 0.05, 0.2" in result.table  # the ladders line
+    with pytest.raises(StudyMismatch):  # other ladders: another study
+        torch_mars.tune(
+            records_its_settings, ["adamw", "mars-adamw"], trials=8,
+            ladders={"weight_decay": (0.0, 0.1)}, out_dir=tmp_path, progress=False, **SMALL,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("ladders", "message"),
+    [
+        ({"lr": (0.001, 0.01)}, "--ladder lr: it steps on a 1.5x ladder"),
+        ({"beta1": (0.9,)}, r"--ladder beta1=\[0.9\]: give two or more ascending numbers"),
+        ({"beta1": (0.95, 0.9)}, "give two or more ascending numbers in"),
+        ({"weight_decay": (-1.0, 0.1)}, "give two or more ascending numbers >= 0"),
+        ({"gamma": (0.1, 0.2)}, "--ladder gamma: none of adamw has that dimension"),
+    ],
+)
+def test_a_wrong_ladder_is_refused_naming_the_argument(ladders, message):
+    from torch_mars.train.study.space import check_ladders
+
+    with pytest.raises(ValueError, match=message):
+        check_ladders(ladders, ["adamw"])

@@ -70,7 +70,7 @@ from torch_mars.train.run_shell import train_run
 from torch_mars.train.schedules import TEXT_SCHEDULES
 from torch_mars.train.study.grid import parse_grid, parse_value
 from torch_mars.train.study.selection import PROTOCOL, protocol_selection
-from torch_mars.train.study.space import check_fixed, tunable_optimizers
+from torch_mars.train.study.space import check_fixed, check_ladders, tunable_optimizers
 from torch_mars.train.study.store import (
     check_study_name,
     dashboard_hint,
@@ -186,6 +186,17 @@ def _fixed_dimension(text: str) -> tuple[str, float]:
     if not sep or not name or number is None:
         raise argparse.ArgumentTypeError(f"{text!r}: give NAME=NUMBER, e.g. weight_decay=0.05")
     return name, number
+
+
+def _dimension_values(text: str) -> tuple[str, tuple[float, ...]]:
+    name, sep, values = text.partition("=")
+    try:
+        numbers = tuple(float(v) for v in values.split(","))
+    except ValueError:
+        numbers = ()
+    if not sep or not name or not numbers:
+        raise argparse.ArgumentTypeError(f"{text!r}: give NAME=V1,V2,..., e.g. gamma=0.05,0.1,0.2")
+    return name, numbers
 
 
 def _positive_minutes(text: str) -> float:
@@ -608,6 +619,15 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "weight_decay=0.05 gamma=0.025; not lr); part of the study's identity",
     )
     group.add_argument(
+        "--ladder",
+        nargs="+",
+        type=_dimension_values,
+        default=[],
+        metavar="NAME=V1,V2,...",
+        help="your own values for a dimension, searched instead of ours (e.g. "
+        "weight_decay=0,0.01,0.05,0.1; not lr or lr_1d_ratio); part of the study's identity",
+    )
+    group.add_argument(
         "--seeds",
         nargs="+",
         type=_nonnegative_int,
@@ -828,6 +848,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             trials=args.trials,
             search=args.search,
             fixed=check_fixed(dict(args.fixed), args.optimizers),
+            ladders=check_ladders(dict(args.ladder), args.optimizers),
             family_file=args.family,
             order_seed=args.order_seed,
             max_rounds=args.max_rounds,

@@ -354,6 +354,7 @@ def tune(
     final_seeds: Sequence[int] | None = None,
     search: str | None = None,
     fixed: Mapping[str, float] | None = None,
+    ladders: Mapping[str, Sequence[float]] | None = None,
     direction: str = "minimize",
     version: str | None = None,
     time_budget_s: float | None = None,
@@ -370,7 +371,9 @@ def tune(
     ``heldout_seeds`` x ``heldout_data_seeds``, paired intervals, tuning curves, and the report
     files in ``out_dir/name`` (``name``: the function's name). ``fixed`` holds dimensions at a
     value for every optimizer that has them, never tuned (``{"weight_decay": 0.05}``; not the
-    lr; each in its range, :data:`~torch_mars.train.study.space.FIXED_RANGES`).
+    lr; each in its range, :data:`~torch_mars.train.study.space.FIXED_RANGES`). ``ladders``:
+    your own values for a dimension, searched instead of ours (``{"gamma": (0.05, 0.1, 0.2)}``;
+    two or more, ascending, in its range; not the lr or the 1-D lr ratio).
     ``direction="maximize"``: ``train`` returns a score (accuracy, reward); the study and its
     report read its negative, so that lower is better throughout. ``version``: the study knows
     your code by this declared version rather than by its module file's content (bump it when
@@ -385,7 +388,7 @@ def tune(
     :data:`~torch_mars.train.study.tune.DEFAULT_TRIALS` and ``DEFAULT_SEARCH``)."""
     from torch_mars.train.study.run import run_study
     from torch_mars.train.study.selection import protocol_selection
-    from torch_mars.train.study.space import check_fixed
+    from torch_mars.train.study.space import check_fixed, check_ladders
     from torch_mars.train.study.store import check_study_name
     from torch_mars.train.study.tune import (
         DEFAULT_SEARCH,
@@ -410,6 +413,7 @@ def tune(
         trials=DEFAULT_TRIALS if trials is None else trials,
         search=DEFAULT_SEARCH if search is None else search,
         fixed=check_fixed(fixed or {}, tuple(optimizers)),
+        ladders=check_ladders(ladders or {}, tuple(optimizers)),
         storage=storage,
         study_name=name or train.__name__,
         jobs=jobs,

@@ -53,9 +53,12 @@ from torch_mars.train.study.space import (
     DISTRIBUTIONS,
     LADDERS,
     Fixed,
+    Ladder,
+    Ladders,
     Point,
     free_dimensions,
     hyperparams_of,
+    ladder_of,
     parse_point_key,
     point_key,
     point_label,
@@ -115,7 +118,7 @@ class ProfiledSearch:
     """The search of one optimizer (lower metric is better) on the GPT config ``model``
     (whose defaults fill what the space does not set), from ``starts`` (its own defaults
     first), spending ``trials``; the ``fixed`` dimensions (``(name, value)`` pairs) are held at
-    their values and never moved."""
+    their values and never moved, and those of ``ladders`` step on your values."""
 
     optimizer: str
     starts: tuple[Point, ...]
@@ -126,6 +129,7 @@ class ProfiledSearch:
     max_extensions: int = 4
     max_rounds: int | None = None
     fixed: Fixed = ()
+    ladders: Ladders = ()
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -135,6 +139,10 @@ class ProfiledSearch:
         for start in self.starts:
             if set(start) != set(self.dimensions):
                 raise ValueError(f"start point of {self.optimizer} lacks a dimension: {start}")
+
+    def ladder(self, dimension: str) -> Ladder:
+        """The ladder ``dimension`` steps on in this search (your ``ladders`` where given)."""
+        return ladder_of(dimension, self.ladders)
 
     @property
     def dimensions(self) -> tuple[str, ...]:
@@ -146,14 +154,16 @@ class ProfiledSearch:
         return planned_runs(self.trials, self.selection)
 
     def hyperparams(self, key: str) -> dict[str, Any]:
-        return hyperparams_of(self.optimizer, parse_point_key(key), self.model, self.fixed)
+        return hyperparams_of(
+            self.optimizer, parse_point_key(key), self.model, self.fixed, self.ladders
+        )
 
     def trial_params(self, key: str) -> dict[str, tuple[Any, BaseDistribution]]:
         point = parse_point_key(key)
-        return {d: (LADDERS[d].value(i), DISTRIBUTIONS[d]) for d, i in point.items()}
+        return {d: (self.ladder(d).value(i), DISTRIBUTIONS[d]) for d, i in point.items()}
 
     def label(self, key: str) -> str:
-        return point_label(parse_point_key(key))
+        return point_label(parse_point_key(key), self.ladders)
 
     def run(self, point: Point, seed: int, data_seed: int | None = None) -> RunId:
         data = self.selection.data_seed if data_seed is None else data_seed
@@ -250,7 +260,7 @@ class ProfiledSearch:
         moved = {**point}
         for dimension, step in moves.items():
             moved[dimension] = point[dimension] + step
-            if not LADDERS[dimension].has(moved[dimension]):
+            if not self.ladder(dimension).has(moved[dimension]):
                 return None
         return moved
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from optuna.distributions import BaseDistribution, FloatDistribution
@@ -161,6 +162,63 @@ def check_fixed(fixed: Mapping[str, Any], optimizers: Sequence[str]) -> Fixed:
     return tuple(pairs)
 
 
+Ladders = tuple[tuple[str, tuple[float, ...]], ...]
+
+
+def check_ladders(ladders: Mapping[str, Sequence[Any]], optimizers: Sequence[str]) -> Ladders:
+    """``ladders`` (dimension -> its values, your own range for it) checked, as sorted pairs:
+    each a dimension of listed values some of ``optimizers`` has (not the lr or the 1-D lr
+    ratio, which step on 1.5x ladders), two or more finite numbers, ascending, in the
+    dimension's range (:data:`FIXED_RANGES`). A ValueError names the first wrong one."""
+    pairs = []
+    for dimension, values in sorted(ladders.items()):
+        if dimension in ("lr", "lr_1d_ratio"):
+            raise ValueError(
+                f"--ladder {dimension}: it steps on a 1.5x ladder, searched without bounds "
+                "(fix it with --fixed instead)"
+            )
+        if dimension not in FIXED_RANGES:
+            raise ValueError(
+                f"--ladder {dimension}: no such dimension (one of "
+                f"{', '.join(d for d in FIXED_RANGES if d != 'lr_1d_ratio')})"
+            )
+        if not any(dimension in dimensions_of(o) for o in optimizers):
+            raise ValueError(
+                f"--ladder {dimension}: none of {', '.join(optimizers)} has that dimension"
+            )
+        words, allowed = FIXED_RANGES[dimension]
+        numbers = [
+            float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)
+        ]
+        if (
+            len(numbers) != len(values)
+            or len(numbers) < 2
+            or not all(math.isfinite(v) and allowed(v) for v in numbers)
+            or any(b <= a for a, b in pairwise(numbers))
+        ):
+            raise ValueError(
+                f"--ladder {dimension}={list(values)}: give two or more ascending numbers {words}"
+            )
+        pairs.append((dimension, tuple(numbers)))
+    return tuple(pairs)
+
+
+def ladder_of(dimension: str, ladders: Ladders = ()) -> Ladder:
+    """The ladder ``dimension`` steps on in a study with your ``ladders``: yours, else ours."""
+    for name, levels in ladders:
+        if name == dimension:
+            return Ladder(levels=levels)
+    return LADDERS[dimension]
+
+
+def onto_ladders(point: Mapping[str, int], ladders: Ladders) -> Point:
+    """A point on our ladders moved onto your ``ladders``: each of yours at its nearest value."""
+    return {
+        d: ladder_of(d, ladders).nearest(LADDERS[d].value(i)) if d in dict(ladders) else i
+        for d, i in point.items()
+    }
+
+
 def free_dimensions(optimizer: str, fixed: Fixed = ()) -> tuple[str, ...]:
     """The dimensions a search of ``optimizer`` moves: all it has but the ``fixed`` ones."""
     held = {d for d, _ in fixed}
@@ -209,13 +267,18 @@ def start_point(optimizer: str, model: str) -> Point:
     return point
 
 
-def values_of(point: Mapping[str, int]) -> dict[str, float]:
-    """The dimension values of a point: ``{"lr": 0.0034, ...}``."""
-    return {d: LADDERS[d].value(i) for d, i in point.items()}
+def values_of(point: Mapping[str, int], ladders: Ladders = ()) -> dict[str, float]:
+    """The dimension values of a point: ``{"lr": 0.0034, ...}`` (on your ``ladders`` where
+    given)."""
+    return {d: ladder_of(d, ladders).value(i) for d, i in point.items()}
 
 
 def hyperparams_of(
-    optimizer: str, point: Mapping[str, int], model: str, fixed: Fixed = ()
+    optimizer: str,
+    point: Mapping[str, int],
+    model: str,
+    fixed: Fixed = (),
+    ladders: Ladders = (),
 ) -> dict[str, Any]:
     """The harness hyperparameters of ``point`` for ``optimizer`` on the GPT config ``model``:
     every dimension it has (``point``'s, and the ``fixed`` values of those it holds) and the
@@ -227,7 +290,7 @@ def hyperparams_of(
         raise ValueError(f"a {optimizer} point needs exactly {free}, got {sorted(point)}")
     defaults = default_hyperparams(optimizer, model)
     own = dimensions_of(optimizer)
-    values = values_of(point) | {d: v for d, v in fixed if d in own}
+    values = values_of(point, ladders) | {d: v for d, v in fixed if d in own}
     settings: dict[str, Any] = {BETAS_1D_KEY[optimizer]: FIXED_1D_BETAS}
     for dimension, value in values.items():
         key, index = SPELLING[optimizer][dimension]
@@ -242,9 +305,9 @@ def hyperparams_of(
     return settings
 
 
-def point_label(point: Mapping[str, int]) -> str:
+def point_label(point: Mapping[str, int], ladders: Ladders = ()) -> str:
     """A readable name: ``lr=0.0114 beta1=0.9 ...``."""
-    return " ".join(f"{d}={v:g}" for d, v in values_of(point).items())
+    return " ".join(f"{d}={v:g}" for d, v in values_of(point, ladders).items())
 
 
 def point_key(point: Mapping[str, int]) -> str:
@@ -257,14 +320,16 @@ def parse_point_key(key: str) -> Point:
     return {d: int(i) for d, i in (part.split(":") for part in key.split(","))}
 
 
-def space_record(optimizers: Sequence[str]) -> dict[str, Any]:
+def space_record(optimizers: Sequence[str], ladders: Ladders = ()) -> dict[str, Any]:
     """The space of ``optimizers`` as data, for a study's identity: their spellings and the
-    ladders of their dimensions (a study tuned on other ladders or spellings is another study;
-    an optimizer it does not tune is no part of it)."""
+    ladders of their dimensions, yours where given (a study tuned on other ladders or spellings
+    is another study; an optimizer it does not tune is no part of it)."""
     used = {d for o in optimizers for d in dimensions_of(o)}
     return {
         "ladders": {
-            d: [list(r.levels), r.anchor, r.factor] for d, r in LADDERS.items() if d in used
+            d: [list(r.levels), r.anchor, r.factor]
+            for d, r in ((d, ladder_of(d, ladders)) for d in LADDERS)
+            if d in used
         },
         "spelling": {o: {d: list(s) for d, s in SPELLING[o].items()} for o in optimizers},
         "betas_1d": list(FIXED_1D_BETAS),

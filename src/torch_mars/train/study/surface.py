@@ -175,9 +175,9 @@ class SurfaceSearch(ProfiledSearch):
         moved = []
         for dimension in order:
             step = draw.choice((-1, 1))
-            if not LADDERS[dimension].has(centre[dimension] + step):
+            if not self.ladder(dimension).has(centre[dimension] + step):
                 step = -step
-            if LADDERS[dimension].has(centre[dimension] + step):
+            if self.ladder(dimension).has(centre[dimension] + step):
                 moved.append({**centre, dimension: centre[dimension] + step})
         for lr_step in (-1, 1):
             self.score_points(results, state, [{**p, "lr": centre["lr"] + lr_step} for p in moved])

@@ -58,11 +58,15 @@ from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.space import (
     LADDERS,
     Fixed,
+    Ladders,
     Point,
     check_fixed,
+    check_ladders,
     dimensions_of,
     free_dimensions,
     hyperparams_of,
+    ladder_of,
+    onto_ladders,
     parse_point_key,
     point_at,
     point_key,
@@ -133,6 +137,8 @@ class TunePlan:
             Holm runs over (None: the study's own comparisons; :mod:`.family`).
         fixed: dimensions held at a value for every optimizer that has them, never moved
             (``(name, value)`` pairs, :func:`~.space.check_fixed`); part of the study's identity.
+        ladders: your own values for dimensions (``(name, values)`` pairs,
+            :func:`~.space.check_ladders`), stepped on instead of ours; part of the identity.
     """
 
     base: TrainConfig
@@ -150,6 +156,7 @@ class TunePlan:
     starts: Mapping[str, tuple[Point, ...]] | None = None
     family_file: Path | None = None
     fixed: Fixed = ()
+    ladders: Ladders = ()
 
     def __post_init__(self) -> None:
         if not self.optimizers:
@@ -166,6 +173,11 @@ class TunePlan:
             raise ValueError(f"--search must be one of {', '.join(SEARCHES)}, not {self.search!r}")
         if check_fixed(dict(self.fixed), self.optimizers) != tuple(self.fixed):
             raise ValueError(f"fixed {self.fixed}: give it as check_fixed returns it")
+        if check_ladders(dict(self.ladders), self.optimizers) != tuple(self.ladders):
+            raise ValueError(f"ladders {self.ladders}: give them as check_ladders returns them")
+        both = {d for d, _ in self.fixed} & {d for d, _ in self.ladders}
+        if both:
+            raise ValueError(f"--fixed and --ladder both name {', '.join(sorted(both))}")
         pairs = len(self.selection.heldout_pairs())
         if pairs < 2 and study_family(self.optimizers):
             raise ValueError(
@@ -187,7 +199,7 @@ class TunePlan:
             if peer != optimizer and shares_space(peer, optimizer)
         ]
         free = free_dimensions(optimizer, self.fixed)
-        points = [{d: p[d] for d in free} for p in points]
+        points = [onto_ladders({d: p[d] for d in free}, self.ladders) for p in points]
         return tuple({point_key(p): p for p in points}.values())
 
     def searches(self) -> list[ProfiledSearch]:
@@ -201,6 +213,7 @@ class TunePlan:
                 order_seed=self.order_seed,
                 max_rounds=self.max_rounds,
                 fixed=self.fixed,
+                ladders=self.ladders,
             )
             for name in self.optimizers
         ]
@@ -216,10 +229,12 @@ class TunePlan:
             "order_seed": self.order_seed,
             "max_rounds": self.max_rounds,
             "starts": {n: [point_key(p) for p in self.starts_of(n)] for n in self.optimizers},
-            "space": space_record(self.optimizers),
+            "space": space_record(self.optimizers, self.ladders),
         }
         if self.fixed:  # absent when none: the identities of studies from before stay as stored
             settings["fixed"] = dict(self.fixed)
+        if self.ladders:
+            settings["ladders"] = {d: list(v) for d, v in self.ladders}
         return StudySpec(
             base=self.base,
             searches=tuple(self.searches()),
@@ -283,6 +298,7 @@ def plan_of_identity(
         study_name=study_name,
         starts=stored_starts(identity, history),
         fixed=tuple(sorted(search.get("fixed", {}).items())),
+        ladders=tuple((d, tuple(v)) for d, v in sorted(search.get("ladders", {}).items())),
     )
 
 
@@ -672,7 +688,7 @@ def format_tune_table(
     lines += [
         "",
         *failure_sentences(ranked, sel.heldout_pairs()),
-        *fixed_sentences(plan.fixed),
+        *fixed_sentences(plan.fixed, plan.ladders),
         *moved_sentences(ranked),
         *heldout_sentences(ranked, sel.heldout_pairs()),
     ]
@@ -700,9 +716,11 @@ def format_tune_table(
         cells = [f"{curve[k - 1]:.4f}" if k <= len(curve) else "—" for k in rows]
         lines.append(f"| {o.optimizer} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines += [f"- {o.optimizer}: {_winner_text(o.winner)}" for o in ranked if o.winner]
+    lines += [
+        f"- {o.optimizer}: {_winner_text(o.winner, plan.ladders)}" for o in ranked if o.winner
+    ]
     if sel.finalists:
-        lines += ["", finalists_table(sel, ranked, plan.search)]
+        lines += ["", finalists_table(sel, ranked, plan.search, plan.ladders)]
     return "\n".join(lines)
 
 
@@ -768,12 +786,17 @@ def failure_sentences(
     return lines
 
 
-def fixed_sentences(fixed: Fixed) -> list[str]:
-    """The dimensions the study held at a value: one line, none where nothing was fixed."""
-    if not fixed:
-        return []
-    held = ", ".join(f"{d} {v:g}" for d, v in fixed)
-    return [f"- Fixed for every optimizer that has them, never tuned: {held}."]
+def fixed_sentences(fixed: Fixed, ladders: Ladders = ()) -> list[str]:
+    """The dimensions the study held at a value, and those it stepped on your values: a line
+    each, none where there were none."""
+    lines = []
+    if fixed:
+        held = ", ".join(f"{d} {v:g}" for d, v in fixed)
+        lines.append(f"- Fixed for every optimizer that has them, never tuned: {held}.")
+    if ladders:
+        yours = "; ".join(f"{d} {', '.join(f'{v:g}' for v in values)}" for d, values in ladders)
+        lines.append(f"- Searched on your values: {yours}.")
+    return lines
 
 
 def moved_sentences(found: Sequence[OptimizerOutcome]) -> list[str]:
@@ -814,7 +837,10 @@ def heldout_sentences(
 
 
 def finalists_table(
-    sel: Selection, found: Sequence[OptimizerOutcome], search: str = DEFAULT_SEARCH
+    sel: Selection,
+    found: Sequence[OptimizerOutcome],
+    search: str = DEFAULT_SEARCH,
+    ladders: Ladders = (),
 ) -> str:
     """Each optimizer's finalists (as the ``search`` design draws them), each with its score
     on the selection seeds and its mean over the finalists' seeds too (the winner first)."""
@@ -837,13 +863,14 @@ def finalists_table(
         for point, score, final in o.finalists:
             mark = "*" if score == best else ""
             lines.append(
-                f"| {o.optimizer} | {_winner_text(point)} | {score:.4f}{mark} | {final:.4f} |"
+                f"| {o.optimizer} | {_winner_text(point, ladders)} | {score:.4f}{mark} | "
+                f"{final:.4f} |"
             )
     return "\n".join(lines)
 
 
-def _winner_text(point: Point) -> str:
-    return ", ".join(f"{d} {v:g}" for d, v in values_of(point).items())
+def _winner_text(point: Point, ladders: Ladders = ()) -> str:
+    return ", ".join(f"{d} {v:g}" for d, v in values_of(point, ladders).items())
 
 
 def plot_tune(found: Sequence[OptimizerOutcome], out_path: Path) -> Path | None:
@@ -951,18 +978,22 @@ def report_json(
                 "optimizer": o.optimizer,
                 "finished": o.finished,
                 "trials": len(o.trial_scores),
-                "winner": values_of(o.winner),
+                "winner": values_of(o.winner, plan.ladders),
                 "hyperparams": {
                     k: list(v) if isinstance(v, tuple) else v
                     for k, v in hyperparams_of(
-                        o.optimizer, o.winner, plan.base.model, plan.fixed
+                        o.optimizer, o.winner, plan.base.model, plan.fixed, plan.ladders
                     ).items()
                 }
                 if o.winner
                 else {},
                 "selection_finals": [number(v) for v in o.selection_finals],
                 "finalists": [
-                    {"point": values_of(p), "search_score": number(score), "score": number(final)}
+                    {
+                        "point": values_of(p, plan.ladders),
+                        "search_score": number(score),
+                        "score": number(final),
+                    }
                     for p, score, final in o.finalists
                 ],
                 "heldout_pairs": [list(p) for p in plan.selection.heldout_pairs()],
@@ -974,7 +1005,7 @@ def report_json(
                 "failed_runs": len(o.failures),
                 "failures": [
                     {
-                        "point": values_of(parse_point_key(r[1])),
+                        "point": values_of(parse_point_key(r[1]), plan.ladders),
                         "seed": r[2],
                         "data_seed": r[3],
                         "error": m,
@@ -1039,7 +1070,7 @@ def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
     write_text_atomically(
         folder / "summary.md",
         format_tune_table(plan, found, found_verdicts)
-        + f"\n\nLadders: {ladder_note()}.\n\nTrained on: {devices_note(trials)}.\n",
+        + f"\n\nLadders: {ladder_note(plan.ladders)}.\n\nTrained on: {devices_note(trials)}.\n",
     )
     write_text_atomically(
         folder / "tune.json",
@@ -1052,10 +1083,11 @@ def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
     return written
 
 
-def ladder_note() -> str:
-    """One line per dimension: its ladder, for the report's readers."""
+def ladder_note(ladders: Ladders = ()) -> str:
+    """One line per dimension: its ladder (yours where given), for the report's readers."""
     lines = []
-    for dimension, ladder in LADDERS.items():
+    for dimension in LADDERS:
+        ladder = ladder_of(dimension, ladders)
         if ladder.levels:
             lines.append(f"{dimension}: {', '.join(f'{v:g}' for v in ladder.levels)}")
         else:
