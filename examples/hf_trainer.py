@@ -1,6 +1,7 @@
 """Tune optimizers on a Hugging Face ``Trainer`` run: the trial's optimizer goes in through
 ``Trainer(optimizers=(optimizer, None))``. A tiny GPT-2 on a repeated token pattern.
 
+    pip install transformers accelerate
     python examples/hf_trainer.py
 """
 

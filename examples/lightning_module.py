@@ -1,6 +1,7 @@
 """Tune optimizers on a Lightning module: ``configure_optimizers`` returns the trial's
 optimizer. A small MLP regressing a fixed random function.
 
+    pip install lightning
     python examples/lightning_module.py
 """
 
