@@ -147,3 +147,32 @@ def test_a_call_that_names_triton_for_what_it_cannot_run_is_refused():
     )
     with pytest.raises(ValueError, match="cautious"):
         functional.mars_step(tensors, cautious, store_last_grad=True, implementation="triton")
+
+
+class _OnCuda:
+    """A parameter as the plan sees one on a CUDA device (no device needed): its device kind,
+    its layout, its gradient."""
+
+    is_cuda = True
+    grad = None
+
+    def __init__(self, contiguous: bool) -> None:
+        self._contiguous = contiguous
+
+    def is_contiguous(self) -> bool:
+        return self._contiguous
+
+
+@pytest.mark.parametrize(("contiguous", "fused"), [(True, True), (False, False)])
+def test_the_default_takes_the_fused_kernels_only_where_triton_runs_the_tensors(
+    monkeypatch, contiguous, fused
+):
+    """Neither flag set, on CUDA: the Triton kernels where they run the tensors themselves; a
+    non-contiguous parameter, which the fused path would send to the compiled kernel (compiled
+    on the first step), stays on foreach, as an unsupported setting does: the default and the
+    fused path read one rule."""
+    monkeypatch.setattr(step_plan, "TRITON_AVAILABLE", True)
+    group = MARS([torch.zeros(2, 2, requires_grad=True)]).param_groups[0]
+    params = [_OnCuda(contiguous)]
+    assert step_plan.default_fused(group, params) is fused
+    assert functional.fused_path(params, group.__getitem__) == ("triton" if fused else "compiled")

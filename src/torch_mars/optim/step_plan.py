@@ -24,7 +24,7 @@ from torch import Tensor
 from torch_mars.kernels import TRITON_AVAILABLE
 from torch_mars.optim import functional
 from torch_mars.optim.functional import Implementation, default_foreach
-from torch_mars.optim.settings import PLANNED_SETTINGS, unsupported
+from torch_mars.optim.settings import PLANNED_SETTINGS
 from torch_mars.optim.step_math import elementwise_rule
 
 if TYPE_CHECKING:
@@ -62,15 +62,16 @@ def state_buffer_names(param: Tensor, group: dict[str, Any]) -> tuple[str, ...]:
 
 def default_fused(group: dict[str, Any], params: Sequence[Tensor]) -> bool:
     """Whether a group with neither ``fused`` nor ``foreach`` set takes the fused kernels: on
-    CUDA when Triton imports, for the settings the Triton kernels run themselves (the others,
-    :func:`~torch_mars.optim.settings.unsupported` by ``"triton"``, go to a compiled
-    per-tensor kernel there, which compiles on the first step: those stay on foreach unless
-    asked)."""
+    CUDA when Triton imports, where the Triton kernels run these tensors and settings
+    themselves (the fused path, :func:`~torch_mars.optim.functional.fused_path`, is
+    ``"triton"``). The others (settings :func:`~torch_mars.optim.settings.unsupported` by
+    ``"triton"``, non-contiguous tensors) would go to a compiled per-tensor kernel, which
+    compiles on the first step: they stay on foreach unless asked."""
     return (
         TRITON_AVAILABLE
         and bool(params)
         and all(p.is_cuda for p in params)
-        and not unsupported("triton", group.__getitem__)
+        and _fused_path(group, params) == "triton"
     )
 
 
