@@ -75,8 +75,8 @@ class ProfiledState:
     """Where a replay stopped: the runs it needs next (empty once finished), each trial
     ``(point, selection score)`` in the order the search asked for them, the best point so
     far (the winner once finished), the finalists ``(point, mean over every choosing seed)``
-    best first, the rounds begun and the moves taken (``"start"``, a dimension, or
-    ``"a+b"``)."""
+    best first, the rounds begun, the moves taken (``"start"``, a dimension, or ``"a+b"``)
+    and the pairs of dimensions whose product a surface search fits (its pair probe's)."""
 
     optimizer: str
     needed: list[RunId]
@@ -86,6 +86,7 @@ class ProfiledState:
     rounds: int = 0
     moves: list[str] = field(default_factory=list)
     spent: bool = False
+    pairs: tuple[tuple[str, str], ...] = ()
 
     @property
     def finished(self) -> bool:

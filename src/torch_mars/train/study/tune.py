@@ -77,7 +77,7 @@ from torch_mars.train.study.space import (
     tunable_optimizers,
     values_of,
 )
-from torch_mars.train.study.surface import SurfaceSearch, SurfaceSearch2
+from torch_mars.train.study.surface import SurfaceSearch, SurfaceSearch2, SurfaceSearch3
 from torch_mars.train.study.verdict import (
     PairedGap,
     crossed_gap,
@@ -102,6 +102,7 @@ PROTOCOL_KEYS = (
 # The searches a study can run, by the name its record keeps: the default first.
 SEARCHES: dict[str, type[ProfiledSearch]] = {
     "surface-2": SurfaceSearch2,
+    "surface-3": SurfaceSearch3,
     "surface": SurfaceSearch,
     "lr-profiled": ProfiledSearch,
 }
