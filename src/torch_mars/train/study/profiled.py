@@ -43,7 +43,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import Any, ClassVar
 
 from optuna.distributions import BaseDistribution
 
@@ -120,6 +120,9 @@ class ProfiledSearch:
     (whose defaults fill what the space does not set), from ``starts`` (its own defaults
     first), spending ``trials``; the ``fixed`` dimensions (``(name, value)`` pairs) are held at
     their values and never moved, and those of ``ladders`` step on your values."""
+
+    # How the finalists are drawn, in the report's words.
+    finalists_drawn: ClassVar[str] = "its best points"
 
     optimizer: str
     starts: tuple[Point, ...]

@@ -244,6 +244,9 @@ class SurfaceSearch2(SurfaceSearch):
     """
 
     curvature_ridge: ClassVar[float] = CURVATURE_RIDGE
+    finalists_drawn: ClassVar[str] = (
+        "its best point, that setting one lr step down, then the best points of other settings"
+    )
 
     def _final(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
         finite = sorted(

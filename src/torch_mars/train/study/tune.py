@@ -845,11 +845,7 @@ def finalists_table(
 ) -> str:
     """Each optimizer's finalists (as the ``search`` design draws them), each with its score
     on the selection seeds and its mean over the finalists' seeds too (the winner first)."""
-    drawn = (
-        "its best point, that setting one lr step down, then the best points of other settings"
-        if SEARCHES[search] is SurfaceSearch2
-        else "its best points"
-    )
+    drawn = SEARCHES[search].finalists_drawn
     lines = [
         f"Finalists: {sel.finalists} points of each search ({drawn}) re-read on seeds "
         f"{','.join(map(str, sel.final_seeds))}; the best mean over seeds "
