@@ -71,6 +71,7 @@ MAP_SELECTION = Selection(
 )
 # design name -> (search, selection): the default protocol (one seed a trial) or the map's
 DESIGNS: dict[str, tuple[str, Selection]] = {
+    "surface-3, 1 seed": ("surface-3", PROTOCOL),
     "surface-2, 1 seed": ("surface-2", PROTOCOL),
     "surface, 1 seed": ("surface", PROTOCOL),
     "lr-profiled, 1 seed": ("lr-profiled", PROTOCOL),
