@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_mars.bench.scripts import load_script
+from benchmark_scripts import load_script
 from torch_mars.train.study.tune import DEFAULT_SEARCH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,8 +40,9 @@ def test_the_current_campaign_runs_tunes_default_search():
 def test_an_edited_declaration_is_refused_before_any_run(tmp_path, monkeypatch):
     edited = json.loads(campaign.declaration_of(campaign.CURRENT).read_text())
     edited["family"] = edited["family"][:1]  # a family cut down after the results
-    (tmp_path / campaign.CURRENT).mkdir()
-    (tmp_path / campaign.CURRENT / "campaign.json").write_text(json.dumps(edited))
-    monkeypatch.setattr(campaign, "RESULTS", tmp_path)
+    folder = tmp_path / "benchmarks" / "results" / campaign.CURRENT
+    folder.mkdir(parents=True)
+    (folder / "campaign.json").write_text(json.dumps(edited))
+    monkeypatch.setattr(campaign, "ROOT", tmp_path)
     with pytest.raises(SystemExit, match="differs from the campaign this script declares"):
         campaign.main(["--stage", "1"])

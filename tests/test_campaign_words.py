@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_mars.bench.scripts import load_script
+from benchmark_scripts import load_script
 from torch_mars.train.study.campaign import block_of, campaign_rows, words_line
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,8 @@
-"""benchmarks/studies/fight_map.py's protocol: every point's study at the map's budget, a second
-search with another order seed in its own folder outside the map's verdicts, and the second
-model's studies with the same protocol at its own size (steps from its parameters)."""
+"""The fight map's protocol (:mod:`torch_mars.train.study.fight_map`, which
+benchmarks/studies/fight_map.py runs) and its reports (:mod:`torch_mars.train.study.map_report`):
+every point's study at the map's budget, a second search with another order seed in its own
+folder outside the map's verdicts, and the second model's studies with the same protocol at
+its own size (steps from its parameters)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ import sys
 import pytest
 from PIL import Image
 
-from benchmark_scripts import load_benchmark_script
+from benchmark_scripts import BENCHMARKS, load_benchmark_script
+from torch_mars.train.study import fight_map, map_report
 from torch_mars.train.study.store import restore_journals, snapshot_journals, stored_study
 
-fight_map = load_benchmark_script("studies/fight_map.py")
+MAP = fight_map.FightMap(BENCHMARKS.parent)
 second_model = load_benchmark_script("studies/second_model.py")
 
 
@@ -23,8 +26,8 @@ def _flags(arguments: list[str]) -> dict[str, str]:
 
 
 def test_a_second_search_lives_beside_its_point_with_its_order_seed():
-    first = _flags(fight_map.tune_arguments("b64-4x", 2, 40))
-    second = _flags(fight_map.tune_arguments("b64-4x", 2, 40, order_seed=1))
+    first = _flags(MAP.tune_arguments("b64-4x", 2, 40))
+    second = _flags(MAP.tune_arguments("b64-4x", 2, 40, order_seed=1))
     assert first["--order-seed"] == "0" and second["--order-seed"] == "1"
     assert first["--storage"].endswith("fight-map/b64-4x/study.log")
     assert second["--storage"].endswith("fight-map/b64-4x/order-seed-1/study.log")
@@ -36,9 +39,9 @@ def test_a_second_search_lives_beside_its_point_with_its_order_seed():
 
 
 def test_the_second_model_keeps_the_protocol_at_four_times_the_parameters():
-    tiny = _flags(fight_map.tune_arguments("b16-4x", 2, 40))
+    tiny = _flags(MAP.tune_arguments("b16-4x", 2, 40))
     wide = _flags(
-        fight_map.tune_arguments(
+        MAP.tune_arguments(
             "b16-4x",
             2,
             16,
@@ -66,18 +69,18 @@ def test_the_map_figure_draws_every_finished_comparison(tmp_path):
         {"point": "b256-16x", "rule": "mars-shampoo", "control": "muon", "gap": 0.004,
          "interval": [-0.002, 0.010]},
     ]  # fmt: skip
-    path = fight_map.plot_map(rows, tmp_path / "map.png")
+    path = map_report.plot_map(rows, tmp_path / "map.png")
     assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 10_000
     with Image.open(path) as image:
         assert image.mode == "P"  # stored with a palette: a third of the RGBA file
 
 
 def test_another_budget_extends_the_points_study_and_reports_beside_it():
-    at_80 = fight_map.budget_folder("b64-4x", 80)
-    extended = _flags(fight_map.tune_arguments("b64-4x", 2, 80, reports_in=at_80))
-    own = _flags(fight_map.tune_arguments("b64-4x", 2, 40))
-    assert fight_map.budget_folder("b64-4x", fight_map.FIRST_TRIALS) is None
-    assert fight_map.budget_folder("b64-4x", fight_map.TRIALS) == at_80
+    at_80 = MAP.budget_folder("b64-4x", 80)
+    extended = _flags(MAP.tune_arguments("b64-4x", 2, 80, reports_in=at_80))
+    own = _flags(MAP.tune_arguments("b64-4x", 2, 40))
+    assert MAP.budget_folder("b64-4x", fight_map.FIRST_TRIALS) is None
+    assert MAP.budget_folder("b64-4x", fight_map.TRIALS) == at_80
     assert extended["--storage"] == own["--storage"] and extended["--name"] == own["--name"]
     assert extended["--out-dir"].endswith("fight-map/b64-4x/trials-80")
     assert own["--out-dir"].endswith("fight-map") and extended["--trials"] == "80"
@@ -101,8 +104,8 @@ def test_each_rule_reads_its_points_report_with_the_most_trials(tmp_path):
     at_80 = record(80, [verdict("mars-shampoo", -0.009)], names=("muon", "mars-shampoo"))
     (point / "tune.json").write_text(json.dumps(at_40))
     (point / "trials-80" / "b64-4x" / "tune.json").write_text(json.dumps(at_80))
-    assert [t for t, _ in fight_map.point_reports("b64-4x", tmp_path)] == [40, 80]
-    rows = {r["rule"]: r for r in fight_map.map_rows(tmp_path)}
+    assert [t for t, _ in map_report.point_reports("b64-4x", tmp_path)] == [40, 80]
+    rows = {r["rule"]: r for r in map_report.map_rows(tmp_path)}
     assert rows["mars-adamw"]["gap"] == -0.01 and rows["mars-adamw"]["trials"]["nadamw"] == 40
     assert rows["mars-shampoo"]["gap"] == -0.009 and rows["mars-shampoo"]["trials"]["muon"] == 80
 
@@ -111,7 +114,7 @@ def test_the_map_table_gives_each_points_runs_and_run_hours():
     row = {"point": "b64-4x", "rule": "mars-adamw", "control": "nadamw", "gap": -0.0079,
            "interval": [-0.0166, 0.0008], "p": 0.0676, "pairs": 6,
            "trials": {"nadamw": 40, "mars-adamw": 40}, "runs": 630, "hours": 4.41}  # fmt: skip
-    (line,) = fight_map.format_map([row]).splitlines()[2:]
+    (line,) = map_report.format_map([row]).splitlines()[2:]
     assert line.endswith("| tie | 40 | 630 (4.4) |")
 
 
@@ -140,13 +143,13 @@ def test_two_searches_pooled_take_each_optimizers_better_chosen_winner():
             _outcome("mars-shampoo", {"lr": 2}, ahead, selection=(1.6, 1.6)),
         ]
     }
-    source, (verdict,) = fight_map.pooled_verdicts(first, second)  # fmt: skip
+    source, (verdict,) = map_report.pooled_verdicts(first, second)  # fmt: skip
     assert source == {"muon": "first", "mars-shampoo": "second"}
     assert verdict.rule == "mars-shampoo" and verdict.control == "muon"
     assert verdict.decision == "win"
     assert abs(verdict.gap.mean + 0.02) < 1e-12
     assert abs(verdict.gap.low - (-0.02 - 2.5706 * 0.008944 / 6**0.5)) < 1e-4
-    text = fight_map.format_pooled(source, [verdict])
+    text = map_report.format_pooled(source, [verdict])
     assert "muon from the first, mars-shampoo from the second" in text
     assert "| mars-shampoo | muon | " in text and text.endswith("| win |")
 
@@ -165,14 +168,14 @@ def test_a_second_search_holds_where_its_paired_interval_holds_zero():
     second = {"optimizers": [_outcome("adamw", {"lr": 0.03}, worse),
                              _outcome("muon", {"lr": 0.02}, base),
                              _outcome("nadamw", {"lr": 0.015}, noisy), running]}  # fmt: skip
-    rows = {r["optimizer"]: r for r in fight_map.second_against_first(first, second)}
+    rows = {r["optimizer"]: r for r in map_report.second_against_first(first, second)}
     assert set(rows) == {"adamw", "muon", "nadamw"}  # an unfinished search is left out
     assert abs(rows["adamw"]["gap"].mean - 0.02) < 1e-12
     assert abs(rows["adamw"]["gap"].high - (0.02 + 2.5706 * 0.008944 / 6**0.5)) < 1e-4
     assert not rows["adamw"]["holds"]
     assert rows["muon"]["same_point"] and rows["muon"]["holds"]
     assert rows["nadamw"]["holds"]
-    text = fight_map.format_second_against_first("heading", list(rows.values()))
+    text = map_report.format_second_against_first("heading", list(rows.values()))
     assert "| muon | 1.7100 ± 0.0089 | 1.7100 ± 0.0089 | the same point | yes |" in text
 
 
@@ -194,7 +197,7 @@ def test_start_independence_pairs_each_second_search_budget_with_the_firsts(tmp_
     write(second / "tune.json", 40, base, 3)
     write(second / "trials-80" / "order-seed-1" / "tune.json", 80, better, 4)
     write(second / "trials-120" / "order-seed-1" / "tune.json", 120, better, 5)
-    sections = fight_map.start_independence_sections("b64-4x", tmp_path)
+    sections = map_report.start_independence_sections("b64-4x", tmp_path)
     assert len(sections) == 4  # each budget's check and its pooled verdicts, 40 and 80
     assert sections[0].startswith("Start independence at b64-4x, 40 trials: a second search")
     assert sections[2].startswith("Start independence at b64-4x, 80 trials: a second search")
@@ -241,12 +244,12 @@ def test_the_status_counts_each_studys_finished_runs_against_its_plan(tmp_path):
     live = tmp_path / "b64-4x" / "study.log"
     _live_tune_study(live)
     before = sorted(p.name for p in live.parent.iterdir())
-    (row,) = fight_map.progress_rows(tmp_path)
+    (row,) = map_report.progress_rows(tmp_path)
     assert row["study"] == "b64-4x" and row["runs"] == {"muon": 3} and row["planned"] == 14
     assert row["runs_left"] == 11 + 14
     assert row["hours_left"] == pytest.approx(25 * row["hours"] / 3)
-    assert "| b64-4x | muon 3/14, mars-shampoo 0/14 |" in fight_map.format_progress([row])
-    assert "| 25 |" in fight_map.format_progress([row])
+    assert "| b64-4x | muon 3/14, mars-shampoo 0/14 |" in map_report.format_progress([row])
+    assert "| 25 |" in map_report.format_progress([row])
     assert sorted(p.name for p in live.parent.iterdir()) == before
 
 
@@ -437,7 +440,8 @@ def test_the_second_models_report_writes_each_points_winners_and_its_holm_verdic
 ):
     """The report step (tune's own report stubbed: it is tested with tune) writes
     beside-tiny.md at the point and verdicts.md over the model's comparisons."""
-    first, second = tmp_path / "fight-map", tmp_path / "second-model"
+    checkout = fight_map.FightMap(tmp_path)
+    first, second = checkout.folder, tmp_path / "second-model"
     verdict = {"rule": "mars-adamw", "control": "nadamw", "gap": -0.02, "interval": [-0.03, -0.01],
                "p": 0.004, "pairs": 6}  # fmt: skip
     for folder, trials in ((first, 80), (second, 16)):
@@ -445,8 +449,7 @@ def test_the_second_models_report_writes_each_points_winners_and_its_holm_verdic
         outcomes = [(n, True, 0.01) for n in ("nadamw", "mars-adamw")]
         record = _winners_report(trials, outcomes, [verdict])
         (folder / "b16-4x" / "tune.json").write_text(json.dumps(record))
-    monkeypatch.setattr(fight_map, "ROOT", tmp_path)
-    monkeypatch.setattr(fight_map, "FOLDER", first)
+    monkeypatch.setattr(second_model, "MAP", checkout)
     monkeypatch.setattr(second_model, "FOLDER", second)
     monkeypatch.setattr(second_model, "torch_mars", lambda arguments: 0)
     monkeypatch.setattr(sys, "argv", ["second_model.py", "--report", "--points", "b16-4x"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_mars.bench.scripts import load_script
+from benchmark_scripts import load_script
 
 rule = load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "gamma_rule.py")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_mars.bench.scripts import load_script
+from benchmark_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 benchmark = load_script(ROOT / "benchmarks" / "studies" / "search_benchmark.py")
@@ -17,7 +17,7 @@ benchmark = load_script(ROOT / "benchmarks" / "studies" / "search_benchmark.py")
 def test_a_candidate_design_runs_the_campaigns_protocol_with_its_own_search():
     arguments = benchmark.design_arguments("b64-4x", "lr-profiled", jobs=2, report=False)
     text = " ".join(arguments)
-    assert f"--search lr-profiled {benchmark.campaign.SELECTION_FLAGS}" in text
+    assert f"--search lr-profiled {benchmark.SELECTION_FLAGS}" in text
     assert "--trials 40" in text and "--name design-lr-profiled" in text
     assert "benchmarks/results/search-benchmark/b64-4x/design-lr-profiled/study.log" in text
     with pytest.raises(SystemExit, match="--design must be one of"):

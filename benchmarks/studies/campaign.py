@@ -36,34 +36,31 @@ from pathlib import Path
 from typing import Any
 
 from torch_mars.atomic_files import write_text_atomically
-from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.campaign import (
+    CAMPAIGN_TRIALS,
+    CAMPAIGNS,
+    CURRENT,
+    SELECTION_FLAGS,
+    campaign_folder,
     campaign_rows,
     format_campaign_table,
     replace_block,
     words_line,
 )
+from torch_mars.train.study.fight_map import POINTS, FightMap
+from torch_mars.train.study.map_report import format_progress, progress_rows
 from torch_mars.train.study.store import restore_journals, snapshot_journals
 
-fight_map = load_script(Path(__file__).with_name("fight_map.py"))
-
-RESULTS = fight_map.ROOT / "benchmarks" / "results"
+MAP = FightMap(Path(__file__).resolve().parents[2])
+ROOT = MAP.root
 SECOND_MODEL_DATA = "../shared/data/text/python311-docs.txt.gz"
-TRIALS = 40
-SELECTION_FLAGS = (
-    "--seeds 0 --data-seed 0 --finalists 4 --final-seeds 1 2 "
-    "--heldout-seeds 3 4 5 6 --heldout-data-seeds 1 2 3"
-)
-# Each campaign's folder name -> its search design, oldest first; the newest is the current one.
-CAMPAIGNS = {"campaign": "surface", "campaign-2": "surface-2"}
-CURRENT = list(CAMPAIGNS)[-1]
 ALL_FIVE = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
 PAIRS = (("mars-adamw", ("adamw", "nadamw")), ("mars-shampoo", ("muon",)))
 
 
 def folder_of(name: str) -> Path:
-    return RESULTS / name
+    return campaign_folder(ROOT, name)
 
 
 def declaration_of(name: str) -> Path:
@@ -78,7 +75,7 @@ def declared(name: str = CURRENT) -> dict[str, Any]:
     """The campaign ``name`` as this script declares it."""
     tiny = [
         {"model": "tiny", "data": "stdlib", "point": p, "optimizers": list(ALL_FIVE)}
-        for p in fight_map.POINTS
+        for p in POINTS
     ]
     second = [
         {
@@ -108,7 +105,7 @@ def declared(name: str = CURRENT) -> dict[str, Any]:
                 )
     return {
         "campaign": "the map decided",
-        "trials": TRIALS,
+        "trials": CAMPAIGN_TRIALS,
         "protocol": protocol_of(name),
         "heldout": "seeds 3-6 x data orders 1-3 (12 crossed pairs); interval from seed and data "
         "order as crossed random effects (torch_mars.train.study.verdict.crossed_gap)",
@@ -137,11 +134,11 @@ def check_declaration(name: str = CURRENT) -> dict[str, Any]:
 
 def arguments_of(name: str, entry: dict[str, Any], jobs: int, report: bool) -> list[str]:
     label = f"{entry['model']}/{entry['point']}"
-    family = ["--family", str(declaration_of(name).relative_to(fight_map.ROOT))]
-    return family + fight_map.tune_arguments(
+    family = ["--family", str(declaration_of(name).relative_to(ROOT))]
+    return family + MAP.tune_arguments(
         entry["point"],
         jobs,
-        TRIALS,
+        CAMPAIGN_TRIALS,
         report,
         study=folder_of(name) / label,
         model=entry["model"],
@@ -170,7 +167,7 @@ def state_text(name: str, campaign: dict[str, Any]) -> str:
             f"({', '.join(begun) or 'none'}); not begun: {', '.join(waiting) or 'none'}. "
             f"Declared for later stages: {', '.join(later)}.",
             "",
-            fight_map.format_progress(fight_map.progress_rows(folder)),
+            format_progress(progress_rows(folder)),
         ]
     )
 
@@ -197,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         folder.mkdir(parents=True, exist_ok=True)
         write_text_atomically(declaration, json.dumps(declared(name), indent=2) + "\n")
-        print(f"wrote {declaration.relative_to(fight_map.ROOT)}: commit it before any run")
+        print(f"wrote {declaration.relative_to(ROOT)}: commit it before any run")
         return 0
     campaign = check_declaration(name)
     by_label = {f"{e['model']}/{e['point']}": e for e in campaign["points"]}
@@ -206,13 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"--points: {unknown} are not declared ({', '.join(by_label)})")
     if args.status:
-        print(fight_map.format_progress(fight_map.progress_rows(folder)))
+        print(format_progress(progress_rows(folder)))
         return 0
     if args.snapshot:
         for model in {e["model"] for e in campaign["points"]}:
             for entry in (e for e in campaign["points"] if e["model"] == model):
                 for written in snapshot_journals(folder / model / entry["point"]):
-                    print(f"wrote {written.relative_to(fight_map.ROOT)}")
+                    print(f"wrote {written.relative_to(ROOT)}")
         return 0
     for label in labels:
         entry = by_label[label]
@@ -230,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         table = format_campaign_table(rows)
         write_text_atomically(folder / "verdicts.md", table + "\n")
         if name == CURRENT:
-            for document in (fight_map.ROOT / "README.md", fight_map.ROOT / "docs" / "results.md"):
+            for document in (ROOT / "README.md", ROOT / "docs" / "results.md"):
                 text = replace_block(document.read_text(), words_line(rows))
                 write_text_atomically(document, text)
         print(table)

@@ -32,21 +32,28 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from torch_mars.atomic_files import write_text_atomically
-from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
+from torch_mars.train.study.ablation import (
+    TUNE_BUDGET_FLAGS,
+    budget_flags,
+    short_flag_value,
+    sweep_study_flags,
+)
+from torch_mars.train.study.fight_map import FightMap
+from torch_mars.train.study.map_report import (
+    point_reports,
+)
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.verdict import paired_gap
 
-ablate_winners = load_script(Path(__file__).with_name("ablate_winners.py"))
-fight_ablation = load_script(Path(__file__).with_name("fight_ablation.py"))
-fight_map = load_script(Path(__file__).with_name("fight_map.py"))
+MAP = FightMap(Path(__file__).resolve().parents[2])
 
 
-def winner_at(point: str, optimizer: str, folder: Path = fight_map.FOLDER) -> dict:
+def winner_at(point: str, optimizer: str, folder: Path = MAP.folder) -> dict:
     """``optimizer``'s finished winner at ``point`` in the report with the most trials that has
     one: the report's budget, trials and choosing seeds, the winner's hyperparameters and its
     finals on those seeds."""
-    for _, record in reversed(fight_map.point_reports(point, folder)):
+    for _, record in reversed(point_reports(point, folder)):
         for outcome in record["optimizers"]:
             if outcome["optimizer"] == optimizer and outcome["finished"]:
                 selection = Selection.of_record(record["selection"])
@@ -77,9 +84,9 @@ def sweep_arguments(
             raise ValueError(
                 f"{optimizer}'s winner sets {sorted(found['hyperparams'])}, not {setting!r}"
             )
-    arguments = ablate_winners.budget_flags(found["budget"], fight_ablation.FLAGS)
+    arguments = budget_flags(found["budget"], TUNE_BUDGET_FLAGS)
     arguments += ["--data-seed", str(found["data_seed"])]
-    grid = {key: ablate_winners.flag_value(value) for key, value in found["hyperparams"].items()}
+    grid = {key: short_flag_value(value) for key, value in found["hyperparams"].items()}
     for setting, values in moves.items():
         grid[setting] = ",".join([grid[setting], *values])  # the winner's own runs, to check
     for key, value in grid.items():
@@ -88,12 +95,12 @@ def sweep_arguments(
     name = sweep_name(optimizer, list(moves))
     return [
         *arguments,
-        *ablate_winners.sweep_study_flags(fight_map.FOLDER / point, name, seeds, jobs),
+        *sweep_study_flags(MAP.folder / point, name, seeds, jobs, MAP.root),
     ]
 
 
 def format_probe(
-    point: str, optimizer: str, settings: Sequence[str], folder: Path = fight_map.FOLDER
+    point: str, optimizer: str, settings: Sequence[str], folder: Path = MAP.folder
 ) -> str:
     """Each probed combination's mean over the choosing seeds and its paired gap to the
     winner's own runs on them (< 0: the probe ahead)."""
@@ -101,7 +108,7 @@ def format_probe(
     record = json.loads(
         (folder / point / sweep_name(optimizer, settings) / "sweep.json").read_text()
     )
-    own = [ablate_winners.flag_value(found["hyperparams"][setting]) for setting in settings]
+    own = [short_flag_value(found["hyperparams"][setting]) for setting in settings]
     winner = ", ".join(f"{setting} {value}" for setting, value in zip(settings, own, strict=True))
     columns = " | ".join(settings)
     lines = [
@@ -117,7 +124,7 @@ def format_probe(
     for entry in record["points"]:
         finals = [entry["finals"].get(str(s), float("nan")) for s in found["seeds"]]
         done = [v for v in finals if v == v]
-        values = [ablate_winners.flag_value(entry["hyperparams"][setting]) for setting in settings]
+        values = [short_flag_value(entry["hyperparams"][setting]) for setting in settings]
         if values == own:
             worst = max((abs(a - b) for a, b in zip(finals, found["finals"], strict=True)))
             gap = f"retrained: largest difference {worst:.2g}"
@@ -150,7 +157,7 @@ def main() -> int:
         if not values or setting in moves:
             parser.error(f"--with {setting}: a setting not moved yet, then its values")
         moves[setting] = values
-    os.chdir(fight_map.ROOT)
+    os.chdir(MAP.root)
     try:
         arguments = sweep_arguments(args.point, args.optimizer, moves, args.jobs)
     except ValueError as error:
@@ -161,7 +168,7 @@ def main() -> int:
         return code
     table = format_probe(args.point, args.optimizer, list(moves))
     name = sweep_name(args.optimizer, list(moves))
-    write_text_atomically(fight_map.FOLDER / args.point / f"{name}.md", table + "\n")
+    write_text_atomically(MAP.folder / args.point / f"{name}.md", table + "\n")
     print(table)
     return 0
 

@@ -1,6 +1,6 @@
 """What a MARS rule's lead on the fight map is made of: its winner at a point (from the point's
 report with the most trials), retrained on that report's held-out runs (seeds 3-5 x data orders
-1-2) with each ablation of ``ablate_winners.ABLATIONS`` (the per-tensor clip of ``c`` off, the
+1-2) with each ablation of ``ABLATIONS`` (the per-tensor clip of ``c`` off, the
 second moment read from the gradient instead of ``c``, gamma 0, ...), each read as a paired gap
 to the winner and to the strongest control on the same runs. The runs go through ``torch-mars
 sweep`` (its plain-grid mode), one sweep per ablation and data order, each a resumable journal
@@ -23,28 +23,31 @@ import sys
 from pathlib import Path
 
 from torch_mars.atomic_files import write_text_atomically
-from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
 from torch_mars.train.compare import mean_std_text
 from torch_mars.train.optimizers import MARS_RULE_OF
+from torch_mars.train.study.ablation import (
+    ABLATIONS,
+    TUNE_BUDGET_FLAGS,
+    UNSET,
+    ablation_flags,
+    short_flag_value,
+    sweep_study_flags,
+)
+from torch_mars.train.study.fight_map import FightMap
+from torch_mars.train.study.map_report import (
+    point_reports,
+)
 from torch_mars.train.study.verdict import paired_gap
 
-ablate_winners = load_script(Path(__file__).with_name("ablate_winners.py"))
-fight_map = load_script(Path(__file__).with_name("fight_map.py"))
-
-# The budget's fields a sweep's command line takes (the data order is each sweep's own).
-FLAGS = {
-    **{k: v for k, v in ablate_winners.BUDGET_FLAGS.items() if k != "data_seed"},
-    "block_size": "--block-size",
-    "eval_tokens": "--eval-tokens",
-}
+MAP = FightMap(Path(__file__).resolve().parents[2])
 
 
-def winner_of(point: str, rule: str, folder: Path = fight_map.FOLDER) -> dict:
+def winner_of(point: str, rule: str, folder: Path = MAP.folder) -> dict:
     """``rule``'s finished winner at ``point`` in the point's report with the most trials that
     has one: its budget, hyperparameters, held-out pairs and finals, and its strongest
     control's name and held-out finals on the same pairs."""
-    for _, record in reversed(fight_map.point_reports(point, folder)):
+    for _, record in reversed(point_reports(point, folder)):
         outcomes = {o["optimizer"]: o for o in record["optimizers"]}
         verdict = next((v for v in record["verdicts"] if v["rule"] == rule), None)
         if verdict is not None and outcomes.get(rule, {}).get("finished"):
@@ -69,47 +72,46 @@ def sweep_arguments(point: str, rule: str, suffix: str, data_seed: int, jobs: in
     """The ``torch-mars sweep`` arguments of ``rule``'s ablation ``suffix`` at ``point`` on the
     held-out seeds of data order ``data_seed``."""
     found = winner_of(point, rule)
-    arguments = ablate_winners.ablation_flags(
-        rule, suffix, found["budget"], found["hyperparams"], FLAGS, ignored=("data_seed",)
+    arguments = ablation_flags(
+        rule,
+        suffix,
+        found["budget"],
+        found["hyperparams"],
+        TUNE_BUDGET_FLAGS,
+        ignored=("data_seed",),
     )
     arguments += ["--data-seed", str(data_seed)]
     seeds = [str(s) for s, d in found["pairs"] if d == data_seed]
     name = sweep_name(rule, suffix, data_seed)
     return [
         *arguments,
-        *ablate_winners.sweep_study_flags(fight_map.FOLDER / point, name, seeds, jobs),
+        *sweep_study_flags(MAP.folder / point, name, seeds, jobs, MAP.root),
     ]
 
 
-def data_seeds(point: str, rule: str, folder: Path = fight_map.FOLDER) -> list[int]:
+def data_seeds(point: str, rule: str, folder: Path = MAP.folder) -> list[int]:
     return sorted({d for _, d in winner_of(point, rule, folder)["pairs"]})
 
 
-def ablation_rows(point: str, rule: str, folder: Path = fight_map.FOLDER) -> list[dict]:
+def ablation_rows(point: str, rule: str, folder: Path = MAP.folder) -> list[dict]:
     """Every point of ``rule``'s ablation sweeps at ``point``: its ablated values, its finals on
     the winner's held-out pairs (NaN where a run has not finished), and paired gaps to the
     winner as the sweeps retrained it and to the strongest control."""
     found = winner_of(point, rule, folder)
     first = ("gamma",) if rule in MARS_RULE_OF else ()
-    axes = list(
-        dict.fromkeys(
-            a for grid in ablate_winners.ABLATIONS[rule].values() for a in (*first, *grid)
-        )
-    )
+    axes = list(dict.fromkeys(a for grid in ABLATIONS[rule].values() for a in (*first, *grid)))
     finals: dict[tuple, dict[tuple[int, int], float]] = {}
-    for suffix in ablate_winners.ABLATIONS[rule]:
+    for suffix in ABLATIONS[rule]:
         for data_seed in data_seeds(point, rule, folder):
             path = folder / point / sweep_name(rule, suffix, data_seed) / "sweep.json"
             if not path.is_file():
                 continue
             for entry in json.loads(path.read_text())["points"]:
-                values = tuple(
-                    entry["hyperparams"].get(a, ablate_winners.UNSET.get(a)) for a in axes
-                )
+                values = tuple(entry["hyperparams"].get(a, UNSET.get(a)) for a in axes)
                 runs = finals.setdefault(values, {})
                 for seed, value in entry["finals"].items():
                     runs[(int(seed), data_seed)] = value
-    winner_values = tuple(found["hyperparams"].get(a, ablate_winners.UNSET.get(a)) for a in axes)
+    winner_values = tuple(found["hyperparams"].get(a, UNSET.get(a)) for a in axes)
     retrained = [finals.get(winner_values, {}).get(p, float("nan")) for p in found["pairs"]]
     rows = []
     for values, runs in finals.items():
@@ -128,9 +130,7 @@ def ablation_rows(point: str, rule: str, folder: Path = fight_map.FOLDER) -> lis
     return rows
 
 
-def format_ablation(
-    point: str, rule: str, rows: list[dict], folder: Path = fight_map.FOLDER
-) -> str:
+def format_ablation(point: str, rule: str, rows: list[dict], folder: Path = MAP.folder) -> str:
     """The table of :func:`ablation_rows`, with whether the sweeps reproduce the tune study's
     held-out runs of the winner."""
     found = winner_of(point, rule, folder)
@@ -152,7 +152,7 @@ def format_ablation(
     for row in rows:
         mean = mean_std_text(row["finals"])
         values = " | ".join(
-            "auto" if v is None else ablate_winners.flag_value(v) for v in row["values"].values()
+            "auto" if v is None else short_flag_value(v) for v in row["values"].values()
         )
         to_winner = "the winner" if row["winner"] else (row["to_winner"] or "—")
         lines.append(
@@ -166,14 +166,14 @@ def format_ablation(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("point")
-    parser.add_argument("rule", choices=[r for r in ablate_winners.ABLATIONS if r in MARS_RULE_OF])
+    parser.add_argument("rule", choices=[r for r in ABLATIONS if r in MARS_RULE_OF])
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args()
-    os.chdir(fight_map.ROOT)
+    os.chdir(MAP.root)
     try:
         sweeps = [
             sweep_arguments(args.point, args.rule, suffix, data_seed, args.jobs)
-            for suffix in ablate_winners.ABLATIONS[args.rule]
+            for suffix in ABLATIONS[args.rule]
             for data_seed in data_seeds(args.point, args.rule)
         ]
     except ValueError as error:
@@ -184,7 +184,7 @@ def main() -> int:
         if code:
             return code
     table = format_ablation(args.point, args.rule, ablation_rows(args.point, args.rule))
-    write_text_atomically(fight_map.FOLDER / args.point / f"ablation-{args.rule}.md", table + "\n")
+    write_text_atomically(MAP.folder / args.point / f"ablation-{args.rule}.md", table + "\n")
     print(table)
     return 0
 

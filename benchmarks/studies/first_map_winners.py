@@ -23,34 +23,29 @@ import sys
 from pathlib import Path
 
 from torch_mars.atomic_files import write_text_atomically
-from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
+from torch_mars.train.study.fight_map import EVAL_TOKENS, FightMap
 from torch_mars.train.study.store import restore_journals
 
-fight_map = load_script(Path(__file__).with_name("fight_map.py"))
-
-
+MAP = FightMap(Path(__file__).resolve().parents[2])
 SEEDS = ("0", "1", "2")
 
 
 def sweep_arguments(point: str, jobs: int) -> list[str]:
-    old = json.loads(
-        (fight_map.ROOT / "benchmarks/results/regime-map" / point / "tune.json").read_text()
-    )
+    old = json.loads((MAP.root / "benchmarks/results/regime-map" / point / "tune.json").read_text())
     winners = {entry["optimizer"]: entry["hyperparams"] for entry in old["optimizers"]}
-    return fight_map.winners_sweep_arguments(
-        point, winners, fight_map.FOLDER / point, "first-map-winners", SEEDS, jobs
+    return MAP.winners_sweep_arguments(
+        point, winners, MAP.folder / point, "first-map-winners", SEEDS, jobs
     )
 
 
 def compare(point: str) -> str:
     """The first map's winners against the new search's, on the selection seeds."""
-    new = json.loads((fight_map.FOLDER / point / "tune.json").read_text())
-    old = json.loads((fight_map.FOLDER / point / "first-map-winners" / "sweep.json").read_text())
+    new = json.loads((MAP.folder / point / "tune.json").read_text())
+    old = json.loads((MAP.folder / point / "first-map-winners" / "sweep.json").read_text())
     old_means = {s["optimizer"]: s["final"] for s in old["summaries"]}
     lines = [
-        f"Selection seeds 0-2, data order 0, {fight_map.EVAL_TOKENS:,} validation tokens "
-        "(lower is better).",
+        f"Selection seeds 0-2, data order 0, {EVAL_TOKENS:,} validation tokens (lower is better).",
         "",
         "| optimizer | first map's winner | new search's winner | new - first |",
         "|---|---:|---:|---:|",
@@ -69,15 +64,15 @@ def main() -> int:
     parser.add_argument("point")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
-    restore_journals(fight_map.FOLDER / args.point)
+    restore_journals(MAP.folder / args.point)
     arguments = sweep_arguments(args.point, args.jobs)
     print("torch-mars sweep " + shlex.join(arguments), flush=True)
     code = torch_mars(["sweep", *arguments])
     if code:
         return code
-    if (fight_map.FOLDER / args.point / "tune.json").is_file():
+    if (MAP.folder / args.point / "tune.json").is_file():
         table = compare(args.point)
-        write_text_atomically(fight_map.FOLDER / args.point / "first-map-winners.md", table)
+        write_text_atomically(MAP.folder / args.point / "first-map-winners.md", table)
         print(table)
     return 0
 

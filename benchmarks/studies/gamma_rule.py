@@ -26,12 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from torch_mars.atomic_files import write_text_atomically
-from torch_mars.bench.scripts import load_script
+from torch_mars.train.study.campaign import CURRENT, campaign_folder
+from torch_mars.train.study.fight_map import POINTS, FightMap
 from torch_mars.train.study.space import LADDERS
 
-fight_map = load_script(Path(__file__).with_name("fight_map.py"))
-campaign = load_script(Path(__file__).with_name("campaign.py"))
-CAMPAIGN = campaign.folder_of(campaign.CURRENT)  # the current campaign's points
+MAP = FightMap(Path(__file__).resolve().parents[2])
+
+CAMPAIGN = campaign_folder(MAP.root, CURRENT)  # the current campaign's points
 RULES = ("mars-adamw", "mars-shampoo")
 
 
@@ -84,7 +85,7 @@ def winner_of(label: str, rule: str) -> Winner | None:
     )
     if entry is None or not entry["finished"]:
         return None
-    batch, multiple = fight_map.POINTS[label.split("/", 1)[1]]
+    batch, multiple = POINTS[label.split("/", 1)[1]]
     values = entry["winner"]
     return Winner(batch, multiple, values["gamma"], values["lr"], values["beta1"])
 
@@ -92,7 +93,7 @@ def winner_of(label: str, rule: str) -> Winner | None:
 def rule_text(fit_labels: list[str], left_out: str) -> str:
     """The prediction at ``left_out`` from the winners at ``fit_labels``, and its miss once the
     left-out point is read."""
-    batch, multiple = fight_map.POINTS[left_out.split("/", 1)[1]]
+    batch, multiple = POINTS[left_out.split("/", 1)[1]]
     lines = [
         f"The gamma rule: fitted on {', '.join(fit_labels)}; predicts {left_out} "
         f"({batch} sequences per step, {multiple} x 20 tokens per parameter).",

@@ -47,9 +47,15 @@ from pathlib import Path
 import numpy as np
 
 from torch_mars.atomic_files import write_text_atomically
-from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
+from torch_mars.train.study.campaign import (
+    CAMPAIGN_TRIALS,
+    CAMPAIGNS,
+    SELECTION_FLAGS,
+    campaign_folder,
+)
 from torch_mars.train.study.engine import finished_results
+from torch_mars.train.study.fight_map import OPTIMIZERS, POINTS, FightMap
 from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.selection import PROTOCOL, Selection, badness
 from torch_mars.train.study.space import dimensions_of, parse_point_key, point_key
@@ -57,9 +63,8 @@ from torch_mars.train.study.store import restore_journals, stored_study
 from torch_mars.train.study.tune import SEARCHES, plan_of_identity
 from torch_mars.train.study.verdict import crossed_gap
 
-fight_map = load_script(Path(__file__).with_name("fight_map.py"))
-campaign = load_script(Path(__file__).with_name("campaign.py"))
-OUT = fight_map.ROOT / "benchmarks" / "results" / "search-benchmark"
+MAP = FightMap(Path(__file__).resolve().parents[2])
+OUT = MAP.root / "benchmarks" / "results" / "search-benchmark"
 BUDGETS = (12, 20, 40)
 # The map's selection: three seeds a trial, four finalists on three more.
 MAP_SELECTION = Selection(
@@ -148,7 +153,7 @@ def replay_to_end(search: ProfiledSearch, train: Callable[[tuple], float]):
 
 
 def surrogate_table(point: str, replicates: int) -> str:
-    trials, identity, history = stored_study(fight_map.study_folder(point))
+    trials, identity, history = stored_study(MAP.study_folder(point))
     plan = plan_of_identity(identity, Path("/nonexistent"), None, "x", history)
     finished = finished_results(trials)
     reference = plan_of_identity(identity, Path("/nonexistent"), None, "x", history)
@@ -203,7 +208,7 @@ def surrogate_table(point: str, replicates: int) -> str:
 
 def reference_winners(point: str) -> dict[str, dict]:
     """Each optimizer's 80-trial winner of the map at ``point``: its harness hyperparameters."""
-    report = fight_map.FOLDER / point / "trials-80" / point / "tune.json"
+    report = MAP.folder / point / "trials-80" / point / "tune.json"
     return {o["optimizer"]: o["hyperparams"] for o in json.loads(report.read_text())["optimizers"]}
 
 
@@ -213,9 +218,7 @@ def reference_arguments(point: str, data_seed: int, jobs: int) -> list[str]:
     seeds = tuple(str(s) for s in PROTOCOL.heldout)
     name = f"references-data{data_seed}"
     winners = reference_winners(point)
-    return fight_map.winners_sweep_arguments(
-        point, winners, OUT / point, name, seeds, jobs, data_seed
-    )
+    return MAP.winners_sweep_arguments(point, winners, OUT / point, name, seeds, jobs, data_seed)
 
 
 def reference_finals(point: str) -> dict[str, list[float]]:
@@ -231,7 +234,7 @@ def reference_finals(point: str) -> dict[str, list[float]]:
             values[(optimizer, seed, data)] = value
     return {
         name: [values.get((name, s, d), math.nan) for s, d in PROTOCOL.heldout_pairs()]
-        for name in fight_map.OPTIMIZERS
+        for name in OPTIMIZERS
     }
 
 
@@ -245,13 +248,13 @@ def design_arguments(point: str, design: str, jobs: int, report: bool) -> list[s
     the search ``design``."""
     if design not in SEARCHES:
         raise SystemExit(f"--design must be one of {', '.join(SEARCHES)}, not {design!r}")
-    return fight_map.tune_arguments(
+    return MAP.tune_arguments(
         point,
         jobs,
-        campaign.TRIALS,
+        CAMPAIGN_TRIALS,
         report,
         study=design_folder(point, design),
-        protocol=f"--search {design} {campaign.SELECTION_FLAGS}",
+        protocol=f"--search {design} {SELECTION_FLAGS}",
     )
 
 
@@ -259,13 +262,13 @@ def design_reports(point: str) -> list[tuple[str, str, Path]]:
     """``(design, where, tune.json)`` of every design that ran at ``point``: each campaign's
     study there, then each candidate's not yet any campaign's."""
     found = [
-        (design, name, campaign.folder_of(name) / "tiny" / point / "tune.json")
-        for name, design in campaign.CAMPAIGNS.items()
+        (design, name, campaign_folder(MAP.root, name) / "tiny" / point / "tune.json")
+        for name, design in CAMPAIGNS.items()
     ]
     found += [
         (design, f"design-{design}", design_folder(point, design) / "tune.json")
         for design in SEARCHES
-        if design not in campaign.CAMPAIGNS.values()
+        if design not in CAMPAIGNS.values()
     ]
     return [(design, where, report) for design, where, report in found if report.is_file()]
 
@@ -329,12 +332,12 @@ def _mean(values: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--surrogate", nargs="+", choices=list(fight_map.POINTS), default=[])
+    parser.add_argument("--surrogate", nargs="+", choices=list(POINTS), default=[])
     parser.add_argument("--replicates", type=int, default=8)
-    parser.add_argument("--references", choices=list(fight_map.POINTS))
-    parser.add_argument("--report", choices=list(fight_map.POINTS))
+    parser.add_argument("--references", choices=list(POINTS))
+    parser.add_argument("--report", choices=list(POINTS))
     parser.add_argument("--design", choices=list(SEARCHES), help="a candidate design to --run")
-    parser.add_argument("--run", choices=list(fight_map.POINTS), help="run --design at POINT")
+    parser.add_argument("--run", choices=list(POINTS), help="run --design at POINT")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     if bool(args.design) != bool(args.run):

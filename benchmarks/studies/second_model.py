@@ -30,15 +30,21 @@ import sys
 from pathlib import Path
 
 from torch_mars.atomic_files import write_text_atomically
-from torch_mars.bench.scripts import load_script
 from torch_mars.cli import main as torch_mars
+from torch_mars.train.study.fight_map import POINTS, FightMap
+from torch_mars.train.study.map_report import (
+    format_map,
+    format_progress,
+    map_rows,
+    point_reports,
+    progress_rows,
+)
 from torch_mars.train.study.store import restore_journals, snapshot_journals
 
-fight_map = load_script(Path(__file__).with_name("fight_map.py"))
-
-FOLDER = fight_map.ROOT / "benchmarks" / "results" / "second-model"
+MAP = FightMap(Path(__file__).resolve().parents[2])
+FOLDER = MAP.root / "benchmarks" / "results" / "second-model"
 MODEL = "tiny-w64"
-DATA = fight_map.ROOT.parent / "shared" / "data" / "text" / "python311-docs.txt.gz"
+DATA = MAP.root.parent / "shared" / "data" / "text" / "python311-docs.txt.gz"
 # The compare point, then the point where MARS leads most on ``tiny`` (b64-4x, the one where it
 # leads at all so far: docs/results.md).
 SECOND_POINTS = ("b16-4x", "b64-4x")
@@ -51,7 +57,7 @@ def beside_first_model(point: str, folder: Path = FOLDER, first: Path | None = N
     (the map's report with the most trials that finished it), dimension by dimension, with the
     trials each search spent: where the tuned values carry across width and corpus."""
     second = json.loads((folder / point / "tune.json").read_text())
-    firsts = fight_map.point_reports(point, first or fight_map.FOLDER)
+    firsts = point_reports(point, first or MAP.folder)
     lines = [
         f"Winners at {point}: `tiny` on the stdlib corpus (the map) against `{MODEL}` on the "
         "Python documentation (this study).",
@@ -81,9 +87,7 @@ def beside_first_model(point: str, folder: Path = FOLDER, first: Path | None = N
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--points", nargs="+", choices=list(fight_map.POINTS), default=list(SECOND_POINTS)
-    )
+    parser.add_argument("--points", nargs="+", choices=list(POINTS), default=list(SECOND_POINTS))
     parser.add_argument("--optimizers", nargs="+", default=list(ADAM_PAIR))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--trials", type=int, default=TRIALS)
@@ -97,15 +101,15 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.status:
-        print(fight_map.format_progress(fight_map.progress_rows(FOLDER)))
+        print(format_progress(progress_rows(FOLDER)))
         return 0
     for point in args.points:
         if args.snapshot:
             for written in snapshot_journals(FOLDER / point):
-                print(f"wrote {written.relative_to(fight_map.ROOT)}")
+                print(f"wrote {written.relative_to(MAP.root)}")
             continue
         restore_journals(FOLDER / point)
-        arguments = fight_map.tune_arguments(
+        arguments = MAP.tune_arguments(
             point,
             args.jobs,
             args.trials,
@@ -123,9 +127,9 @@ def main() -> int:
             table = beside_first_model(point, FOLDER)
             write_text_atomically(FOLDER / point / "beside-tiny.md", table + "\n")
             print(table)
-    rows = fight_map.map_rows(FOLDER) if args.report else []
+    rows = map_rows(FOLDER) if args.report else []
     if rows:
-        table = fight_map.format_map(rows, over="model")
+        table = format_map(rows, over="model")
         text = f"The second model's verdicts, Holm over its {len(rows)} comparison(s).\n\n{table}\n"
         write_text_atomically(FOLDER / "verdicts.md", text)
         print(text, end="")

@@ -25,17 +25,18 @@ from pathlib import Path
 
 import optuna
 
-from torch_mars.bench.scripts import load_script
 from torch_mars.bench.table import markdown_table
 from torch_mars.train.study.engine import RunId, finished_results
+from torch_mars.train.study.fight_map import FightMap
 from torch_mars.train.study.profiled import BudgetSpent, ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import badness, need
 from torch_mars.train.study.space import Point, point_key
 from torch_mars.train.study.store import stored_study
 from torch_mars.train.study.tune import plan_of_identity
 
-FIGHT_MAP = load_script(Path(__file__).with_name("fight_map.py"))
-FOLDER = FIGHT_MAP.FOLDER
+MAP = FightMap(Path(__file__).resolve().parents[2])
+
+FOLDER = MAP.folder
 
 
 @dataclasses.dataclass(frozen=True)

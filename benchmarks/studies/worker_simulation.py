@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from torch_mars.bench.scripts import load_script
 from torch_mars.bench.table import markdown_table
 from torch_mars.train.study.engine import (
     RunId,
@@ -36,10 +35,11 @@ from torch_mars.train.study.engine import (
     needed_runs,
     run_of,
 )
+from torch_mars.train.study.fight_map import FightMap
 from torch_mars.train.study.store import stored_study
 from torch_mars.train.study.tune import plan_of_identity
 
-FIGHT_MAP = load_script(Path(__file__).with_name("fight_map.py"))
+MAP = FightMap(Path(__file__).resolve().parents[2])
 
 
 def speculative_runs(searches: Sequence[Search], results: Mapping[RunId, float]) -> list[RunId]:
@@ -114,8 +114,8 @@ def point_rows(
 ) -> list[list[str]]:
     """One row per worker count: the point's study (its searches of ``optimizers`` only,
     where named) replayed without and with speculation."""
-    trials, identity, history = stored_study(FIGHT_MAP.study_folder(point))
-    plan = plan_of_identity(identity, FIGHT_MAP.study_folder(point), None, point, history)
+    trials, identity, history = stored_study(MAP.study_folder(point))
+    plan = plan_of_identity(identity, MAP.study_folder(point), None, point, history)
     searches = [s for s in plan.searches() if not optimizers or s.optimizer in optimizers]
     values = finished_results(trials)
     hours: dict[RunId, float] = {}

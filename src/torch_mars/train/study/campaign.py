@@ -1,8 +1,10 @@
-"""A campaign's verdicts: every comparison its declaration lists (:mod:`.family`), read from
-each point's report (``ROOT/MODEL/POINT/tune.json``, ROOT the declaration's folder) and
-decided by Holm over the declared family, as one table. The words come from
-:func:`~.family.decide` over the same gaps as each point's own ``summary.md``, so a comparison
-reads the same word in both."""
+"""The campaigns and their verdicts. Each campaign (:data:`CAMPAIGNS`) is one search design run
+on one protocol over the map's points, in its own folder of a checkout's results
+(:func:`campaign_folder`). Its verdicts: every comparison its declaration lists
+(:mod:`.family`), read from each point's report (``ROOT/MODEL/POINT/tune.json``, ROOT the
+declaration's folder) and decided by Holm over the declared family, as one table. The words
+come from :func:`~.family.decide` over the same gaps as each point's own ``summary.md``, so a
+comparison reads the same word in both."""
 
 from __future__ import annotations
 
@@ -12,6 +14,21 @@ from pathlib import Path
 
 from torch_mars.train.study.family import Comparison, Decision, campaign_family, decide
 from torch_mars.train.study.verdict import PairedGap
+
+# Each campaign's folder name -> its search design, oldest first; the newest is the current one.
+CAMPAIGNS = {"campaign": "surface", "campaign-2": "surface-2"}
+CURRENT = list(CAMPAIGNS)[-1]
+# Every campaign's protocol: its trials per optimizer, and its selection's seeds and finalists.
+CAMPAIGN_TRIALS = 40
+SELECTION_FLAGS = (
+    "--seeds 0 --data-seed 0 --finalists 4 --final-seeds 1 2 "
+    "--heldout-seeds 3 4 5 6 --heldout-data-seeds 1 2 3"
+)
+
+
+def campaign_folder(root: Path, name: str) -> Path:
+    """Where the campaign ``name`` keeps its declaration and studies in the checkout ``root``."""
+    return root / "benchmarks" / "results" / name
 
 
 @dataclass(frozen=True)
