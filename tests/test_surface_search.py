@@ -47,11 +47,12 @@ def bowl(centre: dict[str, int]):
 
 def test_the_default_is_the_surface_search_at_40_trials_on_one_selection_seed():
     plan = five_optimizer_plan()
-    assert (plan.search, plan.trials) == (DEFAULT_SEARCH, DEFAULT_TRIALS) == ("surface-2", 40)
-    assert all(type(s) is SurfaceSearch2 for s in plan.searches())
+    assert (plan.search, plan.trials) == (DEFAULT_SEARCH, DEFAULT_TRIALS) == ("surface-3", 40)
+    assert all(type(s) is SurfaceSearch3 for s in plan.searches())
     assert PROTOCOL.seeds == (0,) and len(PROTOCOL.heldout_pairs()) == 12
     # the studies that ran the earlier designs replay their own
-    assert SEARCHES["surface"] is SurfaceSearch and SEARCHES["lr-profiled"] is ProfiledSearch
+    assert SEARCHES["surface-2"] is SurfaceSearch2 and SEARCHES["surface"] is SurfaceSearch
+    assert SEARCHES["lr-profiled"] is ProfiledSearch
 
 
 @pytest.mark.parametrize("search", ["surface-3", "surface-2", "surface"])

@@ -4,7 +4,9 @@ two more seeds, each winner held out on 4 seeds x 3 data orders) and one search 
 
 Each campaign has its folder, ``benchmarks/results/NAME/``, and its search (:data:`CAMPAIGNS`):
 ``campaign`` ran the first surface design (b64-4x finished; closed when the search benchmark
-showed that design short of its references), ``campaign-2`` runs the second, tune's default.
+showed that design short of its references), ``campaign-2`` the second (b64-4x finished; closed
+when it too fell short at b64-4x), ``campaign-3`` runs the third, tune's default; each
+campaign's b64-4x study is its design's real run in the search benchmark.
 ``NAME/campaign.json`` is the declaration: every point (the nine of ``tiny`` in their order, the
 second model's two), the optimizers at each, the trial budget, the protocol's flags, the first
 stage, and the family of comparisons Holm runs over. It is written once (``--declare``) and

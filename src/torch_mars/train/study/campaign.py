@@ -16,7 +16,7 @@ from torch_mars.train.study.family import Comparison, Decision, campaign_family,
 from torch_mars.train.study.verdict import PairedGap
 
 # Each campaign's folder name -> its search design, oldest first; the newest is the current one.
-CAMPAIGNS = {"campaign": "surface", "campaign-2": "surface-2"}
+CAMPAIGNS = {"campaign": "surface", "campaign-2": "surface-2", "campaign-3": "surface-3"}
 CURRENT = list(CAMPAIGNS)[-1]
 # Every campaign's protocol: its trials per optimizer, and its selection's seeds and finalists.
 CAMPAIGN_TRIALS = 40

@@ -519,9 +519,8 @@ def _owner_is_gone(trial: optuna.trial.FrozenTrial, stale_after_s: float) -> boo
     owner = trial.system_attrs.get(OWNER_ATTR)
     if not isinstance(owner, dict):
         return True
-    try:
-        beat = float(trial.system_attrs.get(HEARTBEAT_ATTR, owner.get("started", 0.0)))
-    except (TypeError, ValueError):
+    beat = _last_beat(trial)
+    if beat is None:
         return True  # a record that is no time proves nothing
     now = time.time()
     if beat > now + _CLOCK_SLACK_S:
@@ -537,14 +536,21 @@ def _owner_is_gone(trial: optuna.trial.FrozenTrial, stale_after_s: float) -> boo
     return stale  # a live process too must prove it trains: its heartbeat
 
 
+def _last_beat(trial: optuna.trial.FrozenTrial) -> float | None:
+    """When a RUNNING trial's owner last proved it trains (its last heartbeat, else its claim),
+    in seconds since the epoch; None where the record is no time."""
+    owner = trial.system_attrs.get(OWNER_ATTR)
+    started = owner.get("started", 0.0) if isinstance(owner, dict) else 0.0
+    try:
+        return float(trial.system_attrs.get(HEARTBEAT_ATTR, started))
+    except (TypeError, ValueError):
+        return None
+
+
 def _hold_left_s(trial: optuna.trial.FrozenTrial, stale_after_s: float) -> float:
     """Seconds until a RUNNING trial's owner counts as gone unless it beats again."""
-    owner = trial.system_attrs.get(OWNER_ATTR) or {}
-    try:
-        beat = float(trial.system_attrs.get(HEARTBEAT_ATTR, owner.get("started", 0.0)))
-    except (TypeError, ValueError):
-        return 0.0
-    return max(0.0, stale_after_s - (time.time() - beat))
+    beat = _last_beat(trial)
+    return 0.0 if beat is None else max(0.0, stale_after_s - (time.time() - beat))
 
 
 def _owner_text(trial: optuna.trial.FrozenTrial) -> str:

@@ -101,12 +101,12 @@ PROTOCOL_KEYS = (
 )
 # The searches a study can run, by the name its record keeps: the default first.
 SEARCHES: dict[str, type[ProfiledSearch]] = {
-    "surface-2": SurfaceSearch2,
     "surface-3": SurfaceSearch3,
+    "surface-2": SurfaceSearch2,
     "surface": SurfaceSearch,
     "lr-profiled": ProfiledSearch,
 }
-DEFAULT_SEARCH = "surface-2"
+DEFAULT_SEARCH = "surface-3"
 # Every optimizer's trials unless told: the surface search's budget (docs/harness.md).
 DEFAULT_TRIALS = 40
 # The tuning curve's rows in the report: the expected best after this many trials.
