@@ -1,4 +1,4 @@
-"""The default search of ``torch-mars tune``: a screen that moves every dimension within a
+"""The surface searches, ``torch-mars tune``'s default: a screen that moves every dimension within a
 dozen trials, then lr profiles chosen by a local quadratic surface fitted on every trial so far,
 as a pure function of the runs so far.
 
@@ -28,6 +28,12 @@ seeds (by default one: the noise is paid where it decides, by the finalists). Th
 4. **Finalists** (where the selection names them): the best ``finalists`` points scored are
    read on the final seeds too, and the best mean over every choosing seed wins; without
    finalists the best point scored wins. The winner is then read on the held-out runs.
+
+That walk is the first design (:class:`SurfaceSearch`); the second (:class:`SurfaceSearch2`)
+takes a dimension as straight until both sides of the best point are scored and hedges the
+finalists' lr; the third (:class:`SurfaceSearch3`, tune's default) adds a pair probe after the
+screen, so a valley between two dimensions is seen. Each earlier design stays, so that the
+studies that ran it replay.
 
 Every decision reads only runs the search asked for, and the path never depends on the budget:
 a replay on more results takes the same path (a killed study resumes), and more trials extend
@@ -230,7 +236,7 @@ class SurfaceSearch(ProfiledSearch):
 
 @dataclass(frozen=True)
 class SurfaceSearch2(SurfaceSearch):
-    """The second design, tune's default: the same walk with two mends measured at b64-4x
+    """The second design (campaign-2's): the same walk with two mends measured at b64-4x
     (docs/harness.md).
 
     - The fit assumes a dimension straight until trials on both sides of the best point show it
@@ -285,8 +291,8 @@ class SurfaceSearch2(SurfaceSearch):
 
 @dataclass(frozen=True)
 class SurfaceSearch3(SurfaceSearch2):
-    """The third design: the second's walk with a pair probe after the screen, for the miss
-    measured at b64-4x (docs/harness.md).
+    """The third design, tune's default: the second's walk with a pair probe after the screen,
+    for the miss measured at b64-4x (docs/harness.md).
 
     A dimension's slope measured at another setting of a dimension it interacts with
     misleads: MARS-Shampoo's gamma was stepped up only at beta1 0.98, where the correction's
