@@ -540,7 +540,7 @@ def _selection_score(
     search_scores: Mapping[str, float],
 ) -> float:
     """``point``'s score on the selection seeds: as its search scored it, or, for a finalist
-    no trial scored (the second surface design's lr step down), from its runs there (NaN
+    no trial scored (the later surface designs' lr step down), from its runs there (NaN
     until they have finished)."""
     if point_key(point) in search_scores:
         return search_scores[point_key(point)]
