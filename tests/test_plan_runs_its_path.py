@@ -1,5 +1,6 @@
 """The step path a group's plan records is the kernel that runs, for every setting of the
-settings table and each device kind: nothing below the plan picks another path (the Triton
+settings table, each device kind and each sharding of FSDP2 parameters (row shards, any other
+layout): nothing below the plan picks another path (the Triton
 kernels once sent three settings and strided tensors to the compiled kernel on their own, so
 a plan said "triton" while the compiled kernel ran). The kernels are stubbed: which one is
 entered is what is checked; the parity tests check what each computes."""
@@ -121,7 +122,7 @@ def test_the_recorded_path_is_the_kernel_that_runs(monkeypatch, entered, device_
         plan = opt._plans[0]
         expected = set()
         if plan.mars:
-            expected.add(("mars", plan.path))
+            expected.add(("mars", plan.mars_path))
         if plan.adamw:
             expected.add(("adamw", plan.adamw_path))
         assert set(entered) == expected, (flags, plan.path)
@@ -176,3 +177,43 @@ def test_the_default_takes_the_fused_kernels_only_where_triton_runs_the_tensors(
     params = [_OnCuda(contiguous)]
     assert step_plan.default_fused(group, params) is fused
     assert functional.fused_path(params, group.__getitem__) == ("triton" if fused else "compiled")
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A gloo process group of one (this process): ``DTensor``s on a 1-D CPU mesh."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    try:
+        yield init_device_mesh("cpu", (1,))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    ("layout", "mars_path"), [("row shards", "foreach"), ("replicated", "single_tensor")]
+)
+def test_a_sharded_groups_plan_names_the_kernels_its_step_enters(
+    entered, one_process_group, layout, mars_path
+):
+    """FSDP2 row shards take the multi-tensor MARS kernel on their local shards and the group's
+    own path for the AdamW tensors; any other layout the per-tensor loop on ``DTensor`` ops for
+    both: the plan says which, and the step enters that."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    placement = Shard(0) if layout == "row shards" else Replicate()
+    params = []
+    for shape in ((6, 4), (4,)):
+        param = torch.nn.Parameter(
+            distribute_tensor(torch.randn(shape), one_process_group, [placement])
+        )
+        param.grad = distribute_tensor(torch.ones(shape), one_process_group, [placement])
+        params.append(param)
+    opt = MARS(params, lr=0.01)
+    opt.step()
+    plan = opt._plans[0]
+    assert plan.sharding is not None and plan.mars_path == mars_path
+    assert plan.adamw_path == (plan.path if layout == "row shards" else "single_tensor")
+    assert set(entered) == {("mars", plan.mars_path), ("adamw", plan.adamw_path)}

@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
 from torch_mars.kernels import require_triton
-from torch_mars.optim.functional import Implementation, adamw_step, mars_step
+from torch_mars.optim.functional import adamw_step, mars_step
 from torch_mars.optim.settings import (
     DEFAULTS,
     FIRST_RELEASE_SETTINGS,
@@ -45,9 +45,6 @@ from torch_mars.optim.step_types import (
     group_indices,
     mars_hyperparams,
 )
-
-if TYPE_CHECKING:
-    from torch_mars.distributed.group_sharding import GroupSharding
 
 
 class MARS(Optimizer):
@@ -627,16 +624,14 @@ class MARS(Optimizer):
         mars_tensors = self._step_tensors(group, plan.mars, True, inv_grad_scale)
         adamw_tensors = self._step_tensors(group, plan.adamw, False, inv_grad_scale)
         if plan.sharding is not None:
-            self._step_sharded_group(
-                group, plan.sharding, plan.adamw_path, mars_tensors, adamw_tensors, inv_grad_scale
-            )
+            self._step_sharded_group(group, plan, mars_tensors, adamw_tensors, inv_grad_scale)
             return
         for tensors, hp in _first_steps_apart(mars_tensors, group):
             gates = mars_step(
                 tensors,
                 hp,
                 store_last_grad=group["is_approx"],
-                implementation=plan.path,
+                implementation=plan.mars_path,
                 inv_grad_scale=inv_grad_scale,
             )
             self._count_skips(tensors.params, gates)
@@ -693,22 +688,22 @@ class MARS(Optimizer):
     def _step_sharded_group(
         self,
         group: dict[str, Any],
-        sharding: GroupSharding,
-        adamw_path: Implementation,
+        plan: GroupStepPlan,
         mars_tensors: StepTensors,
         adamw_tensors: StepTensors,
         inv_grad_scale: Tensor | None,
     ) -> None:
-        """A group of ``DTensor``s: the MARS tensors on the sharding's path (local shards with
-        whole-tensor collectives, or ``DTensor`` ops); the AdamW tensors on the group's path over
-        the same local tensors (gradients unscaled by the sharding, not by a kernel)."""
+        """A group of ``DTensor``s on the plan's paths: the MARS tensors on local shards with
+        whole-tensor collectives, or by ``DTensor`` ops; the AdamW tensors over the same local
+        tensors (gradients unscaled by the sharding, not by a kernel)."""
+        sharding = plan.sharding
         for tensors, hp in _first_steps_apart(mars_tensors, group):
             local, whole = sharding.local(tensors, inv_grad_scale)
             gates = mars_step(
                 local,
                 hp,
                 store_last_grad=group["is_approx"],
-                implementation=sharding.mars_implementation,
+                implementation=plan.mars_path,
                 whole=whole,
             )
             if gates is not None:
@@ -718,7 +713,7 @@ class MARS(Optimizer):
             self._count_skips(tensors.params, gates)
         if adamw_tensors.params:
             local, _ = sharding.local(adamw_tensors, inv_grad_scale)
-            adamw_step(local, adamw_1d_hyperparams(group), implementation=adamw_path)
+            adamw_step(local, adamw_1d_hyperparams(group), implementation=plan.adamw_path)
 
 
 def _first_steps_apart(

@@ -159,6 +159,8 @@ class GroupStepPlan:
         adamw: those that take plain AdamW (the 1-D path), in order.
         buffers: the :func:`state_buffer_names` of each tensor with a gradient, by index.
         path: the step path of the group's plain tensors (:func:`step_path`).
+        mars_path: the MARS tensors' path: ``path``, or on ``DTensor``s their sharding's
+            (multi-tensor on row shards, the per-tensor loop on any other layout).
         adamw_path: the AdamW tensors' path: ``path``, or on ``DTensor``s the one their
             sharding runs them on (its ``adamw_takes_group_path``).
         sharding: the group's sharding (FSDP2 ``DTensor`` parameters), or None.
@@ -169,6 +171,7 @@ class GroupStepPlan:
     adamw: tuple[int, ...]
     buffers: dict[int, tuple[str, ...]]
     path: Implementation
+    mars_path: Implementation
     adamw_path: Implementation
     sharding: GroupSharding | None
 
@@ -186,6 +189,7 @@ def build_plan(group: dict[str, Any], key: tuple[Hashable, ...]) -> GroupStepPla
         adamw=tuple(i for i in stepped if not routed[i]),
         buffers={i: state_buffer_names(params[i], group) for i in stepped},
         path=path,
+        mars_path=path if sharding is None else sharding.mars_implementation,
         adamw_path=path if sharding is None or sharding.adamw_takes_group_path else "single_tensor",
         sharding=sharding,
     )
