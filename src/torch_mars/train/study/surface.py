@@ -255,28 +255,20 @@ class SurfaceSearch2(SurfaceSearch):
     )
 
     def _final(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
+        count = self.selection.finalists
         finite = sorted(
             ((p, s) for p, s in state.trials if math.isfinite(badness(s))), key=lambda ps: ps[1]
         )
-        self._hedged_finalists(results, state, [p for p, _ in finite])
-
-    def _hedged_finalists(
-        self, results: Mapping[RunId, float], state: ProfiledState, ranked: list[Point]
-    ) -> None:
-        """Read the finalists drawn from ``ranked`` (the finite trials, best first) on every
-        choosing seed: the best, the same setting one lr step down, then the best of other
-        settings; the best mean becomes ``state.point``."""
-        count = self.selection.finalists
-        if not count or not ranked:
+        if not count or not finite:
             super()._final(results, state)
             return
-        best = ranked[0]
+        best = finite[0][0]
         chosen = [best]
         lower = {**best, "lr": best["lr"] - 1}
         if count > 1 and LADDERS["lr"].has(lower["lr"]):
             chosen.append(lower)
         settings = {self._setting_key(p) for p in chosen}
-        for point in ranked:
+        for point, _ in finite:
             if len(chosen) >= count:
                 break
             if self._setting_key(point) not in settings:
