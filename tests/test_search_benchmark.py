@@ -26,6 +26,7 @@ def test_a_candidate_design_runs_the_campaigns_protocol_with_its_own_search():
 
 def test_the_real_table_reads_every_design_that_ran_at_the_point():
     designs = [design for design, _, _ in benchmark.design_reports("b64-4x")]
-    assert designs[:2] == ["surface", "surface-2"]  # the two campaigns' studies landed
+    assert designs[:3] == ["surface", "surface-2", "surface-3"]  # the campaigns' studies landed
     table = benchmark.real_table("b64-4x")
     assert "| surface-2 | nadamw | 1.7578 | 1.7479 | +0.0099 [-0.0062, +0.0260] |" in table
+    assert "| surface-3 | mars-shampoo | 1.6623 | 1.6554 | +0.0070 [-0.0040, +0.0180] |" in table
