@@ -100,6 +100,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--width": ["4"],
     "--epochs": ["3"],
     "--train-subset": ["100"],
+    "--validation-fraction": ["0.2"],
     "--milestones": ["0.3"],
     "--no-augment": [],
     "--warmup": ["2"],

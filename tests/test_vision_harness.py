@@ -61,12 +61,14 @@ def test_train_vision_learns_an_easy_task_and_logs_every_epoch(tmp_path, capsys)
     args = ["train-vision", "--data", f"folder:{tmp_path / 'data'}", *TINY, "--quiet"]
     args += ["--epochs", "4", "--no-augment", "--opt-arg", "lr=0.01", "--run-dir", str(run_dir)]
     assert main(args) == 0
-    assert "final test accuracy" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "final validation accuracy" in printed
+    assert printed.count(", test ") == 1  # the test split read once, after the last epoch
     with (run_dir / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in rows] == [1, 2, 3, 4]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["final"] >= 0.9 and summary["metric"] == "test_accuracy"
+    assert summary["final"] >= 0.9 and summary["metric"] == "val_accuracy"
     assert json.loads((run_dir / "config.json").read_text())["optimizer"] == "mars-adamw"
 
 
@@ -77,7 +79,8 @@ def test_compare_vision_writes_table_figure_and_summary(tmp_path, capsys):
     args += ["--out-dir", str(out), "--name", "cmp", "--quiet", "--lr", "adamw=0.003"]
     assert main(args) == 0
     printed = capsys.readouterr().out
-    assert "| optimizer | seeds | final test accuracy | best test accuracy | images |" in printed
+    header = "| optimizer | seeds | final validation accuracy | best validation accuracy | images |"
+    assert header in printed
     for name in ("mars-adamw", "adamw", "muon-nd"):
         assert f"| {name} |" in printed
         assert (out / "cmp" / f"{name}-seed0" / "metrics.jsonl").is_file()

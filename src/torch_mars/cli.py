@@ -243,6 +243,14 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _open_fraction(text: str) -> float:
+    """A number in (0, 1)."""
+    value = _nonnegative_float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text!r}")
+    return value
+
+
 # Flags shared by several commands.
 
 
@@ -366,10 +374,17 @@ def _add_vision_flags(
     group.add_argument("--width", type=_positive_int, default=width, help="first-stage channels")
     group.add_argument("--epochs", type=_epoch_count, default=epochs)
     group.add_argument(
+        "--validation-fraction",
+        type=_open_fraction,
+        default=VisionConfig.validation_fraction,
+        help="the share of the training images held out to choose on (one fixed draw; default "
+        f"{VisionConfig.validation_fraction}); the test split is read once, after the last epoch",
+    )
+    group.add_argument(
         "--train-subset",
         type=_positive_int,
         default=train_subset,
-        help="train on this many images (a fixed random subset)",
+        help="train on this many of the remaining images (a fixed random subset)",
     )
     group.add_argument("--batch-size", type=_positive_int, default=VisionConfig.batch_size)
     group.add_argument(
@@ -390,6 +405,7 @@ def _vision_config(args: argparse.Namespace, **fields: Any) -> VisionConfig:
         data=args.data,
         width=args.width,
         epochs=args.epochs,
+        validation_fraction=args.validation_fraction,
         train_subset=args.train_subset,
         batch_size=args.batch_size,
         milestones=tuple(args.milestones),

@@ -1,6 +1,6 @@
 """Figures of saved runs of any task, one line per optimizer (the mean over seeds, with a band of
 ± one std when there are several): text runs show validation loss against tokens and against
-training wall time, vision runs test accuracy and test loss against epochs."""
+training wall time, vision runs validation accuracy and loss against epochs."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ PANELS: dict[str, tuple[Panel, ...]] = {
         Panel("time_s", "training wall time (s)", "val_loss", "validation loss (nats/token)"),
     ),
     "vision": (
-        Panel("epoch", "epoch", "test_accuracy", "test accuracy (%)", 100.0),
-        Panel("epoch", "epoch", "test_loss", "test loss (nats)"),
+        Panel("epoch", "epoch", "val_accuracy", "validation accuracy (%)", 100.0),
+        Panel("epoch", "epoch", "val_loss", "validation loss (nats)"),
     ),
 }
 

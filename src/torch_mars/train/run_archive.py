@@ -27,8 +27,8 @@ CURVE_COLUMNS: dict[str, tuple[str, ...]] = {
         "time_s",
         "train_loss",
         "train_accuracy",
-        "test_loss",
-        "test_accuracy",
+        "val_loss",
+        "val_accuracy",
     ),
     "objective": ("step", "value"),
 }

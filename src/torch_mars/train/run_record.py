@@ -54,7 +54,9 @@ class MetricSpec:
 # The headline metric of each task, and the x-axes its figure draws it against.
 TASK_METRICS: dict[str, MetricSpec] = {
     "text": MetricSpec("val_loss", "val loss", lower_is_better=True),
-    "vision": MetricSpec("test_accuracy", "test accuracy", lower_is_better=False, percent=True),
+    "vision": MetricSpec(
+        "val_accuracy", "validation accuracy", lower_is_better=False, percent=True
+    ),
     "objective": MetricSpec("value", "value", lower_is_better=True),
 }
 

@@ -1,5 +1,7 @@
 """Image classification with the CIFAR ResNet-18: data by name, the paper's multistep schedule by
-epoch, and per-epoch test accuracy and loss, on the harness's shared pieces (optimizer factory,
+epoch, per-epoch validation accuracy and loss on a split carved once from the training images
+(what every comparison and search chooses on), and the test split read once, after the last
+epoch, for the report; on the harness's shared pieces (optimizer factory,
 schedule, run record, comparison, table and figure).
 
 Optimizer names mean what they mean for text (:mod:`.optimizers`). MARS routes 4-D conv
@@ -53,9 +55,14 @@ VISION_METRIC_COLUMNS: tuple[str, ...] = (
     "lr",
     "train_loss",
     "train_accuracy",
+    "val_loss",
+    "val_accuracy",
     "test_loss",
     "test_accuracy",
 )
+# The draw of the validation split: one for every run, seed and optimizer, so that every
+# choice reads the same images.
+VALIDATION_SPLIT_SEED = 20_251_129
 
 
 def vision_hyperparams(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +92,26 @@ def load_vision_data(spec: str) -> tuple[ImageDataset, ImageDataset]:
     return train, test
 
 
+def validation_split(train: ImageDataset, fraction: float) -> tuple[ImageDataset, ImageDataset]:
+    """``(train, validation)``: ``fraction`` of ``train``'s images (at least one, and at least
+    one left to train on) drawn once by :data:`VALIDATION_SPLIT_SEED`, the same for every run."""
+    count = max(1, round(fraction * len(train)))
+    if count >= len(train):
+        raise ValueError(
+            f"validation_fraction={fraction} leaves no training image of {len(train)} "
+            f"in {train.name}"
+        )
+    draw = torch.Generator().manual_seed(VALIDATION_SPLIT_SEED)
+    order = torch.randperm(len(train), generator=draw)
+    held, kept = order[:count].sort().values, order[count:].sort().values
+    return (
+        ImageDataset(train.images[kept], train.labels[kept], train.classes, train.name),
+        ImageDataset(
+            train.images[held], train.labels[held], train.classes, f"{train.name} (validation)"
+        ),
+    )
+
+
 @dataclass
 class VisionConfig:
     """One image-classification run.
@@ -100,7 +127,11 @@ class VisionConfig:
         decay: the multistep factor.
         augment: random crop (zero padding ``crop_padding``) and horizontal flip.
         crop_padding: pixels of padding for the random crop.
-        train_subset: train on this many images (a fixed random subset) instead of all.
+        validation_fraction: the share of the training images held out as the validation split
+            (one fixed draw for every run): each epoch is scored on it, and comparisons and
+            searches choose on it; the test split is read only after the last epoch.
+        train_subset: train on this many of the remaining images (a fixed random subset)
+            instead of all.
         seed: initialisation, subset, shuffling and augmentation seed.
         device: ``auto``, ``cpu`` or ``cuda``.
         run_dir: where ``config.json``, ``metrics.jsonl``/``metrics.csv``, ``summary.json`` and
@@ -123,6 +154,7 @@ class VisionConfig:
     decay: float = 0.1
     augment: bool = True
     crop_padding: int = 4
+    validation_fraction: float = 0.1
     train_subset: int | None = None
     seed: int = 0
     device: str = "auto"
@@ -146,6 +178,10 @@ class VisionConfig:
             raise ValueError(f"decay must be in (0, 1], got {self.decay}")
         if self.crop_padding < 0:
             raise ValueError(f"crop_padding must be >= 0, got {self.crop_padding}")
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ValueError(
+                f"validation_fraction must be in (0, 1), got {self.validation_fraction}"
+            )
         if self.train_subset is not None and self.train_subset < 1:
             raise ValueError(f"train_subset must be >= 1, got {self.train_subset}")
         check_run_controls(self)
@@ -192,6 +228,7 @@ class VisionTrainer:
         self.device = resolve_device(config.device)
         train, self.test_set = data if data is not None else task_of(config).load_data(config)
         self.data_fingerprint = task_of(config).data_fingerprint((train, self.test_set))
+        train, self.validation_set = validation_split(train, config.validation_fraction)
         generator = torch.Generator().manual_seed(config.seed)
         if config.train_subset is not None and config.train_subset < len(train):
             keep = torch.randperm(len(train), generator=generator)[: config.train_subset]
@@ -238,6 +275,7 @@ class VisionTrainer:
             "hyperparams": self.hyperparams,
             "data_fingerprint": self.data_fingerprint,
             "train_images": len(self.train_set),
+            "validation_images": len(self.validation_set),
             "device": str(self.device),
         }
 
@@ -245,19 +283,19 @@ class VisionTrainer:
         return normalize(images, self.mean, self.std).to(self.device)
 
     @torch.no_grad()
-    def evaluate(self, batch_size: int = 500) -> tuple[float, float]:
-        """Mean cross-entropy and accuracy on the test split."""
+    def evaluate(self, dataset: ImageDataset, batch_size: int = 500) -> tuple[float, float]:
+        """Mean cross-entropy and accuracy on ``dataset`` (the validation or the test split)."""
         self.model.eval()
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device)
-        for start in range(0, len(self.test_set), batch_size):
-            images = self.test_set.images[start : start + batch_size]
-            labels = self.test_set.labels[start : start + batch_size].to(self.device)
+        for start in range(0, len(dataset), batch_size):
+            images = dataset.images[start : start + batch_size]
+            labels = dataset.labels[start : start + batch_size].to(self.device)
             logits = self.model(self._inputs(images))
             loss_sum += F.cross_entropy(logits, labels, reduction="sum")
             correct += (logits.argmax(1) == labels).sum()
         total_loss, total_correct = torch.stack([loss_sum, correct]).tolist()
-        return total_loss / len(self.test_set), total_correct / len(self.test_set)
+        return total_loss / len(dataset), total_correct / len(dataset)
 
     def _begin_epoch(self, epoch: int) -> None:
         self._generator = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
@@ -269,7 +307,8 @@ class VisionTrainer:
     def run_step(self, step: int, progress: dict[str, Any]) -> dict[str, Any] | None:
         """One step on the next batch of the epoch's order (scheduled lr, augmentation); at
         the epoch's last step, the epoch's training loss and accuracy, an evaluation on the
-        test split and the epoch's metrics row."""
+        validation split (and after the last epoch on the test split too) and the epoch's
+        metrics row."""
         config = self.config
         epoch, position = divmod(step, self.steps_per_epoch)
         if position == 0:
@@ -306,14 +345,21 @@ class VisionTrainer:
             "train_accuracy": total_correct / self._seen,
         }
         if math.isfinite(train_loss):
-            row["test_loss"], row["test_accuracy"] = self.evaluate()
+            row["val_loss"], row["val_accuracy"] = self.evaluate(self.validation_set)
+            if epoch + 1 == config.epochs:
+                row["test_loss"], row["test_accuracy"] = self.evaluate(self.test_set)
         return row
 
     def log_line(self, row: dict[str, Any]) -> str:
+        test = (
+            f", test {row['test_loss']:.4f} acc {100 * row['test_accuracy']:.2f}%"
+            if "test_accuracy" in row
+            else ""
+        )
         return (
             f"{self.config.optimizer} epoch {row['epoch']}/{self.config.epochs}: train "
-            f"{row['train_loss']:.4f} test {row['test_loss']:.4f} acc "
-            f"{100 * row['test_accuracy']:.2f}% ({row['time_s']:.0f} s)"
+            f"{row['train_loss']:.4f} val {row['val_loss']:.4f} acc "
+            f"{100 * row['val_accuracy']:.2f}%{test} ({row['time_s']:.0f} s)"
         )
 
     def loop_state(self) -> dict[str, Any]:
@@ -372,7 +418,7 @@ def _check_vision_hyperparams(config: VisionConfig) -> None:
 VISION_TASK = register_task(
     Task(
         name="vision",
-        description="a CIFAR ResNet-18 on labelled images; test accuracy",
+        description="a CIFAR ResNet-18 on labelled images; validation accuracy",
         metric=TASK_METRICS["vision"],
         budget_unit="images",
         command_suffix="-vision",
