@@ -2,15 +2,15 @@
 
 Each optimizer gets the same number of trials over the dimensions it has in the declared space
 (:mod:`.space`), spent by the search the study records (tune's default the third surface design,
-:mod:`.surface`; the lr-profiled search of the map's studies, :mod:`.profiled`) from starts
-that follow one rule for every optimizer; each winner is then read on held-out runs: new initialisations on new
-data orders, which no selection saw. The report gives each optimizer's trials, its tuning curve
-(:mod:`.curves`), and each MARS rule's gap to its strongest same-cost control as a paired
-interval with a Holm decision (:mod:`.verdict`). The study runs on :mod:`.engine`: a trial is
-one harness run, the study lives in an Optuna storage (an SQLite file in the study folder by
-default, or a shared database or journal file), any number of workers (``--jobs`` here,
-``--worker`` on other machines) work on it, and a killed study resumes without rerunning a
-finished trial.
+:mod:`.surface`; the lr-profiled search of the map's studies, :mod:`.profiled`) from starts that
+follow one rule for every optimizer; each winner is then read on held-out runs: new
+initialisations on new data orders, which no selection saw. The report gives each optimizer's
+trials, its tuning curve (:mod:`.curves`), and each MARS rule's gap to its strongest same-cost
+control as a paired interval with a Holm decision (:mod:`.verdict`). The study runs on
+:mod:`.engine`: a trial is one harness run, the study lives in an Optuna storage (an SQLite file
+in the study folder by default, or a shared database or journal file), any number of workers
+(``--jobs`` here, ``--worker`` on other machines) work on it, and a killed study resumes without
+rerunning a finished trial.
 """
 
 from __future__ import annotations
