@@ -14,11 +14,9 @@ import pytest
 from torch_mars.train.study.campaign import campaign_rows, format_campaign_table
 from torch_mars.train.study.family import Comparison, campaign_family, decide
 from torch_mars.train.study.selection import PROTOCOL
-from torch_mars.train.study.tune import (
-    FAMILY_ATTR,
+from torch_mars.train.study.tune import FAMILY_ATTR, TunePlan, declare_family
+from torch_mars.train.study.tune_report import (
     OptimizerOutcome,
-    TunePlan,
-    declare_family,
     report_json,
     sibling_gaps,
     verdicts,

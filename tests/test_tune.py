@@ -20,7 +20,7 @@ import torch
 from harness_helpers import kill_when_paused, toy_tune_plan, write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train.runtime import describe_device
-from torch_mars.train.study import tune
+from torch_mars.train.study import tune, tune_report
 from torch_mars.train.study.engine import (
     claim,
     finished_results,
@@ -233,11 +233,11 @@ def test_a_worker_takes_its_settings_from_the_study_and_refuses_others(tmp_path,
 
 def test_the_report_tells_an_unbegun_optimizer_from_an_unfinished_one(tmp_path, corpus_file):
     plan = toy_plan(tmp_path, corpus_file)
-    (unbegun,) = tune.outcomes(plan, [])
+    (unbegun,) = tune_report.outcomes(plan, [])
     assert unbegun.trial_scores == [] and not unbegun.finished
-    assert "| adamw (not started) |" in tune.format_tune_table(plan, [unbegun])
+    assert "| adamw (not started) |" in tune_report.format_tune_table(plan, [unbegun])
     begun = dataclasses.replace(unbegun, trial_scores=[2.0])
-    assert "| adamw (unfinished) |" in tune.format_tune_table(plan, [begun])
+    assert "| adamw (unfinished) |" in tune_report.format_tune_table(plan, [begun])
 
 
 def test_a_study_keeps_the_starts_it_began_with_when_the_defaults_move(
@@ -331,9 +331,9 @@ def test_the_cost_line_says_where_threads_were_not_recorded():
         owner = {"device": "cpu-x"} | ({} if threads is None else {"threads": threads})
         return optuna.trial.create_trial(value=1.0, system_attrs={OWNER_ATTR: owner})
 
-    assert tune.devices_note([run(1), run(None)]).endswith(
+    assert tune_report.devices_note([run(1), run(None)]).endswith(
         "(2 runs, 0.00 h of run time, 1 thread(s) per run where recorded)"
     )
-    assert tune.devices_note([run(None)]).endswith("threads per run not recorded)")
-    assert tune.devices_note([run(1), run(2)]).endswith("1/2 thread(s) per run)")
-    assert tune.devices_note([]) == "no runs"
+    assert tune_report.devices_note([run(None)]).endswith("threads per run not recorded)")
+    assert tune_report.devices_note([run(1), run(2)]).endswith("1/2 thread(s) per run)")
+    assert tune_report.devices_note([]) == "no runs"

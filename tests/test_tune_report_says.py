@@ -13,9 +13,9 @@ import pytest
 
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.space import dimensions_of, start_point
-from torch_mars.train.study.tune import (
+from torch_mars.train.study.tune import TunePlan
+from torch_mars.train.study.tune_report import (
     OptimizerOutcome,
-    TunePlan,
     format_tune_table,
     moved_dimensions,
 )
@@ -83,7 +83,7 @@ def test_the_held_out_runs_keep_their_reported_curves_and_the_figure_draws_them(
     import optuna
 
     import torch_mars
-    from torch_mars.train.study.tune import _mean_curve, curves_of
+    from torch_mars.train.study.tune_report import _mean_curve, curves_of
 
     small = dict(seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,), finalists=0)
     result = torch_mars.tune(

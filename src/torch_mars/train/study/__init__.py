@@ -5,9 +5,11 @@ search :mod:`.surface`, tune's default; the lr-profiled search :mod:`.profiled`;
 :mod:`.grid_search`), the seeds and protocol (:mod:`.selection`), the declared space
 (:mod:`.space`), the grid syntax (:mod:`.grid`), the verdicts (:mod:`.verdict`: paired and
 crossed intervals, Holm) over a declared family (:mod:`.family`), tuning curves
-(:mod:`.curves`), the two commands reduced to their plan and report (:mod:`.tune`,
-:mod:`.sweep`), the one door of a tune study (:mod:`.run`) and a campaign's verdicts
-(:mod:`.campaign`).
+(:mod:`.curves`), tune's plan (:mod:`.tune`) and its report (:mod:`.tune_report`), sweep's plan
+and report (:mod:`.sweep`), the one door of a tune study (:mod:`.run`), the campaigns and their
+verdicts (:mod:`.campaign`), and what the study scripts share: the fight map's protocol
+(:mod:`.fight_map`), a map's reports (:mod:`.map_report`) and ablation sweeps' flags
+(:mod:`.ablation`).
 """
 
 # A user's training function is a task: registered whenever the engine is imported, so that a

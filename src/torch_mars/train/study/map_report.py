@@ -15,7 +15,7 @@ from torch_mars.train.study.fight_map import POINTS
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.store import load_study, open_storage, study_names
-from torch_mars.train.study.tune import OptimizerOutcome, Verdict, run_cost, verdicts
+from torch_mars.train.study.tune_report import OptimizerOutcome, Verdict, run_cost, verdicts
 from torch_mars.train.study.verdict import PairedGap, holm_decisions, paired_gap
 
 
@@ -212,7 +212,7 @@ def pooled_verdicts(first: dict, second: dict) -> tuple[dict[str, str], list[Ver
     """Both searches of a point read as one search of twice the trials: per optimizer finished
     in both (their ``tune.json`` records), the winner with the lower mean over its choosing
     seeds (the selection's and the finalists', the same seeds in both), then the study's
-    verdicts (:func:`~torch_mars.train.study.tune.verdicts`) on those winners. Returns which
+    verdicts (:func:`~torch_mars.train.study.tune_report.verdicts`) on those winners. Returns which
     search each winner came from and the verdicts."""
     firsts = {o["optimizer"]: o for o in first["optimizers"] if o["finished"]}
     chosen: list[OptimizerOutcome] = []

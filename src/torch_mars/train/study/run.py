@@ -27,8 +27,8 @@ from torch_mars.train.study.tune import (
     declare_family,
     keep_stored_starts,
     report_plan,
-    write_tune_report,
 )
+from torch_mars.train.study.tune_report import write_tune_report
 from torch_mars.train.task import task_of
 
 # How a study shows its progress: a bar on stderr (a failed run's line printed over it), a
