@@ -143,6 +143,13 @@ class LocalSurface:
             [[p[d] - centre[d] for d in dimensions] for p in points], dtype=float
         ).reshape(len(points), len(dimensions))
 
+    def sensitivity(self, dimension: str) -> float:
+        """How much the fit's score moves along ``dimension`` near the centre: its linear
+        coefficient's size plus its squared term's (per ladder step, in units of the scores'
+        spread)."""
+        i, width = self.dimensions.index(dimension), len(self.dimensions)
+        return float(abs(self.coefficients[1 + i]) + abs(self.coefficients[1 + width + i]))
+
     def predict(self, points: list[Point]) -> np.ndarray:
         offsets = self._offsets(self.dimensions, self.centre, points)
         columns = self._columns(self.dimensions, self.pairs)
@@ -304,14 +311,8 @@ class SurfaceSearch3(SurfaceSearch2):
         if len(others) < 2:
             return
         centre = dict(state.point)
-        coefficients = self._fit(state).coefficients
-        width = len(self.dimensions)
-        sensitivity = {
-            d: abs(coefficients[1 + i]) + abs(coefficients[1 + width + i])
-            for i, d in enumerate(self.dimensions)
-            if d != "lr"
-        }
-        a, b = sorted(others, key=lambda d: -sensitivity[d])[:2]
+        surface = self._fit(state)
+        a, b = sorted(others, key=lambda d: -surface.sensitivity(d))[:2]
         state.pairs = ((a, b),)
         probes = [
             point
