@@ -1,4 +1,4 @@
-"""The surface searches (the second design is tune's default) on pure functions (no training,
+"""The surface searches (the third design is tune's default) on pure functions (no training,
 seconds): every dimension of every optimizer is scored away from its start within 12 trials, a
 (gamma, lr) ridge is followed to its optimum at one selection seed a trial, a replay takes the
 same path whatever order the runs finished in, more trials extend the same search, and the
@@ -24,12 +24,13 @@ from torch_mars.train.study.surface import (
     SurfaceSearch,
     SurfaceSearch2,
     SurfaceSearch3,
+    SurfaceSearch4,
 )
 from torch_mars.train.study.tune import DEFAULT_SEARCH, DEFAULT_TRIALS, SEARCHES, TunePlan
 from torch_mars.train.trainer import TrainConfig
 
 FIVE = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
-DESIGNS = [SurfaceSearch, SurfaceSearch2, SurfaceSearch3]
+DESIGNS = [SurfaceSearch, SurfaceSearch2, SurfaceSearch3, SurfaceSearch4]
 
 
 def five_optimizer_plan(**settings) -> TunePlan:
@@ -55,7 +56,7 @@ def test_the_default_is_the_surface_search_at_40_trials_on_one_selection_seed():
     assert SEARCHES["lr-profiled"] is ProfiledSearch
 
 
-@pytest.mark.parametrize("search", ["surface-3", "surface-2", "surface"])
+@pytest.mark.parametrize("search", ["surface-4", "surface-3", "surface-2", "surface"])
 @pytest.mark.parametrize("order_seed", [0, 1, 2])
 def test_every_dimension_of_every_optimizer_moves_within_12_trials(search, order_seed):
     plan = five_optimizer_plan(trials=12, order_seed=order_seed, search=search)
@@ -232,10 +233,11 @@ def valley(point: dict[str, int], seed: int) -> float:
     return 2.0 + 0.05 * across**2 + 0.01 * (along - 2) ** 2 + 0.02 * lr**2 + 1e-4 * seed
 
 
+@pytest.mark.parametrize("design", [SurfaceSearch3, SurfaceSearch4])
 @pytest.mark.parametrize("order_seed", [0, 1, 2])
-def test_a_beta1_gamma_valley_is_followed_by_the_pair_probe(order_seed):
+def test_a_beta1_gamma_valley_is_followed_by_the_pair_probe(design, order_seed):
     state, _ = run_search(
-        SurfaceSearch3("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed),
+        design("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed),
         objective=valley,
     )
     (pair,) = state.pairs
@@ -262,3 +264,31 @@ def test_the_pair_probe_moves_two_dimensions_from_the_screens_best_at_its_lr(ord
     assert all(p["lr"] == best["lr"] for p in probes)
     assert all({d for d in p if p[d] != best[d]} == set(pair) for p in probes)
     assert len({tuple(sorted(p.items())) for p in probes}) == len(probes) <= 4
+
+
+@pytest.mark.parametrize("order_seed", [0, 1, 2])
+def test_the_fourth_design_profiles_the_probes_best_pair_at_once(order_seed):
+    search = SurfaceSearch4("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed)
+    state, _ = run_search(search, objective=valley)
+    screened = 3 + 2 * (len(search.dimensions) - 1)
+    probes = state.trials[screened : screened + 4]
+    best, _ = min(probes, key=lambda ps: ps[1])
+    rest = {d: i for d, i in best.items() if d != "lr"}
+    profile = [p for p, _ in state.trials[screened + 4 :]][:2]
+    # the profile's first two trials are the probe's best setting one lr step either side
+    assert [p["lr"] for p in profile] == [best["lr"] - 1, best["lr"] + 1]
+    assert all({d: i for d, i in p.items() if d != "lr"} == rest for p in profile)
+    assert state.moves[2:4] == [state.moves[2], "probe profiled"]
+
+
+def test_the_fourth_design_steps_one_ladder_step_where_the_third_steps_two():
+    dimensions = ("lr", "beta1", "gamma")
+    centre = {"lr": 5, "beta1": 2, "gamma": 1}
+    # a fit whose optimum lies two gamma steps out, lr and beta1 flat
+    trials = [({**centre, "gamma": 1 + k}, 1.0 + 0.01 * (k - 2) ** 2) for k in (-1, 0, 1)]
+    trials += [({**centre, "lr": 5 + k, "beta1": 2 + k}, 1.04 + 0.001 * k) for k in (-1, 1)]
+    surface = LocalSurface.fit(dimensions, centre, trials, curvature_ridge=3e-2)
+    third = SurfaceSearch3("mars-adamw", (START,), PROTOCOL, trials=40)
+    fourth = SurfaceSearch4("mars-adamw", (START,), PROTOCOL, trials=40)
+    assert third._next_step(surface, centre, set())["gamma"] == 3
+    assert fourth._next_step(surface, centre, set())["gamma"] == 2

@@ -32,8 +32,9 @@ seeds (by default one: the noise is paid where it decides, by the finalists). Th
 That walk is the first design (:class:`SurfaceSearch`); the second (:class:`SurfaceSearch2`)
 takes a dimension as straight until both sides of the best point are scored and hedges the
 finalists' lr; the third (:class:`SurfaceSearch3`, tune's default) adds a pair probe after the
-screen, so a valley between two dimensions is seen. Each earlier design stays, so that the
-studies that ran it replay.
+screen, so a valley between two dimensions is seen; the fourth (:class:`SurfaceSearch4`, a
+candidate) profiles the probe's best pair and steps one ladder step at a time. Each earlier
+design stays, so that the studies that ran it replay.
 
 Every decision reads only runs the search asked for, and the path never depends on the budget:
 a replay on more results takes the same path (a killed study resumes), and more trials extend
@@ -164,6 +165,8 @@ class SurfaceSearch(ProfiledSearch):
     first studies replay it): an even ridge on every term, finalists the best points scored."""
 
     curvature_ridge: ClassVar[float] = RIDGE
+    # The steps a candidate moves one dimension by (ladder steps); two dimensions move by one.
+    single_steps: ClassVar[tuple[int, ...]] = (-1, 1, -2, 2)
 
     def _search(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
         dimensions = self.dimensions
@@ -218,10 +221,11 @@ class SurfaceSearch(ProfiledSearch):
         state.moves.append("screen")
 
     def _next_step(self, surface: LocalSurface, best: Point, profiled: set[str]) -> Point | None:
-        """The candidate setting (one or two dimensions of ``best`` moved one step) predicted
-        lowest at its own predicted best lr, among those not yet profiled."""
+        """The candidate setting (one dimension of ``best`` moved by one of
+        :attr:`single_steps`, or two by one step each) predicted lowest at its own predicted
+        best lr, among those not yet profiled."""
         others = [d for d in surface.dimensions if d != "lr"]
-        moves = [{d: s} for d in others for s in (-1, 1, -2, 2)]
+        moves = [{d: s} for d in others for s in self.single_steps]
         moves += [
             {a: sa, b: sb} for a, b in combinations(others, 2) for sa in (-1, 1) for sb in (-1, 1)
         ]
@@ -308,8 +312,13 @@ class SurfaceSearch3(SurfaceSearch2):
         self, results: Mapping[RunId, float], state: ProfiledState, others: list[str]
     ) -> None:
         super()._screen(results, state, others)
-        if len(others) < 2:
-            return
+        if len(others) >= 2:
+            self._probe(results, state, others)
+
+    def _probe(
+        self, results: Mapping[RunId, float], state: ProfiledState, others: list[str]
+    ) -> list[tuple[Point, float]]:
+        """The pair probe from the best point so far; returns the probes scored."""
         centre = dict(state.point)
         surface = self._fit(state)
         a, b = sorted(others, key=lambda d: -surface.sensitivity(d))[:2]
@@ -320,5 +329,36 @@ class SurfaceSearch3(SurfaceSearch2):
             for step_b in (-1, 1)
             if (point := self._neighbour(centre, {a: step_a, b: step_b})) is not None
         ]
-        self.score_points(results, state, probes)
+        scored = self.score_points(results, state, probes)
         state.moves.append(f"probe {a}+{b}")
+        return scored
+
+
+@dataclass(frozen=True)
+class SurfaceSearch4(SurfaceSearch3):
+    """The fourth design: the third's walk with two changes chosen on the search benchmark's
+    surrogate at b64-4x (docs/harness.md).
+
+    - The probe's best pair is lr-profiled at once. The probe scores a pair at the centre's lr,
+      where a correction made stronger (a larger gamma, a smaller beta1) wants another lr: at
+      b64-4x the third design's MARS-Shampoo probe found beta1 0.9 with gamma 0.1 level with
+      its incumbent at that lr, and its steps never judged the pair one lr step up, where the
+      reference sits.
+    - A candidate step moves a dimension by one ladder step only. A two-step candidate is
+      where the fit's straight prior extrapolates furthest from what was scored: in flat
+      dimensions the third design spent its steps there (weight decay 0.3, beta1 0.85 for
+      MARS-Shampoo) before the lr neighbour of its best setting.
+    """
+
+    single_steps: ClassVar[tuple[int, ...]] = (-1, 1)
+
+    def _probe(
+        self, results: Mapping[RunId, float], state: ProfiledState, others: list[str]
+    ) -> list[tuple[Point, float]]:
+        scored = super()._probe(results, state, others)
+        finite = [(p, s) for p, s in scored if math.isfinite(badness(s))]
+        if finite:
+            best, _ = min(finite, key=lambda ps: badness(ps[1]))
+            self._profile(results, state, best)
+            state.moves.append("probe profiled")
+        return scored

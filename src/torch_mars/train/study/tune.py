@@ -60,7 +60,12 @@ from torch_mars.train.study.space import (
     start_point,
     tunable_optimizers,
 )
-from torch_mars.train.study.surface import SurfaceSearch, SurfaceSearch2, SurfaceSearch3
+from torch_mars.train.study.surface import (
+    SurfaceSearch,
+    SurfaceSearch2,
+    SurfaceSearch3,
+    SurfaceSearch4,
+)
 from torch_mars.train.task import task_of
 from torch_mars.train.trainer import TrainConfig
 
@@ -79,6 +84,7 @@ PROTOCOL_KEYS = (
 # The searches a study can run, by the name its record keeps: the default first.
 SEARCHES: dict[str, type[ProfiledSearch]] = {
     "surface-3": SurfaceSearch3,
+    "surface-4": SurfaceSearch4,
     "surface-2": SurfaceSearch2,
     "surface": SurfaceSearch,
     "lr-profiled": ProfiledSearch,
