@@ -6,6 +6,7 @@ here. Configurations are built without running anything."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,8 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     (("train-vision",), "--data"): ["cifar:/images"],
     (("sweep-vision",), "--data"): ["cifar:/images"],
     (("plot",), "--out"): ["figure.png"],
+    # a landed study's folder (its snapshot is tracked): the flag checks it holds a study
+    "--reuse-runs": [str(Path(__file__).parents[1] / "benchmarks/results/campaign-3/tiny/b64-4x")],
     (("prepare",), "--out"): ["other-shards"],
     (("doctor",), "--out"): ["report.md"],
     (("eval",), "--device"): ["cuda"],

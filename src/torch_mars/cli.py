@@ -756,6 +756,17 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         help="stop each worker after it has trained this many runs (the study resumes later)",
     )
     group.add_argument(
+        "--reuse-runs",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="STUDY_DIR",
+        help="tune study folders (a study.log or study.log.gz in each) whose finished runs are "
+        "taken instead of trained where a run's budget, data, hyperparameters, seed and data "
+        "order are the same (runs repeat exactly on one machine and torch); each taken run is "
+        "marked with where it came from and not counted as trained here",
+    )
+    group.add_argument(
         "--time-budget",
         type=_positive_minutes,
         metavar="MINUTES",
@@ -778,6 +789,7 @@ _TUNE_WORKER_OWN = {
     "time_budget",
     "report",
     "objective",
+    "reuse_runs",
 }
 # The harness flags an --objective study reads: the recipe its searches start from, the
 # selection's data order and the device; the function trains the rest its own way.
@@ -809,9 +821,11 @@ class TuneRequest:
     max_trials: int | None
     objective: str | None = None  # what a worker's own command line names
     time_budget_s: float | None = None
+    reuse: tuple[Path, ...] = ()
 
 
 def _tune_request(args: argparse.Namespace) -> TuneRequest:
+    from torch_mars.train.study.reuse import check_donors
     from torch_mars.train.study.tune import TunePlan
 
     folder = args.out_dir / args.name
@@ -872,6 +886,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             study_name=args.name,
             jobs=args.jobs,
             overwrite=args.overwrite,
+            reuse=check_donors(tuple(args.reuse_runs)),
         )
     return TuneRequest(
         plan,
@@ -883,6 +898,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
         args.max_trials,
         args.objective if args.worker else None,
         None if args.time_budget is None else 60.0 * args.time_budget,
+        check_donors(tuple(args.reuse_runs)),
     )
 
 
@@ -922,7 +938,7 @@ def _tune(request: TuneRequest) -> int:
         joined, identity = join_study(storage_url(request.storage, request.study_dir), request.name)
         _check_worker_objective(identity, request)
         plan = plan_of_study(joined, request.study_dir, request.storage, request.name)
-        plan = dataclasses.replace(plan, jobs=request.jobs)
+        plan = dataclasses.replace(plan, jobs=request.jobs, reuse=request.reuse)
     show = "bar" if sys.stderr.isatty() and plan.jobs == 1 else "lines"
     # a report changes no study, whatever else the command line says (--overwrite included)
     ran = run_study(

@@ -66,9 +66,11 @@ from torch_mars.train.run_archive import CURVE_COLUMNS
 from torch_mars.train.run_record import TASK_METRICS, RunFailed, RunFolderBusy, run_folder_lock
 from torch_mars.train.run_shell import RUN_CONTROL_FIELDS, diverged_result, train_run
 from torch_mars.train.runtime import describe_device, pause_if_asked, resolve_device
+from torch_mars.train.study.reuse import WHERE_FIELDS, copied_record, donated_run
 from torch_mars.train.study.store import (
     PROTOCOL_HISTORY_ATTR,
     StorageError,
+    add_finished_trial,
     claim_lock,
     create_claimed_trial,
     delete_study,
@@ -95,9 +97,6 @@ RUN_FIELDS = (
     "diagnostics",
     "dist_timeout_s",
 )
-# The budget fields that say where the data was read from, not what it is (its fingerprint is
-# in the identity): the same data under another path is the same study.
-_WHERE_FIELDS = ("data",)
 OWNER_ATTR = "torch_mars_owner"
 # How a progress line says its run failed (a bar prints such a line, where it swallows others).
 FAILED_MARK = "FAILED: "
@@ -139,9 +138,11 @@ class StudySpec:
     searches, the seeds whose runs keep their evaluation curve, where the study lives (its
     folder is made absolute), how many local workers run it, ``settings``: the searches' own
     identity (JSON), the optimizer names its trials' ``optimizer`` parameter takes,
-    ``protocol_keys``: the settings that choose runs without changing any, and ``in_common``:
+    ``protocol_keys``: the settings that choose runs without changing any, ``in_common``:
     a stored identity and this one reduced to what both describe (a table of optimizers that
-    grew since the study began changes no result of its optimizers)."""
+    grew since the study began changes no result of its optimizers), and ``donors``: tune
+    study folders whose finished runs of the same settings are taken instead of trained
+    (:mod:`.reuse`; they change no result, so they are not in the identity)."""
 
     base: TaskConfig
     searches: tuple[Search, ...]
@@ -155,6 +156,7 @@ class StudySpec:
     overwrite: bool = False
     protocol_keys: tuple[str, ...] = ()
     in_common: Callable[[dict[str, Any], dict[str, Any]], tuple[dict, dict]] | None = None
+    donors: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -247,7 +249,7 @@ def _protocol_of(identity: dict[str, Any], keys: Sequence[str]) -> dict[str, Any
 def _comparable(identity: dict[str, Any], keys: Sequence[str] = ()) -> dict[str, Any]:
     """``identity`` without what never changes a result: where the data was read from (its
     content is in ``data``) and, with ``keys``, the protocol."""
-    budget = {k: v for k, v in identity.get("budget", {}).items() if k not in _WHERE_FIELDS}
+    budget = {k: v for k, v in identity.get("budget", {}).items() if k not in WHERE_FIELDS}
     search = {k: v for k, v in identity.get("search", {}).items() if k not in keys}
     return {**identity, "budget": budget, "search": search}
 
@@ -622,7 +624,8 @@ def needed_runs(searches: Sequence[Search], results: Mapping[RunId, float]) -> l
 
 def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim | bool | None:
     """Under the claim lock: fail the trials of gone workers, then claim the first needed run
-    (:func:`needed_runs`) that no worker is training (one storage write). None when other
+    (:func:`needed_runs`) that no worker is training (one storage write), taking instead each
+    such run a donor study finished (:mod:`.reuse`; one write each) before it. None when other
     workers hold every needed run; False when the study is finished."""
     _check_runs_folder(spec.study_dir / "runs")
     with claim_lock(spec.url, study, spec.study_name):
@@ -639,30 +642,33 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
         for trial in trials:  # a kill between a tell and its folder's removal left it
             if trial.state.is_finished() and os.path.lexists(spec.work_dir(trial.number)):
                 _remove_work_dir(spec.work_dir(trial.number))
-        needed = needed_runs(spec.searches, finished_results(trials))
-        if not needed:
-            return False
-        free = [run for run in needed if run not in running]
-        if not free:
-            return None
-        run = free[0]
-        optimizer, key, seed, data_seed = run
-        search = spec.search_of(optimizer)
-        choices = _optimizer_choices(trials, spec)
-        params: dict[str, tuple[Any, BaseDistribution]] = {
-            "seed": (seed, _SEED_PARAM),
-            "data_seed": (data_seed, _SEED_PARAM),
-        }
-        if optimizer in choices.choices:  # the user attrs name it either way
-            params["optimizer"] = (optimizer, choices)
-        params |= {f"{optimizer}.{name}": p for name, p in search.trial_params(key).items()}
-        user_attrs = {
-            "optimizer": optimizer,
-            "point": key,
-            "seed": seed,
-            "data_seed": data_seed,
-            "label": search.label(key),
-        }
+        identity = spec.identity() if spec.donors else {}
+        while True:
+            needed = needed_runs(spec.searches, finished_results(trials))
+            if not needed:
+                return False
+            free = [run for run in needed if run not in running]
+            if not free:
+                return None
+            run = free[0]
+            params, user_attrs = _trial_record(spec, trials, run)
+            values = {name: value for name, (value, _) in params.items()}
+            donated = (
+                donated_run(spec.donors, identity, run, values, run[2] in spec.curve_seeds)
+                if spec.donors
+                else None
+            )
+            if donated is None:
+                break
+            folder, trial = donated
+            add_finished_trial(
+                study,
+                params,
+                {**user_attrs, **{k: v for k, v in trial.user_attrs.items() if k in _RESULT}},
+                {**trial.system_attrs, **copied_record(folder, trial)},
+                trial,
+            )
+            trials = study.get_trials(deepcopy=False)
         device = describe_device(resolve_device(spec.base.device))
         trial = create_claimed_trial(study, params, user_attrs, {OWNER_ATTR: owner_record(device)})
         work_dir = spec.work_dir(trial.number)
@@ -674,6 +680,35 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
         lock = contextlib.ExitStack()
         lock.enter_context(run_folder_lock(work_dir))
         return Claim(trial, run, work_dir, lock)
+
+
+# What a trial records of its run's result (:func:`train_claimed`): a taken run's come from its
+# donor.
+_RESULT = ("final", "summary", "curve")
+
+
+def _trial_record(
+    spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial], run: RunId
+) -> tuple[dict[str, tuple[Any, BaseDistribution]], dict[str, Any]]:
+    """The parameters (with their distributions) and labels the trial of ``run`` records."""
+    optimizer, key, seed, data_seed = run
+    search = spec.search_of(optimizer)
+    choices = _optimizer_choices(trials, spec)
+    params: dict[str, tuple[Any, BaseDistribution]] = {
+        "seed": (seed, _SEED_PARAM),
+        "data_seed": (data_seed, _SEED_PARAM),
+    }
+    if optimizer in choices.choices:  # the user attrs name it either way
+        params["optimizer"] = (optimizer, choices)
+    params |= {f"{optimizer}.{name}": p for name, p in search.trial_params(key).items()}
+    user_attrs = {
+        "optimizer": optimizer,
+        "point": key,
+        "seed": seed,
+        "data_seed": data_seed,
+        "label": search.label(key),
+    }
+    return params, user_attrs
 
 
 def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:

@@ -263,6 +263,31 @@ def create_claimed_trial(
     return optuna.Trial(study, trial_id)
 
 
+def add_finished_trial(
+    study: optuna.Study,
+    params: dict[str, tuple[Any, BaseDistribution]],
+    user_attrs: dict[str, Any],
+    system_attrs: dict[str, Any],
+    like: FrozenTrial,
+) -> None:
+    """A finished trial with ``like``'s state, value and times (a run another study trained),
+    created in one storage write."""
+    template = FrozenTrial(
+        number=-1,
+        state=like.state,
+        value=like.value,
+        datetime_start=like.datetime_start,
+        datetime_complete=like.datetime_complete,
+        params={name: value for name, (value, _) in params.items()},
+        distributions={name: distribution for name, (_, distribution) in params.items()},
+        user_attrs=user_attrs,
+        system_attrs=system_attrs,
+        intermediate_values={},
+        trial_id=-1,
+    )
+    study._storage.create_new_trial(study._study_id, template_trial=template)
+
+
 def fail_trial(study: optuna.Study, trial: FrozenTrial) -> None:
     study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
 

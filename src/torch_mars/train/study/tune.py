@@ -121,6 +121,8 @@ class TunePlan:
             (``(name, value)`` pairs, :func:`~.space.check_fixed`); part of the study's identity.
         ladders: your own values for dimensions (``(name, values)`` pairs,
             :func:`~.space.check_ladders`), stepped on instead of ours; part of the identity.
+        reuse: tune study folders whose finished runs of the same settings are taken instead
+            of trained (:mod:`.reuse`); not part of the identity (a taken run is the same run).
     """
 
     base: TrainConfig
@@ -139,6 +141,7 @@ class TunePlan:
     family_file: Path | None = None
     fixed: Fixed = ()
     ladders: Ladders = ()
+    reuse: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.optimizers:
@@ -230,6 +233,7 @@ class TunePlan:
             overwrite=self.overwrite,
             protocol_keys=PROTOCOL_KEYS,
             in_common=identities_in_common,
+            donors=self.reuse,
         )
 
 

@@ -37,6 +37,7 @@ from torch_mars.train.study.family import (
     study_family,
 )
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
+from torch_mars.train.study.reuse import COPIED_ATTR
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.space import (
     LADDERS,
@@ -633,6 +634,7 @@ def report_json(
         "trials": plan.trials,
         "budget": plan.spec().identity()["budget"],
         "cost": run_cost(trials),
+        "copied_runs": copied_runs(trials),
         "optimizers": [
             {
                 "optimizer": o.optimizer,
@@ -755,15 +757,27 @@ def ladder_note(ladders: Ladders = ()) -> str:
     return "; ".join(lines)
 
 
+def copied_runs(trials: Sequence[optuna.trial.FrozenTrial]) -> int:
+    """How many of the study's finished runs were taken from other studies, not trained here
+    (``tune --reuse-runs``, :mod:`.reuse`)."""
+    return sum(
+        t.state == optuna.trial.TrialState.COMPLETE and COPIED_ATTR in t.system_attrs
+        for t in trials
+    )
+
+
 def run_cost(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[str, dict[str, Any]]:
     """Per device the study's finished runs trained on (most runs first): their count, summed
     wall time in hours (claim to result) and the threads a run used (``"?"`` where not
-    recorded)."""
+    recorded). Runs taken from other studies are not counted (:func:`copied_runs`)."""
     from torch_mars.train.study.engine import OWNER_ATTR
 
     runs: dict[str, list[optuna.trial.FrozenTrial]] = collections.defaultdict(list)
     for trial in trials:
-        if trial.state == optuna.trial.TrialState.COMPLETE:
+        if (
+            trial.state == optuna.trial.TrialState.COMPLETE
+            and COPIED_ATTR not in trial.system_attrs
+        ):
             owner = trial.system_attrs.get(OWNER_ATTR) or {}
             runs[owner.get("device", "not recorded")].append(trial)
     cost = {}
@@ -791,4 +805,7 @@ def devices_note(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
             else "threads per run not recorded"
         )
         notes.append(f"{device} ({c['runs']} runs, {c['hours']:.2f} h of run time, {threads})")
+    copied = copied_runs(trials)
+    if copied:
+        notes.append(f"{copied} runs taken from other studies, trained there (--reuse-runs)")
     return "; ".join(notes) or "no runs"

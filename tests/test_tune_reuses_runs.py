@@ -1,0 +1,124 @@
+"""``tune --reuse-runs``: a study takes the finished runs another tune study trained with the
+same budget, data, hyperparameters, seed and data order instead of training them again, marks
+each with where it came from and counts it apart from its own; a donor of another budget or
+other hyperparameter values gives nothing, and a folder with no study is refused in one line."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+
+import optuna
+import pytest
+
+from torch_mars.cli import main
+from torch_mars.train.study.reuse import COPIED_ATTR
+
+MODULES = itertools.count()
+FUNCTION = """
+from pathlib import Path
+
+
+def train(make_optimizer, seed, data_seed, report):
+    import math
+
+    import torch
+
+    group = make_optimizer(torch.nn.Linear(2, 2)).param_groups[0]
+    with Path(__file__).with_name("calls.txt").open("a") as calls:
+        calls.write("x\\n")
+    noise = 0.1 * seed + 0.01 * data_seed
+    return (math.log10(group["lr"]) + 2.5) ** 2 + group["weight_decay"] + noise
+"""
+
+
+@pytest.fixture
+def function(tmp_path, monkeypatch):
+    # a module name of its own: a process keeps the function a study loaded by its name
+    name = f"counted_{next(MODULES)}"
+    (tmp_path / f"{name}.py").write_text(FUNCTION)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("COUNTED_MODULE", name)
+    return tmp_path
+
+
+def calls(folder: Path) -> int:
+    path = folder / "calls.txt"
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def tune(folder: Path, name: str, *extra: str, trials: int = 6) -> int:
+    module = os.environ["COUNTED_MODULE"]
+    args = ["tune", "--objective", f"{module}:train", "--optimizers", "adamw", "nadamw"]
+    args += ["--trials", str(trials), "--seeds", "0", "--heldout-seeds", "1"]
+    args += ["--heldout-data-seeds", "1"]
+    args += ["--finalists", "0", "--name", name, "--out-dir", str(folder / "out"), *extra]
+    return main(args)
+
+
+def finished(folder: Path, name: str) -> list[optuna.trial.FrozenTrial]:
+    storage = f"sqlite:///{folder / 'out' / name / 'study.db'}"
+    study = optuna.load_study(study_name=name, storage=storage)
+    return [t for t in study.get_trials() if t.state.name == "COMPLETE"]
+
+
+def run_of(trial: optuna.trial.FrozenTrial) -> tuple:
+    return tuple(trial.user_attrs[k] for k in ("optimizer", "point", "seed", "data_seed"))
+
+
+def test_a_second_design_takes_the_runs_the_first_trained_and_trains_only_the_rest(function):
+    # 20 trials: the designs share their start and screen, then part
+    assert tune(function, "first", "--search", "surface-3", trials=20) == 0
+    trained_first = calls(function)
+    donor = {run_of(t): t for t in finished(function, "first")}
+    assert trained_first == len(donor)
+
+    reuse = ["--reuse-runs", "out/first"]
+    assert tune(function, "second", "--search", "surface-4", *reuse, trials=20) == 0
+    trials = finished(function, "second")
+    copied = [t for t in trials if COPIED_ATTR in t.system_attrs]
+    trained = [t for t in trials if COPIED_ATTR not in t.system_attrs]
+    assert copied and trained
+    assert calls(function) - trained_first == len(trained)
+    for trial in copied:
+        source = donor[run_of(trial)]
+        assert trial.system_attrs[COPIED_ATTR] == {
+            "study": str((function / "out" / "first").resolve()),
+            "trial": source.number,
+        }
+        assert trial.value == source.value and trial.params == source.params
+        assert trial.user_attrs["final"] == source.user_attrs["final"]
+    report = json.loads((function / "out" / "second" / "tune.json").read_text())
+    assert report["copied_runs"] == len(copied)
+    assert sum(c["runs"] for c in report["cost"].values()) == len(trained)
+    assert (
+        f"{len(copied)} runs taken from other studies"
+        in (function / "out" / "second" / "summary.md").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        ["--objective-version", "2"],  # another budget: the function's code as declared
+        ["--ladder", "weight_decay=0.5,0.6"],  # the same point keys, other values
+    ],
+)
+def test_a_donor_whose_runs_train_otherwise_gives_nothing(function, changed):
+    assert tune(function, "first") == 0
+    before = calls(function)
+    assert tune(function, "second", "--reuse-runs", "out/first", *changed) == 0
+    trials = finished(function, "second")
+    assert not [t for t in trials if COPIED_ATTR in t.system_attrs]
+    assert calls(function) - before == len(trials)
+
+
+def test_a_folder_with_no_study_is_refused_in_one_line_before_any_run(function, capsys):
+    (function / "empty").mkdir()
+    assert tune(function, "second", "--reuse-runs", "empty") == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "--reuse-runs" in error and "holds no study" in error
+    assert calls(function) == 0 and not (function / "out" / "second").exists()
