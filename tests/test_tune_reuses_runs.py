@@ -1,7 +1,8 @@
 """``tune --reuse-runs``: a study takes the finished runs another tune study trained with the
 same budget, data, hyperparameters, seed and data order instead of training them again, marks
-each with where it came from and counts it apart from its own; a donor of another budget or
-other hyperparameter values gives nothing, and a folder with no study is refused in one line."""
+each with where it came from and counts it apart from its own; a donor of another budget, other
+hyperparameter values or another thread count gives nothing, and a folder with no study is
+refused in one line."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 
 from torch_mars.cli import main
 from torch_mars.train.study.reuse import COPIED_ATTR
@@ -122,3 +124,19 @@ def test_a_folder_with_no_study_is_refused_in_one_line_before_any_run(function, 
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "--reuse-runs" in error and "holds no study" in error
     assert calls(function) == 0 and not (function / "out" / "second").exists()
+
+
+def test_a_run_trained_on_another_thread_count_is_not_taken(function):
+    # the same run on one thread and on two differs in its last digits, then in its loss
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert tune(function, "first") == 0
+        torch.set_num_threads(2)
+        before = calls(function)
+        assert tune(function, "second", "--reuse-runs", "out/first") == 0
+    finally:
+        torch.set_num_threads(threads)
+    trials = finished(function, "second")
+    assert not [t for t in trials if COPIED_ATTR in t.system_attrs]
+    assert calls(function) - before == len(trials)

@@ -59,6 +59,7 @@ from torch_mars.train.study.campaign import (
 from torch_mars.train.study.engine import finished_results
 from torch_mars.train.study.fight_map import OPTIMIZERS, POINTS, FightMap
 from torch_mars.train.study.profiled import ProfiledSearch
+from torch_mars.train.study.reuse import runs_train_alike
 from torch_mars.train.study.selection import PROTOCOL, Selection, badness
 from torch_mars.train.study.space import dimensions_of, parse_point_key, point_key
 from torch_mars.train.study.store import restore_journals, stored_study
@@ -145,29 +146,19 @@ class StoredLandscape:
         return mean if math.isnan(mean) else mean + rng.normal(0.0, self.noise)
 
 
-def _same_runs(identity: dict, other: dict) -> bool:
-    """Whether two studies' runs of one run id train the same: equal budget (but where the
-    data were read from) and data."""
-    where = ("data", "data_dir")
-    budget = {k: v for k, v in identity["budget"].items() if k not in where}
-    theirs = {k: v for k, v in other["budget"].items() if k not in where}
-    return budget == theirs and identity["data"] == other["data"]
-
-
 def stored_runs(point: str) -> dict[tuple, float]:
     """Every finished run stored at ``point`` by a study whose runs train as the 80-trial
-    study's do (:func:`_same_runs`): the map's, each campaign's, the references', each
+    study's do (``reuse.runs_train_alike``): the map's, each campaign's, the references', each
     candidate design's."""
     _, identity, _ = stored_study(MAP.study_folder(point))
-    folders = [MAP.study_folder(point)]
-    folders += [campaign_folder(MAP.root, name) / "tiny" / point for name in CAMPAIGNS]
+    folders = tune_studies_at(point)
     folders += sorted((OUT / point).glob("*/")) if (OUT / point).is_dir() else []
     runs: dict[tuple, float] = {}
     for folder in folders:
         if not any((folder / f).is_file() for f in ("study.log", "study.log.gz")):
             continue
         trials, theirs, _ = stored_study(folder)
-        if _same_runs(identity, theirs):
+        if runs_train_alike(identity, theirs):
             runs.update(finished_results(trials))
     return runs
 
@@ -285,7 +276,7 @@ def design_arguments(point: str, design: str, jobs: int, report: bool) -> list[s
     the search ``design``."""
     if design not in SEARCHES:
         raise SystemExit(f"--design must be one of {', '.join(SEARCHES)}, not {design!r}")
-    return MAP.tune_arguments(
+    arguments = MAP.tune_arguments(
         point,
         jobs,
         CAMPAIGN_TRIALS,
@@ -293,6 +284,16 @@ def design_arguments(point: str, design: str, jobs: int, report: bool) -> list[s
         study=design_folder(point, design),
         protocol=f"--search {design} {SELECTION_FLAGS}",
     )
+    donors = [str(f.relative_to(MAP.root)) for f in tune_studies_at(point)]
+    return [*arguments, "--reuse-runs", *donors] if donors else arguments
+
+
+def tune_studies_at(point: str) -> list[Path]:
+    """The tune studies stored at ``point`` (the map's, each campaign's) whose finished runs a
+    design's study takes instead of training them again (``tune --reuse-runs``)."""
+    folders = [MAP.study_folder(point)]
+    folders += [campaign_folder(MAP.root, name) / "tiny" / point for name in CAMPAIGNS]
+    return [f for f in folders if (f / "study.log").is_file() or (f / "study.log.gz").is_file()]
 
 
 def design_reports(point: str) -> list[tuple[str, str, Path]]:

@@ -68,6 +68,7 @@ from torch_mars.train.run_shell import RUN_CONTROL_FIELDS, diverged_result, trai
 from torch_mars.train.runtime import describe_device, pause_if_asked, resolve_device
 from torch_mars.train.study.reuse import WHERE_FIELDS, copied_record, donated_run
 from torch_mars.train.study.store import (
+    OWNER_ATTR,
     PROTOCOL_HISTORY_ATTR,
     StorageError,
     add_finished_trial,
@@ -97,7 +98,6 @@ RUN_FIELDS = (
     "diagnostics",
     "dist_timeout_s",
 )
-OWNER_ATTR = "torch_mars_owner"
 # How a progress line says its run failed (a bar prints such a line, where it swallows others).
 FAILED_MARK = "FAILED: "
 HEARTBEAT_ATTR = "torch_mars_heartbeat"
@@ -643,6 +643,8 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
             if trial.state.is_finished() and os.path.lexists(spec.work_dir(trial.number)):
                 _remove_work_dir(spec.work_dir(trial.number))
         identity = spec.identity() if spec.donors else {}
+        device = describe_device(resolve_device(spec.base.device))
+        trainer = {"device": device, "threads": torch.get_num_threads()}
         while True:
             needed = needed_runs(spec.searches, finished_results(trials))
             if not needed:
@@ -654,7 +656,7 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
             params, user_attrs = _trial_record(spec, trials, run)
             values = {name: value for name, (value, _) in params.items()}
             donated = (
-                donated_run(spec.donors, identity, run, values, run[2] in spec.curve_seeds)
+                donated_run(spec.donors, identity, run, values, run[2] in spec.curve_seeds, trainer)
                 if spec.donors
                 else None
             )
@@ -669,7 +671,6 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
                 trial,
             )
             trials = study.get_trials(deepcopy=False)
-        device = describe_device(resolve_device(spec.base.device))
         trial = create_claimed_trial(study, params, user_attrs, {OWNER_ATTR: owner_record(device)})
         work_dir = spec.work_dir(trial.number)
         _remove_work_dir(work_dir)  # a folder of a study deleted by --overwrite

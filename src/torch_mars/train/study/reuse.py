@@ -8,8 +8,11 @@ campaign-2's values to the last digit), so a search design run again at a point 
 design already trained part of its path need not train that part. A run is taken from a donor
 study only where every one of those agrees: the donor's budget and data equal the study's, its
 trial's parameters (the optimizer's hyperparameters as the trial records them, seed, data
-order) equal the ones this study would record, and, where this study keeps the run's
-evaluation curve, the donor kept it too. A taken run is marked (:data:`COPIED_ATTR`: the donor's
+order) equal the ones this study would record, it trained on this worker's device with as many
+threads (the same run on another CPU, or on one thread where this worker runs two, differs in
+the last digits and then by up to 0.005 in the final loss: measured at b64-4x between the map's
+AMD EPYC runs and this Intel Xeon's), and, where this study keeps the run's evaluation curve,
+the donor kept it too. A taken run is marked (:data:`COPIED_ATTR`: the donor's
 folder and trial number) and keeps its donor's owner record, so reports count it apart from the
 runs trained here (:func:`~.tune_report.run_cost`). A donor's failed runs are never taken (they
 train again), its diverged runs are (a divergence is a result).
@@ -26,7 +29,13 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from torch_mars.train.study.store import load_study, open_storage, stored_study, study_names
+from torch_mars.train.study.store import (
+    OWNER_ATTR,
+    load_study,
+    open_storage,
+    stored_study,
+    study_names,
+)
 
 # The system attribute of a trial taken from another study: {"study": folder, "trial": number}.
 COPIED_ATTR = "copied_from"
@@ -108,10 +117,12 @@ def donated_run(
     run: RunKey,
     params: Mapping[str, Any],
     needs_curve: bool,
+    trainer: Mapping[str, Any],
 ) -> tuple[Path, optuna.trial.FrozenTrial] | None:
     """The first donor's finished trial of ``run`` whose parameters equal ``params`` (the
-    values this study would record) and that kept its curve where ``needs_curve``; None where
-    no donor has one."""
+    values this study would record), that trained where this worker would (``trainer``: the
+    ``device`` and ``threads`` of its owner record) and that kept its curve where
+    ``needs_curve``; None where no donor has one."""
     wanted = json.dumps(
         {"task": identity["task"], "budget": identity["budget"], "data": identity["data"]},
         sort_keys=True,
@@ -119,6 +130,9 @@ def donated_run(
     for folder in donors:
         trial = _donor_trials(folder, wanted).get(run)
         if trial is None or trial.params != dict(params):
+            continue
+        owner = trial.system_attrs.get(OWNER_ATTR) or {}
+        if any(owner.get(k) != trainer[k] for k in ("device", "threads")):
             continue
         if needs_curve and "curve" not in trial.user_attrs:
             continue

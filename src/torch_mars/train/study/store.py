@@ -42,6 +42,9 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 DEFAULT_STORAGE_FILE = "study.db"
+# The system attribute of a trial that names the worker that claimed it (host, process, device,
+# threads): who trains it, and where a finished run was trained.
+OWNER_ATTR = "torch_mars_owner"
 JOURNAL_PREFIX = "journal:"
 _URL_SCHEMES = ("sqlite", "postgresql", "mysql")
 # Optuna's journal operation codes (optuna.storages.journal's JournalOperation, 0-10).
