@@ -46,3 +46,14 @@ def test_an_edited_declaration_is_refused_before_any_run(tmp_path, monkeypatch):
     monkeypatch.setattr(campaign, "ROOT", tmp_path)
     with pytest.raises(SystemExit, match="differs from the campaign this script declares"):
         campaign.main(["--stage", "1"])
+
+
+def test_a_campaigns_point_takes_the_runs_the_other_studies_there_trained():
+    entry = {"model": "tiny", "point": "b64-4x", "data": "stdlib", "optimizers": ["adamw"]}
+    arguments = campaign.arguments_of("campaign-3", entry, jobs=2, report=False)
+    donors = arguments[arguments.index("--reuse-runs") + 1 : arguments.index("--model")]
+    assert "benchmarks/results/fight-map/b64-4x" in donors
+    assert "benchmarks/results/campaign-2/tiny/b64-4x" in donors
+    assert "benchmarks/results/campaign-3/tiny/b64-4x" not in donors  # the study itself
+    # a report trains nothing and takes nothing
+    assert "--reuse-runs" not in campaign.arguments_of("campaign-3", entry, jobs=2, report=True)

@@ -20,6 +20,8 @@ def test_a_candidate_design_runs_the_campaigns_protocol_with_its_own_search():
     assert f"--search lr-profiled {benchmark.SELECTION_FLAGS}" in text
     assert "--trials 40" in text and "--name design-lr-profiled" in text
     assert "benchmarks/results/search-benchmark/b64-4x/design-lr-profiled/study.log" in text
+    # the runs the campaigns' studies trained at the point are taken, not trained again
+    assert "--reuse-runs" in arguments and "benchmarks/results/campaign-3/tiny/b64-4x" in arguments
     with pytest.raises(SystemExit, match="--design must be one of"):
         benchmark.design_arguments("b64-4x", "no-such-search", jobs=2, report=False)
 

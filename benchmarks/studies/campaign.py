@@ -48,6 +48,7 @@ from torch_mars.train.study.campaign import (
     campaign_rows,
     format_campaign_table,
     replace_block,
+    tune_studies_at,
     words_line,
 )
 from torch_mars.train.study.fight_map import POINTS, FightMap
@@ -135,18 +136,33 @@ def check_declaration(name: str = CURRENT) -> dict[str, Any]:
 
 
 def arguments_of(name: str, entry: dict[str, Any], jobs: int, report: bool) -> list[str]:
+    """``torch-mars tune``'s arguments for the point ``entry`` of campaign ``name``: its
+    declared family, the campaign's protocol, and every other tune study stored at the point as
+    a donor of the runs it already trained (``--reuse-runs``; runs repeat exactly on one
+    machine, and the engine takes none trained elsewhere)."""
     label = f"{entry['model']}/{entry['point']}"
     family = ["--family", str(declaration_of(name).relative_to(ROOT))]
-    return family + MAP.tune_arguments(
-        entry["point"],
-        jobs,
-        CAMPAIGN_TRIALS,
-        report,
-        study=folder_of(name) / label,
-        model=entry["model"],
-        data=entry["data"],
-        optimizers=tuple(entry["optimizers"]),
-        protocol=protocol_of(name),
+    study = folder_of(name) / label
+    donors = [
+        str(f.relative_to(ROOT))
+        for f in tune_studies_at(ROOT, entry["model"], entry["point"])
+        if f != study
+    ]
+    reuse = ["--reuse-runs", *donors] if donors and not report else []
+    return (
+        family
+        + reuse
+        + MAP.tune_arguments(
+            entry["point"],
+            jobs,
+            CAMPAIGN_TRIALS,
+            report,
+            model=entry["model"],
+            data=entry["data"],
+            optimizers=tuple(entry["optimizers"]),
+            protocol=protocol_of(name),
+            study=study,
+        )
     )
 
 

@@ -55,6 +55,7 @@ from torch_mars.train.study.campaign import (
     CURRENT,
     SELECTION_FLAGS,
     campaign_folder,
+    tune_studies_at,
 )
 from torch_mars.train.study.engine import finished_results
 from torch_mars.train.study.fight_map import OPTIMIZERS, POINTS, FightMap
@@ -151,8 +152,8 @@ def stored_runs(point: str) -> dict[tuple, float]:
     study's do (``reuse.runs_train_alike``): the map's, each campaign's, the references', each
     candidate design's."""
     _, identity, _ = stored_study(MAP.study_folder(point))
-    folders = tune_studies_at(point)
-    folders += sorted((OUT / point).glob("*/")) if (OUT / point).is_dir() else []
+    folders = tune_studies_at(MAP.root, "tiny", point)
+    folders += sorted((OUT / point).glob("references-*"))
     runs: dict[tuple, float] = {}
     for folder in folders:
         if not any((folder / f).is_file() for f in ("study.log", "study.log.gz")):
@@ -284,16 +285,11 @@ def design_arguments(point: str, design: str, jobs: int, report: bool) -> list[s
         study=design_folder(point, design),
         protocol=f"--search {design} {SELECTION_FLAGS}",
     )
-    donors = [str(f.relative_to(MAP.root)) for f in tune_studies_at(point)]
+    study = design_folder(point, design)
+    donors = [
+        str(f.relative_to(MAP.root)) for f in tune_studies_at(MAP.root, "tiny", point) if f != study
+    ]
     return [*arguments, "--reuse-runs", *donors] if donors else arguments
-
-
-def tune_studies_at(point: str) -> list[Path]:
-    """The tune studies stored at ``point`` (the map's, each campaign's) whose finished runs a
-    design's study takes instead of training them again (``tune --reuse-runs``)."""
-    folders = [MAP.study_folder(point)]
-    folders += [campaign_folder(MAP.root, name) / "tiny" / point for name in CAMPAIGNS]
-    return [f for f in folders if (f / "study.log").is_file() or (f / "study.log.gz").is_file()]
 
 
 def design_reports(point: str) -> list[tuple[str, str, Path]]:

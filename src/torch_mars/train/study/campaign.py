@@ -31,6 +31,18 @@ def campaign_folder(root: Path, name: str) -> Path:
     return root / "benchmarks" / "results" / name
 
 
+def tune_studies_at(root: Path, model: str, point: str) -> list[Path]:
+    """The tune studies a checkout ``root`` stores at ``point`` of ``model`` whose finished runs
+    a new study there takes instead of training again (``tune --reuse-runs``): the map's (of
+    ``tiny``), each campaign's, each candidate design's of the search benchmark."""
+    results = root / "benchmarks" / "results"
+    folders = [results / "fight-map" / point] if model == "tiny" else []
+    folders += [campaign_folder(root, name) / model / point for name in CAMPAIGNS]
+    if model == "tiny":
+        folders += sorted((results / "search-benchmark" / point).glob("design-*"))
+    return [f for f in folders if (f / "study.log").is_file() or (f / "study.log.gz").is_file()]
+
+
 @dataclass(frozen=True)
 class CampaignRow:
     """One declared comparison: its control (the strongest, once read), gap and decision."""
