@@ -240,20 +240,24 @@ def _storage_of(source: optuna.Study | optuna.storages.BaseStorage) -> Any:
     return getattr(storage, "_backend", storage)  # a study's storage wraps its database's
 
 
-def create_claimed_trial(
+def _new_trial(
     study: optuna.Study,
     params: dict[str, tuple[Any, BaseDistribution]],
     user_attrs: dict[str, Any],
     system_attrs: dict[str, Any],
-) -> optuna.Trial:
-    """A RUNNING trial with its parameters, labels and owner, created in one storage write (one
-    transaction of an RDB storage, one line of a journal): a kill leaves it whole or absent."""
+    state: TrialState,
+    value: float | None = None,
+    times: tuple[datetime.datetime | None, datetime.datetime | None] = (None, None),
+) -> int:
+    """A trial with its parameters, labels, attributes and state created in one storage write
+    (one transaction of an RDB storage, one line of a journal): a kill leaves it whole or
+    absent. Returns its id."""
     template = FrozenTrial(
         number=-1,
-        state=TrialState.RUNNING,
-        value=None,
-        datetime_start=None,
-        datetime_complete=None,
+        state=state,
+        value=value,
+        datetime_start=times[0],
+        datetime_complete=times[1],
         params={name: value for name, (value, _) in params.items()},
         distributions={name: distribution for name, (_, distribution) in params.items()},
         user_attrs=user_attrs,
@@ -261,8 +265,18 @@ def create_claimed_trial(
         intermediate_values={},
         trial_id=-1,
     )
-    template.datetime_start = datetime.datetime.now()
-    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    return study._storage.create_new_trial(study._study_id, template_trial=template)
+
+
+def create_claimed_trial(
+    study: optuna.Study,
+    params: dict[str, tuple[Any, BaseDistribution]],
+    user_attrs: dict[str, Any],
+    system_attrs: dict[str, Any],
+) -> optuna.Trial:
+    """A RUNNING trial with its parameters, labels and owner, created in one storage write."""
+    now = (datetime.datetime.now(), None)
+    trial_id = _new_trial(study, params, user_attrs, system_attrs, TrialState.RUNNING, None, now)
     return optuna.Trial(study, trial_id)
 
 
@@ -275,20 +289,8 @@ def add_finished_trial(
 ) -> None:
     """A finished trial with ``like``'s state, value and times (a run another study trained),
     created in one storage write."""
-    template = FrozenTrial(
-        number=-1,
-        state=like.state,
-        value=like.value,
-        datetime_start=like.datetime_start,
-        datetime_complete=like.datetime_complete,
-        params={name: value for name, (value, _) in params.items()},
-        distributions={name: distribution for name, (_, distribution) in params.items()},
-        user_attrs=user_attrs,
-        system_attrs=system_attrs,
-        intermediate_values={},
-        trial_id=-1,
-    )
-    study._storage.create_new_trial(study._study_id, template_trial=template)
+    times = (like.datetime_start, like.datetime_complete)
+    _new_trial(study, params, user_attrs, system_attrs, like.state, like.value, times)
 
 
 def fail_trial(study: optuna.Study, trial: FrozenTrial) -> None:
