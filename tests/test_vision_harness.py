@@ -79,7 +79,10 @@ def test_compare_vision_writes_table_figure_and_summary(tmp_path, capsys):
     args += ["--out-dir", str(out), "--name", "cmp", "--quiet", "--lr", "adamw=0.003"]
     assert main(args) == 0
     printed = capsys.readouterr().out
-    header = "| optimizer | seeds | final validation accuracy | best validation accuracy | images |"
+    header = (
+        "| optimizer | seeds | final validation accuracy | best validation accuracy | "
+        "test accuracy (read once) | images |"
+    )
     assert header in printed
     for name in ("mars-adamw", "adamw", "muon-nd"):
         assert f"| {name} |" in printed
@@ -87,6 +90,12 @@ def test_compare_vision_writes_table_figure_and_summary(tmp_path, capsys):
     assert (out / "cmp" / "curves.png").stat().st_size > 0
     rows = json.loads((out / "cmp" / "summary.json").read_text())
     assert {row["optimizer"] for row in rows} == {"mars-adamw", "adamw", "muon-nd"}
+    for row in rows:  # the test column is the run's one test read, after its last epoch
+        last = json.loads((out / "cmp" / f"{row['optimizer']}-seed0" / "metrics.jsonl")
+                          .read_text().splitlines()[-1])  # fmt: skip
+        assert row["test"] == last["test_accuracy"]
+        assert f"| {row['optimizer']} | 1 | " in printed
+        assert f"| {100 * row['test']:.2f}% |" in printed
     config = json.loads((out / "cmp" / "adamw-seed0" / "config.json").read_text())
     assert config["task"] == "vision" and config["hyperparams"]["lr"] == 0.003
 

@@ -54,6 +54,9 @@ class OptimizerSummary:
     budget_unit: str
     train_time_s: float
     throughput: float
+    # the task's test split, read once after the last evaluation (NaN: none, or a run lacks it)
+    test: float = math.nan
+    test_std: float = math.nan
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -83,6 +86,8 @@ def summarise(results: Sequence[RunResult]) -> list[OptimizerSummary]:
         runs = [r for r in results if r.optimizer == name]
         final, final_std = mean_std([r.final for r in runs])
         best, best_std = mean_std([r.best for r in runs])
+        tests = [r.test for r in runs if math.isfinite(r.test)]
+        test, test_std = mean_std(tests) if len(tests) == len(runs) else (math.nan, math.nan)
         summaries.append(
             OptimizerSummary(
                 optimizer=name,
@@ -97,6 +102,8 @@ def summarise(results: Sequence[RunResult]) -> list[OptimizerSummary]:
                 budget_unit=runs[0].budget_unit,
                 train_time_s=statistics.fmean(r.train_time_s for r in runs),
                 throughput=statistics.fmean(r.throughput for r in runs),
+                test=test,
+                test_std=test_std,
             )
         )
     return summaries
@@ -119,16 +126,20 @@ def format_table(summaries: Sequence[OptimizerSummary]) -> str:
     def rank(s: OptimizerSummary) -> tuple[bool, float]:
         return math.isnan(s.final), s.final if spec.lower_is_better else -s.final
 
+    # the test split, read once after the last evaluation, beside what was chosen on
+    tested = any(math.isfinite(s.test) for s in summaries)
+    test_header = f" test {spec.label.replace('validation ', '')} (read once) |" if tested else ""
     lines = [
-        f"| optimizer | seeds | final {spec.label} | best {spec.label} | {unit} | time (s) "
-        f"| {unit}/s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| optimizer | seeds | final {spec.label} | best {spec.label} |{test_header} {unit} "
+        f"| time (s) | {unit}/s |",
+        "|---|---:|---:|---:|" + ("---:|" if tested else "") + "---:|---:|---:|",
     ]
     for s in sorted(summaries, key=rank):
         n = len(s.seeds)
+        test = f" {value(s.test, s.test_std, n)} |" if tested else ""
         lines.append(
             f"| {s.optimizer} | {n} | {value(s.final, s.final_std, n)} | "
-            f"{value(s.best, s.best_std, n)} | {s.budget:,} | {s.train_time_s:.1f} | "
+            f"{value(s.best, s.best_std, n)} |{test} {s.budget:,} | {s.train_time_s:.1f} | "
             f"{s.throughput:,.0f} |"
         )
     return "\n".join(lines)

@@ -33,12 +33,15 @@ class MetricSpec:
         label: its name in tables and figures.
         lower_is_better: True for losses, False for accuracies.
         percent: shown as a percentage (values are fractions in [0, 1]).
+        test_key: its column on the task's test split, read once after the last evaluation
+            and never chosen on (None where the task has no test split).
     """
 
     key: str
     label: str
     lower_is_better: bool
     percent: bool = False
+    test_key: str | None = None
 
     def best(self, values: list[float]) -> float:
         """The best of ``values`` (NaN when there are none)."""
@@ -55,7 +58,11 @@ class MetricSpec:
 TASK_METRICS: dict[str, MetricSpec] = {
     "text": MetricSpec("val_loss", "val loss", lower_is_better=True),
     "vision": MetricSpec(
-        "val_accuracy", "validation accuracy", lower_is_better=False, percent=True
+        "val_accuracy",
+        "validation accuracy",
+        lower_is_better=False,
+        percent=True,
+        test_key="test_accuracy",
     ),
     "objective": MetricSpec("value", "value", lower_is_better=True),
 }
@@ -83,6 +90,8 @@ class RunResult:
         run_dir: the run folder.
         mfu: model FLOPs utilisation of the training steps (:mod:`torch_mars.train.mfu`), NaN
             where the device's bf16 rate is unknown (a CPU) or the task counts no FLOPs.
+        test: the headline metric on the task's test split, read once after the last
+            evaluation (:attr:`MetricSpec.test_key`); NaN where the task has none.
     """
 
     task: str
@@ -98,6 +107,7 @@ class RunResult:
     steps: int
     run_dir: Path
     mfu: float = math.nan
+    test: float = math.nan
 
     @property
     def throughput(self) -> float:

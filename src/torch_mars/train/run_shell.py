@@ -149,6 +149,7 @@ def build_result(
         steps=steps,
         run_dir=Path(config.run_dir),
         mfu=progress.get("mfu", math.nan),
+        test=progress.get("test", math.nan),
     )
 
 
@@ -223,6 +224,8 @@ def _run(loop: RunLoop) -> RunResult:
             if row.get(metric.key) is not None:
                 progress["final"] = row[metric.key]
                 progress["best"] = metric.best([progress["best"], row[metric.key]])
+            if metric.test_key is not None and row.get(metric.test_key) is not None:
+                progress["test"] = row[metric.test_key]
                 if not show_bar and processes.main:
                     print(loop.log_line(row), flush=True)
             if logger is not None:
