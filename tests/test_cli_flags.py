@@ -31,6 +31,8 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     (("train-vision",), "--data"): ["cifar:/images"],
     (("sweep-vision",), "--data"): ["cifar:/images"],
     (("plot",), "--out"): ["figure.png"],
+    # it needs the fixed windows; tests/test_validation_slices.py checks it alone reaches runs
+    "--validation-slices": ["4", "--eval-tokens", "4096"],
     # a landed study's folder (its snapshot is tracked): the flag checks it holds a study
     "--reuse-runs": [str(Path(__file__).parents[1] / "benchmarks/results/campaign-3/tiny/b64-4x")],
     (("prepare",), "--out"): ["other-shards"],

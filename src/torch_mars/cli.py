@@ -312,6 +312,16 @@ def _add_text_flags(
         "for every batch size and run (a multiple of the block size; replaces --eval-batches)",
     )
     group.add_argument(
+        "--validation-slices",
+        type=lambda text: _whole_number(text, 2, 64),
+        default=defaults.validation_slices,
+        metavar="N",
+        help="cut the val split into N slices; a run's fixed windows (--eval-tokens) lie in "
+        "slice (its data order mod N), so a study's selection and its held-out runs on other "
+        "data orders are scored on disjoint text (2-64; default: every run reads the same "
+        "windows); part of a study's identity",
+    )
+    group.add_argument(
         "--data-seed",
         type=_nonnegative_int,
         default=defaults.data_seed,
@@ -354,6 +364,7 @@ def _text_config(args: argparse.Namespace, base: TrainConfig) -> TrainConfig:
         eval_batches=args.eval_batches,
         data_seed=args.data_seed,
         eval_tokens=args.eval_tokens,
+        validation_slices=args.validation_slices,
         device=args.device,
         compile=args.compile,
         exact=args.exact,

@@ -63,17 +63,30 @@ class BatchSampler:
         windows_t = torch.from_numpy(windows)
         return windows_t[:, :-1], windows_t[:, 1:]
 
-    def validation_windows(self, tokens: int) -> tuple[Tensor, Tensor]:
+    def validation_windows(
+        self, tokens: int, part: tuple[int, int] | None = None
+    ) -> tuple[Tensor, Tensor]:
         """The fixed validation set of ``tokens`` predicted tokens: ``tokens / block_size``
         windows of the val split at positions drawn once for the corpus and block size, the
-        same for every batch size, seed and data seed. Inputs and targets, each
-        (tokens / block_size, block_size) int64."""
+        same for every batch size, seed and data seed. ``part`` ``(index, count)``: the windows
+        lie inside the index-th of ``count`` equal consecutive slices of the val split instead
+        (two parts share no token). Inputs and targets, each (tokens / block_size, block_size)
+        int64."""
         if tokens < self.block_size or tokens % self.block_size:
             raise ValueError(
                 f"eval_tokens must be a positive multiple of block_size={self.block_size}, "
                 f"got {tokens}"
             )
         split = self.corpus.split("val")
+        if part is not None:
+            index, count = part
+            length = len(split) // count
+            if length < self.block_size + 1:
+                raise ValueError(
+                    f"validation_slices={count}: a slice of the {len(split)}-token val split "
+                    f"holds {length} tokens, fewer than block_size + 1 = {self.block_size + 1}"
+                )
+            split = split[index * length : (index + 1) * length]
         rng = np.random.default_rng([_VALIDATION_STREAM, self.block_size])
         starts = rng.integers(0, len(split) - self.block_size, size=tokens // self.block_size)
         windows = np.stack([split[s : s + self.block_size + 1] for s in starts]).astype(np.int64)

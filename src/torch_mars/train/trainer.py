@@ -42,7 +42,7 @@ from torch_mars.train.run_record import TASK_METRICS, RunResult
 from torch_mars.train.run_shell import check_run_controls, run_loop
 from torch_mars.train.runtime import init_processes, resolve_device
 from torch_mars.train.schedules import TEXT_SCHEDULES, Schedule, scale_learning_rates
-from torch_mars.train.task import Task, register_task, task_of
+from torch_mars.train.task import OMITTED_AT_DEFAULT, Task, register_task, task_of
 
 
 @dataclass
@@ -60,7 +60,10 @@ class TrainConfig:
     more than one process (its checkpoints are DCP directories, which resume on any number of
     processes). A run folder that holds a checkpoint is only trained into again with ``resume``
     or ``overwrite``. ``dist_timeout_s`` bounds how long a process waits for the others in a
-    collective before the run stops with an error.
+    collective before the run stops with an error. ``validation_slices`` N: the fixed
+    validation windows (``eval_tokens``) lie in the (``data_seed`` mod N)-th of N consecutive
+    slices of the val split, so runs on different data orders (a study's selection and its
+    held-out runs) are scored on text that shares no token; unset, every run reads the same.
     """
 
     optimizer: str = "mars-adamw"
@@ -80,6 +83,7 @@ class TrainConfig:
     eval_tokens: int | None = None
     seed: int = 0
     data_seed: int = 0
+    validation_slices: int | None = field(default=None, metadata={OMITTED_AT_DEFAULT: True})
     device: str = "auto"
     compile: bool = False
     checkpoint_interval: int = 0
@@ -102,6 +106,13 @@ class TrainConfig:
             raise ValueError("data must name a corpus or a file, got ''")
         if self.eval_tokens is not None and self.eval_tokens < 1:
             raise ValueError(f"eval_tokens must be >= 1, got {self.eval_tokens}")
+        if self.validation_slices is not None:
+            if self.validation_slices < 2:
+                raise ValueError(
+                    f"validation_slices must be >= 2 (or unset), got {self.validation_slices}"
+                )
+            if self.eval_tokens is None:
+                raise ValueError("validation_slices needs eval_tokens (the fixed windows)")
         if self.schedule not in TEXT_SCHEDULES:
             raise ValueError(f"schedule must be one of {TEXT_SCHEDULES}, got {self.schedule!r}")
         if self.grad_clip < 0:
@@ -157,6 +168,8 @@ class TrainConfig:
             k: list(v) if isinstance(v, tuple) else v
             for k, v in self.resolved_hyperparams().items()
         }
+        if self.validation_slices is not None:  # absent when unset: older checkpoints resume
+            keep += ("validation_slices",)
         return {
             **{k: getattr(self, k) for k in keep},
             "hyperparams": hyperparams,
@@ -310,7 +323,9 @@ class Trainer:
 
     def _evaluate_windows(self) -> float:
         if self._validation is None:
-            self._validation = self.sampler.validation_windows(self.config.eval_tokens)
+            slices = self.config.validation_slices
+            part = None if slices is None else (self.config.data_seed % slices, slices)
+            self._validation = self.sampler.validation_windows(self.config.eval_tokens, part)
         inputs, targets = self._validation
         self.model.eval()
         total = torch.zeros((), device=self.device)
