@@ -32,3 +32,18 @@ def test_the_real_table_reads_every_design_that_ran_at_the_point():
     table = benchmark.real_table("b64-4x")
     assert "| surface-2 | nadamw | 1.7578 | 1.7479 | +0.0099 [-0.0062, +0.0260] |" in table
     assert "| surface-3 | mars-shampoo | 1.6623 | 1.6554 | +0.0070 [-0.0040, +0.0180] |" in table
+
+
+def test_the_gaps_together_and_the_bars_reach_under_noise_alone():
+    from torch_mars.train.study.verdict import PairedGap
+
+    # two gaps of standard error 0.005 on many degrees of freedom: each reads at most 0.005
+    # with probability ~0.841 (one standard error), both with ~0.708
+    gaps = [
+        PairedGap(0.002, 0, 0, 0.5, 12, 0.005, 10_000),
+        PairedGap(0.004, 0, 0, 0.5, 12, 0.005, 10_000),
+    ]
+    text = benchmark.bar_reading(gaps)
+    assert "mean gap +0.0030 (standard error 0.0035)" in text and "probability 0.71" in text
+    table = benchmark.real_table("b64-4x")
+    assert "- surface-3: mean gap +0.0042 (standard error 0.0016)" in table

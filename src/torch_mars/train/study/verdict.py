@@ -66,13 +66,17 @@ def student_t_quantile(p_two_sided: float, dof: int) -> float:
 
 @dataclass(frozen=True)
 class PairedGap:
-    """``rule - control`` over paired runs: mean, 95% interval, two-sided p, pairs."""
+    """``rule - control`` over paired runs: mean, 95% interval, two-sided p, pairs, and the
+    mean's standard error with its degrees of freedom (NaN and 0 where not computed: a gap
+    read back from a report, or an infinite one)."""
 
     mean: float
     low: float
     high: float
     p: float
     pairs: int
+    error: float = math.nan
+    dof: int = 0
 
     def text(self) -> str:
         return f"{self.mean:+.4f} [{self.low:+.4f}, {self.high:+.4f}]"
@@ -96,7 +100,7 @@ def paired_gap(rule: Sequence[float], control: Sequence[float], level: float = 0
     p = 1.0 if mean == 0 and error == 0 else (0.0 if error == 0 else None)
     if p is None:
         p = student_t_two_sided_p(mean / error, dof)
-    return PairedGap(mean, mean - half, mean + half, p, len(differences))
+    return PairedGap(mean, mean - half, mean + half, p, len(differences), error, dof)
 
 
 def crossed_gap(
@@ -159,7 +163,7 @@ def crossed_gap(
     error = math.sqrt(variance)
     half = student_t_quantile(1 - level, dof) * error
     p = student_t_two_sided_p(mean / error, dof)
-    return PairedGap(mean, mean - half, mean + half, p, len(values))
+    return PairedGap(mean, mean - half, mean + half, p, len(values), error, dof)
 
 
 def holm_decisions(gaps: Sequence[PairedGap], alpha: float = 0.05) -> list[str]:
