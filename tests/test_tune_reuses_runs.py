@@ -140,3 +140,18 @@ def test_a_run_trained_on_another_thread_count_is_not_taken(function):
     trials = finished(function, "second")
     assert not [t for t in trials if COPIED_ATTR in t.system_attrs]
     assert calls(function) - before == len(trials)
+
+
+def test_a_worker_joining_a_study_takes_the_donors_runs_too(function):
+    assert tune(function, "first") == 0
+    before = calls(function)
+    # the study is made and stopped after one run of its own, then a worker joins it
+    assert tune(function, "second", "--max-trials", "1") == 0
+    assert calls(function) - before == 1
+    module = os.environ["COUNTED_MODULE"]
+    joined = ["tune", "--worker", "--objective", f"{module}:train", "--name", "second"]
+    joined += ["--out-dir", str(function / "out"), "--reuse-runs", "out/first"]
+    assert main(joined) == 0
+    trials = finished(function, "second")
+    copied = [t for t in trials if COPIED_ATTR in t.system_attrs]
+    assert len(copied) == len(trials) - 1 and calls(function) - before == 1
