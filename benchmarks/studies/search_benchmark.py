@@ -351,7 +351,9 @@ def real_table(point: str) -> str:
         cost = ran.get("cost", {})
         runs = sum(c["runs"] for c in cost.values())
         hours = sum(c["hours"] for c in cost.values())
-        costs.append(f"{design} ({name}): {runs} runs, {hours:.1f} run hours")
+        copied = ran.get("copied_runs", 0)
+        taken = f" (and {copied} taken from other studies)" if copied else ""
+        costs.append(f"{design} ({name}): {runs} runs{taken}, {hours:.1f} run hours")
         if gaps and len(gaps) == len(ran["optimizers"]):
             summaries.append(f"- {design}: {bar_reading(gaps)}")
     lines += ["", f"Cost at {point} (one thread a run): " + "; ".join(costs) + "."]

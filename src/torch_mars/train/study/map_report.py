@@ -42,9 +42,10 @@ def progress_rows(folder: Path) -> list[dict]:
         if search.get("kind") == "tune":
             planned = planned_runs(search["trials"], Selection.of_record(search["selection"]))
         optimizers = search.get("optimizers", sorted(runs))
-        hours = sum(c["hours"] for c in run_cost(trials).values())
+        cost = run_cost(trials).values()  # the runs trained here: none taken from elsewhere
+        hours = sum(c["hours"] for c in cost)
         left = sum(max(planned - runs[o], 0) for o in optimizers) if planned else None
-        finished = sum(runs.values())
+        trained = sum(c["runs"] for c in cost)
         rows.append(
             {
                 "study": str(live.parent.relative_to(folder)),
@@ -53,7 +54,7 @@ def progress_rows(folder: Path) -> list[dict]:
                 "optimizers": optimizers,
                 "hours": hours,
                 "runs_left": left,
-                "hours_left": left * hours / finished if left is not None and finished else None,
+                "hours_left": left * hours / trained if left is not None and trained else None,
             }
         )
     return rows
