@@ -60,6 +60,15 @@ def test_a_study_keeps_the_family_it_declared_before_its_first_run(tmp_path):
     assert study.user_attrs[FAMILY_ATTR] == stored
 
 
+def test_a_late_declaration_covers_every_optimizer_the_study_has_runs_of(tmp_path):
+    study = optuna.create_study()
+    for name in ("muon", "mars-shampoo"):  # a pair tuned first, before families were declared
+        study.add_trial(optuna.trial.create_trial(value=2.0, user_attrs={"optimizer": name}))
+    declare_family(study, plan(("adamw", "nadamw", "mars-adamw"), tmp_path))
+    keys = [r["rule"] for r in study.user_attrs[FAMILY_ATTR]["family"]]
+    assert sorted(keys) == ["mars-adamw", "mars-shampoo"]
+
+
 def declaration(tmp_path: Path) -> Path:
     path = tmp_path / "campaign" / "campaign.json"
     path.parent.mkdir()

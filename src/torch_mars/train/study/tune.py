@@ -367,7 +367,8 @@ def declared_family(study: optuna.Study, plan: TunePlan) -> tuple[list[Compariso
 def declare_family(study: optuna.Study, plan: TunePlan) -> None:
     """Store ``plan``'s family in ``study`` before its first run; a study that declared one
     keeps it, and a plan that would add a comparison to it is refused. A study with runs from
-    before families were declared takes its family now, and says so on stderr."""
+    before families were declared takes its family now, over every optimizer it has runs of,
+    and says so on stderr."""
     stored = study.user_attrs.get(FAMILY_ATTR)
     if stored is not None:
         declared = [Comparison.of_record(r) for r in stored["family"]]
@@ -379,7 +380,15 @@ def declare_family(study: optuna.Study, plan: TunePlan) -> None:
     family, scope = wanted_family(plan)
     mine = [dataclasses.replace(c, scope=scope) for c in study_family(plan.optimizers)]
     check_holds(family, mine, plan.study_name)
-    finished = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials())
+    done = [
+        t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
+    ]
+    finished = len(done)
+    if finished and plan.family_file is None:
+        # a late declaration covers every optimizer the study has runs of, not only this
+        # command line's: a pair tuned first would otherwise lose its comparison
+        ran = {t.user_attrs["optimizer"] for t in done if "optimizer" in t.user_attrs}
+        family = study_family(sorted(ran | set(plan.optimizers)))
     if finished:
         print(
             f"study {plan.study_name!r} had no declared family; it declares "
