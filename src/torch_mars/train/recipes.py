@@ -27,13 +27,9 @@ COMPARE_STUDY = (
     "(docs/results-history.md; study_compare.py, study_axes.py)"
 )
 MARS_M_STUDY = "the MARS-M study on tiny at 4x20 tokens/parameter, 2026-11 (results-history)"
-FIGHT_MAP_B16 = (
-    "torch-mars tune, the fight map's b16-4x (40 trials each, 4 finalists on 3 more seeds, held "
-    "out on new seeds and data orders), 2026-11-27/28 (docs/results.md)"
-)
 FIGHT_MAP_B16_80 = (
-    "torch-mars tune, the fight map's b16-4x at 80 trials (the Shampoo pair; 4 finalists on 3 "
-    "more seeds, held out on new seeds and data orders), 2026-11-28 (docs/results.md)"
+    "torch-mars tune, the fight map's b16-4x at 80 trials (lr-profiled search; 4 finalists on 3 "
+    "more seeds, held out on new seeds and data orders), 2026-11-28/29 (docs/results.md)"
 )
 VISION_STUDY = (
     "the tuned vision study at VISION_COMPARE_BUDGET, 2026-11 "
@@ -110,18 +106,18 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
 _CPU_MODEL_SETTINGS: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
     "tiny": {
         "adamw": (
-            FIGHT_MAP_B16,
+            FIGHT_MAP_B16_80,
             {
                 "lr": 0.00759,
                 "betas": (0.9, 0.99),
                 "weight_decay": 0.03,
-                "lr_1d": 0.00506,
+                "lr_1d": 0.00337,
                 "betas_1d": (0.9, 0.95),
-                "weight_decay_1d": 0.001,
+                "weight_decay_1d": 0.0,
             },
         ),
         "nadamw": (
-            FIGHT_MAP_B16,
+            FIGHT_MAP_B16_80,
             {
                 "lr": 0.0114,
                 "betas": (0.9, 0.99),
@@ -132,13 +128,13 @@ _CPU_MODEL_SETTINGS: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
             },
         ),
         "mars-adamw": (
-            FIGHT_MAP_B16,
+            FIGHT_MAP_B16_80,
             {
                 "lr": 0.0256,
-                "betas": (0.9, 0.95),
-                "weight_decay": 0.001,
-                "gamma": 0.1,
-                "lr_1d": 0.00338,
+                "betas": (0.85, 0.98),
+                "weight_decay": 0.0,
+                "gamma": 0.2,
+                "lr_1d": 0.00507,
                 "betas_1d": (0.9, 0.95),
                 "weight_decay_1d": 0.03,
             },

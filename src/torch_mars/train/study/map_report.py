@@ -137,15 +137,15 @@ def map_rows(folder: Path) -> list[dict]:
 
 
 def format_map(rows: list[dict], over: str = "map") -> str:
-    """The map's table: each comparison's paired gap and interval, decided by Holm's
-    correction over every comparison of ``rows`` (the ``over``: the map's, or a second
-    model's), with its point's runs and run hours (summed wall time of one-thread runs: CPU
-    hours)."""
+    """The map's table: each comparison's gap and interval as its point's report read it (seed
+    and data order as crossed effects), decided by Holm's correction over every comparison of
+    ``rows`` (the ``over``: the map's, or a second model's), with its point's runs and run
+    hours (summed wall time of one-thread runs: CPU hours)."""
     gaps = [PairedGap(r["gap"], *r["interval"], r["p"], r["pairs"]) for r in rows]
     decisions = holm_decisions(gaps)
     lines = [
-        f"| point | rule | strongest control | paired gap [95% interval] | p | Holm ({over}) | "
-        "trials each | point's runs (run hours) |",
+        "| point | rule | strongest control | gap, 95% interval (seed x data order) | p | "
+        f"Holm ({over}) | trials each | point's runs (run hours) |",
         "|---|---|---|---:|---:|---|---:|---:|",
     ]
     for row, gap, decision in zip(rows, gaps, decisions, strict=True):
@@ -264,7 +264,7 @@ def format_pooled(source: dict[str, str], found: list[Verdict]) -> str:
 
 
 def plot_map(rows: list[dict], out_path: Path) -> Path:
-    """The map's figure: per MARS rule, each point's paired gap to its strongest control with
+    """The map's figure: per MARS rule, each point's gap to its strongest control with
     its 95% interval and the trials it was searched with, against sequences per step (one
     series per multiple of 20 tokens per parameter); below zero MARS is ahead."""
     import matplotlib
@@ -302,7 +302,7 @@ def plot_map(rows: list[dict], out_path: Path) -> Path:
         ticks = sorted({batch for batch, _ in POINTS.values()})
         axis.set_xticks(ticks, [str(batch) for batch in ticks])
         axis.set_xlabel("sequences per step")
-        axis.set_ylabel("held-out gap (nats), paired 95% interval")
+        axis.set_ylabel("held-out gap (nats), 95% interval")
         axis.set_title(f"{rule} - strongest of {', '.join(controls)}")
         axis.legend(fontsize=8)
     return save_figure(figure, out_path)
