@@ -155,3 +155,31 @@ def test_a_worker_joining_a_study_takes_the_donors_runs_too(function):
     trials = finished(function, "second")
     copied = [t for t in trials if COPIED_ATTR in t.system_attrs]
     assert len(copied) == len(trials) - 1 and calls(function) - before == 1
+
+
+def test_the_python_door_takes_the_donors_runs_as_the_command_line_does(function):
+    import importlib
+
+    import torch_mars
+
+    assert tune(function, "first") == 0
+    before = calls(function)
+    train = importlib.import_module(os.environ["COUNTED_MODULE"]).train
+    with pytest.raises(ValueError, match=r"--reuse-runs: .* holds no study"):
+        torch_mars.tune(train, ("adamw",), reuse_runs=[function / "nowhere"], progress=False)
+    torch_mars.tune(
+        train,
+        ("adamw", "nadamw"),
+        trials=6,
+        seeds=(0,),
+        heldout_seeds=(1,),
+        heldout_data_seeds=(1,),
+        finalists=0,
+        out_dir=function / "out",
+        name="second",
+        progress=False,
+        reuse_runs=[function / "out" / "first"],
+    )
+    trials = finished(function, "second")
+    assert trials and all(COPIED_ATTR in t.system_attrs for t in trials)
+    assert calls(function) == before

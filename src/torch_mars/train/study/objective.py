@@ -363,6 +363,7 @@ def tune(
     defaults: str = "tiny",
     jobs: int = 1,
     progress: bool = True,
+    reuse_runs: Sequence[str | Path] = (),
 ) -> TuneResult:
     """Tune ``optimizers`` on the training function ``train`` by the protocol of
     ``torch-mars tune``: the declared space per optimizer, ``trials`` trials each, selection on
@@ -383,9 +384,14 @@ def tune(
     ``defaults`` names the GPT config whose tuned recipes start the searches; ``jobs`` > 1
     needs ``train`` importable from its module. ``progress``: a bar on stderr counting the
     runs against those the study plans (with ``jobs`` > 1, each worker prints a line per run
-    instead); False prints neither. A protocol setting left None takes the protocol's default
+    instead); False prints neither. ``reuse_runs``: folders of other tune studies whose
+    finished runs this study takes instead of training them where they train alike (the same
+    budget, data, hyperparameters, seed, data order, device and threads;
+    :mod:`~torch_mars.train.study.reuse`), as ``torch-mars tune --reuse-runs``. A protocol
+    setting left None takes the protocol's default
     (:func:`~torch_mars.train.study.selection.protocol_selection`; ``trials`` and ``search``:
     :data:`~torch_mars.train.study.tune.DEFAULT_TRIALS` and ``DEFAULT_SEARCH``)."""
+    from torch_mars.train.study.reuse import check_donors
     from torch_mars.train.study.run import run_study
     from torch_mars.train.study.selection import protocol_selection
     from torch_mars.train.study.space import check_fixed, check_ladders
@@ -398,6 +404,7 @@ def tune(
 
     path = function_path(train)
     check_contract(train, path)
+    donors = check_donors(tuple(Path(folder) for folder in reuse_runs))
     _GIVEN[path] = train
     base = ObjectiveConfig(objective=path, model=defaults, direction=direction, version=version)
     check_study_name(name or train.__name__)
@@ -417,6 +424,7 @@ def tune(
         storage=storage,
         study_name=name or train.__name__,
         jobs=jobs,
+        reuse=donors,
     )
     show = ("bar" if jobs == 1 else "lines") if progress else "none"
     ran = run_study(plan, time_budget_s=time_budget_s, show=show, announce_to=None)
