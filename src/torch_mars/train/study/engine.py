@@ -70,6 +70,7 @@ from torch_mars.train.study.reuse import WHERE_FIELDS, copied_record, donated_ru
 from torch_mars.train.study.store import (
     OWNER_ATTR,
     PROTOCOL_HISTORY_ATTR,
+    RunId,
     StorageError,
     add_finished_trial,
     claim_lock,
@@ -79,6 +80,7 @@ from torch_mars.train.study.store import (
     fail_trial,
     load_study,
     open_storage,
+    run_of,
     set_heartbeat,
     storage_url,
     study_names,
@@ -87,7 +89,6 @@ from torch_mars.train.task import OMITTED_AT_DEFAULT, TaskConfig, task_named, ta
 
 PAUSE_AFTER_VARIABLE = "TORCH_MARS_PAUSE_AFTER"
 # A run's identity in a study: (optimizer, point key, seed, data seed).
-RunId = tuple[str, str, int, int]
 # The fields of a run's config that are the run's own, not the study's budget.
 RUN_FIELDS = (
     "optimizer",
@@ -361,14 +362,6 @@ def _optimizer_choices(
         if isinstance(stored, CategoricalDistribution):
             return stored
     return CategoricalDistribution(spec.optimizer_choices)
-
-
-def run_of(trial: optuna.trial.FrozenTrial) -> RunId | None:
-    """The run a trial trained (None for a trial of no run)."""
-    attrs = trial.user_attrs
-    if "point" not in attrs:
-        return None
-    return (attrs["optimizer"], attrs["point"], attrs["seed"], attrs.get("data_seed", 0))
 
 
 def failed_runs(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, str]:

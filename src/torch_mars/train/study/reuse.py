@@ -31,8 +31,10 @@ from optuna.trial import TrialState
 
 from torch_mars.train.study.store import (
     OWNER_ATTR,
+    RunId,
     load_study,
     open_storage,
+    run_of,
     stored_study,
     study_names,
 )
@@ -42,8 +44,6 @@ COPIED_ATTR = "copied_from"
 # A budget's fields that say where the data were read from, not what they are (the identity's
 # ``data`` is their content).
 WHERE_FIELDS = ("data",)
-
-RunKey = tuple[str, str, int, int]
 
 
 def runs_train_alike(identity: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
@@ -81,7 +81,7 @@ def _donor_study(folder: Path) -> tuple[list[optuna.trial.FrozenTrial], dict[str
 
 
 @functools.lru_cache(maxsize=8)
-def _donor_trials(folder: Path, identity_json: str) -> dict[RunKey, optuna.trial.FrozenTrial]:
+def _donor_trials(folder: Path, identity_json: str) -> dict[RunId, optuna.trial.FrozenTrial]:
     """The finished runs of the tune study in ``folder`` (its live journal or snapshot) by run
     id, where its runs train as the study of ``identity_json`` does; empty where they do not."""
     trials, identity = _donor_study(folder)
@@ -89,14 +89,11 @@ def _donor_trials(folder: Path, identity_json: str) -> dict[RunKey, optuna.trial
         raise ValueError(f"--reuse-runs: {folder} is not a tune study (its runs have no point key)")
     if not runs_train_alike(json.loads(identity_json), identity):
         return {}
-    found: dict[RunKey, optuna.trial.FrozenTrial] = {}
+    found: dict[RunId, optuna.trial.FrozenTrial] = {}
     for trial in trials:
-        attrs = trial.user_attrs
-        if trial.state != TrialState.COMPLETE or "point" not in attrs or "final" not in attrs:
-            continue
-        found[(attrs["optimizer"], attrs["point"], attrs["seed"], attrs.get("data_seed", 0))] = (
-            trial
-        )
+        run = run_of(trial)
+        if trial.state == TrialState.COMPLETE and run is not None and "final" in trial.user_attrs:
+            found[run] = trial
     return found
 
 
@@ -114,7 +111,7 @@ def check_donors(folders: tuple[Path, ...]) -> tuple[Path, ...]:
 def donated_run(
     donors: tuple[Path, ...],
     identity: Mapping[str, Any],
-    run: RunKey,
+    run: RunId,
     params: Mapping[str, Any],
     needs_curve: bool,
     trainer: Mapping[str, Any],

@@ -45,6 +45,8 @@ DEFAULT_STORAGE_FILE = "study.db"
 # The system attribute of a trial that names the worker that claimed it (host, process, device,
 # threads): who trains it, and where a finished run was trained.
 OWNER_ATTR = "torch_mars_owner"
+# The run a trial trained: (optimizer, point key, seed, data seed).
+RunId = tuple[str, str, int, int]
 JOURNAL_PREFIX = "journal:"
 _URL_SCHEMES = ("sqlite", "postgresql", "mysql")
 # Optuna's journal operation codes (optuna.storages.journal's JournalOperation, 0-10).
@@ -278,6 +280,14 @@ def create_claimed_trial(
     now = (datetime.datetime.now(), None)
     trial_id = _new_trial(study, params, user_attrs, system_attrs, TrialState.RUNNING, None, now)
     return optuna.Trial(study, trial_id)
+
+
+def run_of(trial: FrozenTrial) -> RunId | None:
+    """The run a trial trained (None for a trial of no run)."""
+    attrs = trial.user_attrs
+    if "point" not in attrs:
+        return None
+    return (attrs["optimizer"], attrs["point"], attrs["seed"], attrs.get("data_seed", 0))
 
 
 def add_finished_trial(
