@@ -73,22 +73,17 @@ def test_cpu_model_defaults_are_the_tuned_studys_winners():
 
 
 def compare_point_entries() -> dict[str, dict]:
-    """Each optimizer's finished entry among the fight map's b16-4x reports (the point's own,
-    40 trials, and those in ``trials-N/``), from the report where it has the most trials."""
-    point = STUDY_RESULTS / "fight-map" / "b16-4x"
-    entries: dict[str, dict] = {}
-    for report in [point / "tune.json", *point.glob("trials-*/b16-4x/tune.json")]:
-        for entry in json.loads(report.read_text())["optimizers"]:
-            kept = entries.get(entry["optimizer"])
-            if entry["finished"] and (kept is None or entry["trials"] > kept["trials"]):
-                entries[entry["optimizer"]] = entry
-    return entries
+    """Each optimizer's finished entry in the report of campaign-3's study at the `compare`
+    budget, tiny/b16-4x."""
+    report = STUDY_RESULTS / "campaign-3" / "tiny" / "b16-4x" / "tune.json"
+    entries = json.loads(report.read_text())["optimizers"]
+    return {entry["optimizer"]: entry for entry in entries if entry["finished"]}
 
 
-def test_tiny_defaults_are_the_tune_winners_at_the_compare_point():
-    """`tiny` takes each optimizer's `torch-mars tune` winner at the `compare` budget, the fight
-    map's b16-4x, at the most trials it has there, and its source says how many; the optimizers
-    it did not tune take mini's."""
+def test_tiny_defaults_are_the_campaigns_winners_at_the_compare_point():
+    """`tiny` takes each optimizer's `torch-mars tune` winner at the `compare` budget, the
+    campaign's b16-4x, and its source says how many trials; the optimizers it did not tune take
+    mini's."""
     entries = compare_point_entries()
     assert set(entries) == {"adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo"}
     for name, entry in entries.items():
@@ -285,9 +280,9 @@ def test_a_run_config_passes_nesterov_on_to_torchs_muon_and_no_other_optimizer()
         ).resolved_hyperparams()
 
 
-def test_compares_one_seed_spread_is_the_fight_maps_held_out_std():
+def test_compares_one_seed_spread_is_the_campaigns_held_out_std():
     """The spread a one-seed `compare` reads its gaps against is each default's std over the
-    six held-out runs of the fight map's b16-4x, where those defaults come from."""
+    12 held-out runs of the campaign's b16-4x, where those defaults come from."""
     from torch_mars.train.compare import MEASURED_SEED_STD
 
     held_out = {

@@ -12,7 +12,7 @@ import pytest
 from torch_mars.cli import main
 from torch_mars.models import GPT_CONFIGS
 from torch_mars.train.optimizers import OPTIMIZER_NAMES, default_hyperparams
-from torch_mars.train.recipes import FIGHT_MAP_B16_80, PAPER, recipe
+from torch_mars.train.recipes import CAMPAIGN_B16, PAPER, recipe
 from torch_mars.train.vision import vision_hyperparams
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "torch_mars"
@@ -33,8 +33,8 @@ def test_every_value_of_every_row_names_its_source():
         assert set(vision.sources) == set(vision.settings)
         assert vision_hyperparams(optimizer, {}).items() >= vision.settings.items()
     tiny = recipe("text", "tiny", "mars-adamw")
-    assert tiny.sources["gamma"] == tiny.sources["lr"] == FIGHT_MAP_B16_80
-    assert recipe("text", "tiny", "muon").sources["momentum"] == FIGHT_MAP_B16_80
+    assert tiny.sources["gamma"] == tiny.sources["lr"] == CAMPAIGN_B16
+    assert recipe("text", "tiny", "muon").sources["momentum"] == CAMPAIGN_B16
     assert recipe("text", "gpt2-small", "adamw").sources["lr"] == PAPER
 
 
@@ -76,7 +76,7 @@ def test_compare_shows_its_recipe_with_sources_and_trains_nothing(tmp_path, caps
     args = ["compare", "--show-recipe", "--optimizers", "mars-adamw", "adamw"]
     assert main([*args, "--out-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert f"| mars-adamw | tiny | gamma | 0.2 | {FIGHT_MAP_B16_80} |" in out
+    assert f"| mars-adamw | tiny | gamma | 0.1 | {CAMPAIGN_B16} |" in out
     assert "| adamw | tiny | lr |" in out
     assert not any(tmp_path.iterdir())
 

@@ -27,9 +27,10 @@ COMPARE_STUDY = (
     "(docs/results-history.md; study_compare.py, study_axes.py)"
 )
 MARS_M_STUDY = "the MARS-M study on tiny at 4x20 tokens/parameter, 2026-11 (results-history)"
-FIGHT_MAP_B16_80 = (
-    "torch-mars tune, the fight map's b16-4x at 80 trials (lr-profiled search; 4 finalists on 3 "
-    "more seeds, held out on new seeds and data orders), 2026-11-28/29 (docs/results.md)"
+CAMPAIGN_B16 = (
+    "torch-mars tune, campaign-3's tiny/b16-4x (the surface-3 search, 40 trials on one selection "
+    "seed, 4 finalists on 2 more, held out on seeds 3-6 x data orders 1-3), 2026-11-29 "
+    "(docs/results.md)"
 )
 VISION_STUDY = (
     "the tuned vision study at VISION_COMPARE_BUDGET, 2026-11 "
@@ -99,61 +100,61 @@ _CPU_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 # Per CPU model, on top of those, each with its source. `tiny`: the winners of `torch-mars
-# tune` at the `compare` budget, the fight map's b16-4x (the lr-profiled search), each at the
-# most trials its optimizer has there (docs/results.md). AdamW and NAdamW route their 1-D
-# tensors as the MARS rules do, as they were tuned. The other optimizers were not tuned on
-# `tiny`.
+# tune` at the `compare` budget, campaign-3's tiny/b16-4x (tune's default search;
+# docs/results.md); a tune study of `tiny` opened later starts from them. AdamW and NAdamW
+# route their 1-D tensors as the MARS rules do, as they were tuned. The other optimizers were
+# not tuned on `tiny`.
 _CPU_MODEL_SETTINGS: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
     "tiny": {
         "adamw": (
-            FIGHT_MAP_B16_80,
+            CAMPAIGN_B16,
+            {
+                "lr": 0.00759,
+                "betas": (0.9, 0.95),
+                "weight_decay": 0.03,
+                "lr_1d": 0.00506,
+                "betas_1d": (0.9, 0.95),
+                "weight_decay_1d": 0.001,
+            },
+        ),
+        "nadamw": (
+            CAMPAIGN_B16,
             {
                 "lr": 0.00759,
                 "betas": (0.9, 0.99),
                 "weight_decay": 0.03,
-                "lr_1d": 0.00337,
+                "lr_1d": 0.00506,
                 "betas_1d": (0.9, 0.95),
-                "weight_decay_1d": 0.0,
-            },
-        ),
-        "nadamw": (
-            FIGHT_MAP_B16_80,
-            {
-                "lr": 0.0114,
-                "betas": (0.9, 0.99),
-                "weight_decay": 0.03,
-                "lr_1d": 0.0114,
-                "betas_1d": (0.9, 0.95),
-                "weight_decay_1d": 0.003,
+                "weight_decay_1d": 0.001,
             },
         ),
         "mars-adamw": (
-            FIGHT_MAP_B16_80,
+            CAMPAIGN_B16,
             {
                 "lr": 0.0256,
-                "betas": (0.85, 0.98),
-                "weight_decay": 0.0,
-                "gamma": 0.2,
-                "lr_1d": 0.00507,
+                "betas": (0.9, 0.95),
+                "weight_decay": 0.001,
+                "gamma": 0.1,
+                "lr_1d": 0.00338,
                 "betas_1d": (0.9, 0.95),
-                "weight_decay_1d": 0.03,
+                "weight_decay_1d": 0.1,
             },
         ),
         "muon": (
-            FIGHT_MAP_B16_80,
+            CAMPAIGN_B16,
             {
-                "lr": 0.0171,
-                "momentum": 0.9,
+                "lr": 0.0114,
+                "momentum": 0.95,
                 "weight_decay": 0.0,
-                "adamw_lr": 0.0171,
+                "adamw_lr": 0.0256,
                 "adamw_betas": (0.9, 0.95),
                 "adamw_weight_decay": 0.001,
             },
         ),
         "mars-shampoo": (
-            FIGHT_MAP_B16_80,
+            CAMPAIGN_B16,
             {
-                "lr": 0.0171,
+                "lr": 0.0114,
                 "betas": (0.98, 0.95),
                 "weight_decay": 0.03,
                 "gamma": 0.05,
