@@ -297,7 +297,8 @@ def design_arguments(point: str, design: str, jobs: int, report: bool) -> list[s
 
 def design_reports(point: str) -> list[tuple[str, str, Path]]:
     """``(design, where, tune.json)`` of every design that ran at ``point``: each campaign's
-    study there, then each candidate's not yet any campaign's."""
+    study there, then each candidate's not yet any campaign's (a study begun with no optimizer
+    finished is left out: it has nothing to read)."""
     found = [
         (design, name, campaign_folder(MAP.root, name) / "tiny" / point / "tune.json")
         for name, design in CAMPAIGNS.items()
@@ -307,7 +308,12 @@ def design_reports(point: str) -> list[tuple[str, str, Path]]:
         for design in SEARCHES
         if design not in CAMPAIGNS.values()
     ]
-    return [(design, where, report) for design, where, report in found if report.is_file()]
+    return [
+        (design, where, report)
+        for design, where, report in found
+        if report.is_file()
+        and any(o["finished"] for o in json.loads(report.read_text())["optimizers"])
+    ]
 
 
 def real_table(point: str) -> str:
