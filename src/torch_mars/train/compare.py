@@ -199,9 +199,9 @@ def one_seed_note(rule: str, control: str, gap: float, measured: bool) -> str:
     default `compare` point), and how to get error bars.
 
     >>> one_seed_note("mars-adamw", "nadamw", 0.0249, True).split("; ")[0]
-    'one seed: outside the seed-to-seed spread measured here (2 sd of a difference: 0.0227)'
+    'one seed: outside the seed-to-seed spread measured here (2 sd of a difference: 0.0211)'
     >>> one_seed_note("mars-shampoo", "muon", 0.0069, True).split("; ")[0]
-    'one seed: inside the seed-to-seed spread measured here (2 sd of a difference: 0.0148)'
+    'one seed: inside the seed-to-seed spread measured here (2 sd of a difference: 0.0132)'
     >>> one_seed_note("mars-lion", "lion", 0.1, True).split("; ")[1]
     'error bars: --seeds 0 1 2'
     """
