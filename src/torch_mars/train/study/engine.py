@@ -88,7 +88,6 @@ from torch_mars.train.study.store import (
 from torch_mars.train.task import OMITTED_AT_DEFAULT, TaskConfig, task_named, task_of
 
 PAUSE_AFTER_VARIABLE = "TORCH_MARS_PAUSE_AFTER"
-# A run's identity in a study: (optimizer, point key, seed, data seed).
 # The fields of a run's config that are the run's own, not the study's budget.
 RUN_FIELDS = (
     "optimizer",

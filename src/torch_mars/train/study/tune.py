@@ -383,16 +383,15 @@ def declare_family(study: optuna.Study, plan: TunePlan) -> None:
     done = [
         t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
     ]
-    finished = len(done)
-    if finished and plan.family_file is None:
+    if done and plan.family_file is None:
         # a late declaration covers every optimizer the study has runs of, not only this
         # command line's: a pair tuned first would otherwise lose its comparison
         ran = {t.user_attrs["optimizer"] for t in done if "optimizer" in t.user_attrs}
         family = study_family(sorted(ran | set(plan.optimizers)))
-    if finished:
+    if done:
         print(
             f"study {plan.study_name!r} had no declared family; it declares "
-            f"{'; '.join(c.key for c in family)} now, after {finished} finished runs",
+            f"{'; '.join(c.key for c in family)} now, after {len(done)} finished runs",
             file=sys.stderr,
         )
     study.set_user_attr(FAMILY_ATTR, {"scope": scope, "family": family_records(family)})
