@@ -47,3 +47,17 @@ def test_the_gaps_together_and_the_bars_reach_under_noise_alone():
     assert "mean gap +0.0030 (standard error 0.0035)" in text and "probability 0.71" in text
     table = benchmark.real_table("b64-4x")
     assert "- surface-3: mean gap +0.0042 (standard error 0.0016)" in table
+
+
+def test_more_held_out_pairs_sweep_both_winners_on_seeds_no_study_read():
+    references, ours = benchmark.more_pairs_arguments("b64-4x", 2, jobs=2)
+    for arguments, name in ((references, "references"), (ours, benchmark.CURRENT)):
+        text = " ".join(arguments)
+        assert "--seeds 7 8 9 10" in text and "--data-seed 2" in text
+        assert f"b64-4x/more-pairs/{name}-data2/study.log" in text
+    # the references are the map's 80-trial winners, ours the current campaign's
+    assert "mars-adamw:lr=0.0577" in references and "mars-adamw:lr=0.0865" in ours
+    pairs = benchmark.more_pairs()
+    assert len(pairs) == 12 and pairs[:4] == [(7, 1), (8, 1), (9, 1), (10, 1)]
+    read = set(benchmark.PROTOCOL.heldout) | set(benchmark.PROTOCOL.seeds)
+    assert not read & set(benchmark.MORE_HELDOUT)

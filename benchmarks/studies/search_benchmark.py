@@ -23,6 +23,9 @@ optimizer's 80-trial winner of the map on the same 12 held-out runs (seeds 3-6 x
 ``--report POINT`` writes ``search-benchmark/POINT.md`` from the reports alone: per design and
 optimizer the design's winner minus the reference on the held-out runs (crossed interval), its
 trials, dimensions moved, and each design's runs and CPU hours at the point.
+``--more-pairs POINT`` sweeps the current campaign's winners and the references on twelve
+further held-out pairs (seeds 7-10 x data orders 1-3, ``search-benchmark/POINT/more-pairs/``);
+the report then reads the gaps on those and on all 24 pairs.
 
 A candidate design not yet any campaign's runs as its own study, on the campaign's protocol
 with ``--search NAME``: ``--design NAME --run POINT`` (``search-benchmark/POINT/design-NAME/``,
@@ -31,6 +34,7 @@ resumable, landed like a campaign's); the table reads it beside the campaigns'.
     python benchmarks/studies/search_benchmark.py --surrogate b64-4x b16-4x
     python benchmarks/studies/search_benchmark.py --references b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --design surface-3 --run b64-4x --jobs 2
+    python benchmarks/studies/search_benchmark.py --more-pairs b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --report b64-4x
 """
 
@@ -73,6 +77,9 @@ BUDGETS = (12, 20, 40)
 # The bar: each optimizer's held-out gap to its 80-trial reference at most this (issue "A search
 # that finds the optimum at a budget users can afford").
 BAR = 0.005
+# Twelve more held-out pairs with PROTOCOL's data orders: seeds that no selection, finalist or
+# held-out run of any study reads on those orders (the map's finalists read 6-8 on order 0).
+MORE_HELDOUT = (7, 8, 9, 10)
 # The map's selection: three seeds a trial, four finalists on three more.
 MAP_SELECTION = Selection(
     seeds=(0, 1, 2),
@@ -256,18 +263,77 @@ def reference_arguments(point: str, data_seed: int, jobs: int) -> list[str]:
 def reference_finals(point: str) -> dict[str, list[float]]:
     """Each reference winner's finals on the held-out pairs, in :data:`PROTOCOL`'s order (NaN
     where a run is missing)."""
+    return swept_finals(OUT / point / "references", PROTOCOL.heldout_pairs())
+
+
+def swept_finals(prefix: Path, pairs: list[tuple[int, int]]) -> dict[str, list[float]]:
+    """Each optimizer's finals on ``pairs`` (seed, data order), read from the sweeps
+    ``PREFIX-dataN`` of every data order (NaN where a run is missing)."""
     values: dict[tuple[str, int, int], float] = {}
-    for data_seed in PROTOCOL.heldout_data_seeds:
-        folder = OUT / point / f"references-data{data_seed}"
+    for data_seed in sorted({d for _, d in pairs}):
+        folder = prefix.with_name(f"{prefix.name}-data{data_seed}")
         if not (folder / "study.log").is_file() and not (folder / "study.log.gz").is_file():
             continue
         trials, _, _ = stored_study(folder)
         for (optimizer, _, seed, data), value in finished_results(trials).items():
             values[(optimizer, seed, data)] = value
-    return {
-        name: [values.get((name, s, d), math.nan) for s, d in PROTOCOL.heldout_pairs()]
-        for name in OPTIMIZERS
-    }
+    return {name: [values.get((name, s, d), math.nan) for s, d in pairs] for name in OPTIMIZERS}
+
+
+def more_pairs() -> list[tuple[int, int]]:
+    """The further held-out pairs, in :data:`PROTOCOL`'s order (data order outer)."""
+    return [(s, d) for d in PROTOCOL.heldout_data_seeds for s in MORE_HELDOUT]
+
+
+def more_pairs_arguments(point: str, data_seed: int, jobs: int) -> list[list[str]]:
+    """Two ``torch-mars sweep``s on :data:`MORE_HELDOUT` x data order ``data_seed``: the
+    80-trial references and the current campaign's winners at ``point`` (one sweep each: a
+    sweep holds one point per optimizer)."""
+    seeds = tuple(str(s) for s in MORE_HELDOUT)
+    report = campaign_folder(MAP.root, CURRENT) / "tiny" / point / "tune.json"
+    ours = {o["optimizer"]: o["hyperparams"] for o in json.loads(report.read_text())["optimizers"]}
+    folder = OUT / point / "more-pairs"
+    return [
+        MAP.winners_sweep_arguments(
+            point, winners, folder, f"{tag}-data{data_seed}", seeds, jobs, data_seed
+        )
+        for tag, winners in (("references", reference_winners(point)), (CURRENT, ours))
+    ]
+
+
+def more_pairs_table(point: str) -> str:
+    """The current campaign's winners against the references on the held-out pairs of the
+    table and on :data:`MORE_HELDOUT`'s: the gap on each set and on both together (empty
+    until every further run has finished)."""
+    folder = OUT / point / "more-pairs"
+    references = swept_finals(folder / "references", more_pairs())
+    ours = swept_finals(folder / CURRENT, more_pairs())
+    report = campaign_folder(MAP.root, CURRENT) / "tiny" / point / "tune.json"
+    first = reference_finals(point)
+    ran = json.loads(report.read_text())["optimizers"]
+    if any(math.isnan(v) for o in ran for v in ours[o["optimizer"]] + references[o["optimizer"]]):
+        return ""
+    lines = [
+        f"Twelve more held-out pairs at {point} (seeds {MORE_HELDOUT[0]}-{MORE_HELDOUT[-1]} x "
+        f"data orders {PROTOCOL.heldout_data_seeds[0]}-{PROTOCOL.heldout_data_seeds[-1]}, read "
+        f"by no study): {CURRENT}'s winners and the references swept on them "
+        "(search-benchmark/POINT/more-pairs/), design - reference with crossed intervals.",
+        "",
+        "| optimizer | first 12 pairs | further 12 pairs | all 24 pairs | p (24) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    gaps = []
+    for entry in ran:
+        name = entry["optimizer"]
+        mine = [math.nan if v is None else v for v in entry["heldout_finals"]]
+        pairs = [tuple(p) for p in entry["heldout_pairs"]]
+        early = crossed_gap(mine, first[name], pairs)
+        later = crossed_gap(ours[name], references[name], more_pairs())
+        both = crossed_gap(mine + ours[name], first[name] + references[name], pairs + more_pairs())
+        gaps.append(both)
+        lines.append(f"| {name} | {early.text()} | {later.text()} | {both.text()} | {both.p:.3g} |")
+    lines += ["", f"- On all 24 pairs: {bar_reading(gaps)}."]
+    return "\n".join(lines)
 
 
 def design_folder(point: str, design: str) -> Path:
@@ -364,7 +430,8 @@ def real_table(point: str) -> str:
             summaries.append(f"- {design}: {bar_reading(gaps)}")
     lines += ["", f"Cost at {point} (one thread a run): " + "; ".join(costs) + "."]
     lines += ["", "The gaps together, and how far noise alone carries the bar:", "", *summaries]
-    return "\n".join(lines)
+    more = more_pairs_table(point)
+    return "\n".join([*lines, "", more] if more else lines)
 
 
 def bar_reading(gaps: list[PairedGap]) -> str:
@@ -400,6 +467,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicates", type=int, default=8)
     parser.add_argument("--references", choices=list(POINTS))
     parser.add_argument("--report", choices=list(POINTS))
+    parser.add_argument(
+        "--more-pairs",
+        choices=list(POINTS),
+        help="read the current campaign's winners and the references on 12 more held-out pairs",
+    )
     parser.add_argument("--design", choices=list(SEARCHES), help="a candidate design to --run")
     parser.add_argument("--run", choices=list(POINTS), help="run --design at POINT")
     parser.add_argument("--jobs", type=int, default=2)
@@ -420,6 +492,13 @@ def main(argv: list[str] | None = None) -> int:
             code = torch_mars(["sweep", *arguments])
             if code:
                 return code
+    if args.more_pairs:
+        for data_seed in PROTOCOL.heldout_data_seeds:
+            for arguments in more_pairs_arguments(args.more_pairs, data_seed, args.jobs):
+                print("torch-mars sweep " + shlex.join(arguments), flush=True)
+                code = torch_mars(["sweep", *arguments])
+                if code:
+                    return code
     if args.report:
         table = real_table(args.report)
         OUT.mkdir(parents=True, exist_ok=True)
