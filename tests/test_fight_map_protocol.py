@@ -127,8 +127,11 @@ def _outcome(name, winner, finals, finished=True, selection=(1.7, 1.7)):
 
 def test_two_searches_pooled_take_each_optimizers_better_chosen_winner():
     """Each optimizer's winner is the one its choosing seeds prefer (never the held-out runs),
-    and the verdicts are read on those: MARS-Shampoo - Muon = 0.02 +- 0.00939 (the
-    hand-computed case above, negated), a win alone."""
+    and the verdicts are read on those with seed and data order crossed. Hand-computed: MARS-
+    Shampoo - Muon = -0.01, -0.03, -0.02 on seeds 3, 4, 5, the same on both data orders, so
+    all the spread is the seeds': mean -0.02, seed means' variance 0.0001, standard error
+    sqrt(0.0001 / 3) = 0.005774 on 2 degrees of freedom, t(2) 4.3027 gives -0.02 +- 0.02484,
+    which holds 0 (as six independent pairs it would not: -0.02 +- 0.00939)."""
     base = [1.70, 1.71, 1.72, 1.70, 1.71, 1.72]
     ahead = [b - d for b, d in zip(base, [0.01, 0.03, 0.02, 0.01, 0.03, 0.02], strict=True)]
     first = {
@@ -146,19 +149,23 @@ def test_two_searches_pooled_take_each_optimizers_better_chosen_winner():
     source, (verdict,) = map_report.pooled_verdicts(first, second)  # fmt: skip
     assert source == {"muon": "first", "mars-shampoo": "second"}
     assert verdict.rule == "mars-shampoo" and verdict.control == "muon"
-    assert verdict.decision == "win"
+    assert verdict.decision == "tie"
     assert abs(verdict.gap.mean + 0.02) < 1e-12
-    assert abs(verdict.gap.low - (-0.02 - 2.5706 * 0.008944 / 6**0.5)) < 1e-4
+    assert abs(verdict.gap.low - (-0.02 - 4.3027 * 0.0057735)) < 1e-4
+    assert abs(verdict.gap.high - (-0.02 + 4.3027 * 0.0057735)) < 1e-4
     text = map_report.format_pooled(source, [verdict])
     assert "muon from the first, mars-shampoo from the second" in text
-    assert "| mars-shampoo | muon | " in text and text.endswith("| win |")
+    assert "(seed x data order)" in text
+    assert "| mars-shampoo | muon | " in text and text.endswith("| tie |")
 
 
-def test_a_second_search_holds_where_its_paired_interval_holds_zero():
-    """Hand-computed: second - first = 0.01, 0.03, 0.02, 0.01, 0.03, 0.02 has mean 0.02 and
-    std 0.008944, so t(5) 2.5706 gives 0.02 +- 0.00939: it does not hold 0."""
+def test_a_second_search_holds_where_its_crossed_interval_holds_zero():
+    """Hand-computed: second - first = 0.019, 0.021, 0.020 on seeds 3, 4, 5 of data order 1 and
+    0.021, 0.019, 0.020 of order 2: seed and order means all 0.02, so only the residual mean
+    square is left, 4e-6 / 2 = 2e-6 on 2 degrees of freedom; the mean's standard error is
+    sqrt(2e-6 / 6) = 0.000577 and t(2) 4.3027 gives 0.02 +- 0.002484: it does not hold 0."""
     base = [1.70, 1.71, 1.72, 1.70, 1.71, 1.72]
-    worse = [b + d for b, d in zip(base, [0.01, 0.03, 0.02, 0.01, 0.03, 0.02], strict=True)]
+    worse = [b + d for b, d in zip(base, [0.019, 0.021, 0.020, 0.021, 0.019, 0.020], strict=True)]
     noisy = [b + d for b, d in zip(base, [0.01, -0.01, 0.02, -0.02, 0.0, 0.005], strict=True)]
     first = {"optimizers": [_outcome("adamw", {"lr": 0.01}, base),
                             _outcome("muon", {"lr": 0.02}, base),
@@ -171,7 +178,7 @@ def test_a_second_search_holds_where_its_paired_interval_holds_zero():
     rows = {r["optimizer"]: r for r in map_report.second_against_first(first, second)}
     assert set(rows) == {"adamw", "muon", "nadamw"}  # an unfinished search is left out
     assert abs(rows["adamw"]["gap"].mean - 0.02) < 1e-12
-    assert abs(rows["adamw"]["gap"].high - (0.02 + 2.5706 * 0.008944 / 6**0.5)) < 1e-4
+    assert abs(rows["adamw"]["gap"].high - (0.02 + 4.3027 * 0.00057735)) < 1e-5
     assert not rows["adamw"]["holds"]
     assert rows["muon"]["same_point"] and rows["muon"]["holds"]
     assert rows["nadamw"]["holds"]

@@ -16,7 +16,7 @@ from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.store import load_study, open_storage, study_names
 from torch_mars.train.study.tune_report import OptimizerOutcome, Verdict, run_cost, verdicts
-from torch_mars.train.study.verdict import PairedGap, holm_decisions, paired_gap
+from torch_mars.train.study.verdict import PairedGap, crossed_gap, holm_decisions
 
 
 def progress_rows(folder: Path) -> list[dict]:
@@ -161,8 +161,9 @@ def format_map(rows: list[dict], over: str = "map") -> str:
 def second_against_first(first: dict, second: dict) -> list[dict]:
     """Per optimizer finished in both of two searches of a point (their ``tune.json`` records;
     another order seed, or another trial budget): the second's winner against the first's on
-    the same held-out runs, as a paired gap (second - first) with its 95% interval (None where
-    both found the same point); the answer holds where the interval holds 0."""
+    the same held-out runs, as a gap (second - first) with its 95% interval, seed and data
+    order crossed effects (None where both found the same point); the answer holds where the
+    interval holds 0."""
     firsts = {o["optimizer"]: o for o in first["optimizers"]}
     rows = []
     for second_outcome in second["optimizers"]:
@@ -175,7 +176,11 @@ def second_against_first(first: dict, second: dict) -> list[dict]:
         gap = (
             None
             if same
-            else paired_gap(second_outcome["heldout_finals"], first_outcome["heldout_finals"])
+            else crossed_gap(
+                second_outcome["heldout_finals"],
+                first_outcome["heldout_finals"],
+                [tuple(p) for p in first_outcome["heldout_pairs"]],
+            )
         )
         rows.append(
             {
@@ -213,7 +218,8 @@ def pooled_verdicts(first: dict, second: dict) -> tuple[dict[str, str], list[Ver
     """Both searches of a point read as one search of twice the trials: per optimizer finished
     in both (their ``tune.json`` records), the winner with the lower mean over its choosing
     seeds (the selection's and the finalists', the same seeds in both), then the study's
-    verdicts (:func:`~torch_mars.train.study.tune_report.verdicts`) on those winners. Returns which
+    verdicts (:func:`~torch_mars.train.study.tune_report.verdicts`) on those winners, seed and
+    data order crossed effects of their held-out runs. Returns which
     search each winner came from and the verdicts."""
     firsts = {o["optimizer"]: o for o in first["optimizers"] if o["finished"]}
     chosen: list[OptimizerOutcome] = []
@@ -243,7 +249,8 @@ def pooled_verdicts(first: dict, second: dict) -> tuple[dict[str, str], list[Ver
                 winner_score=sum(better["selection_finals"]) / len(better["selection_finals"]),
             )
         )
-    return source, verdicts(chosen)
+    pairs = [tuple(p) for p in first["optimizers"][0]["heldout_pairs"]] if chosen else None
+    return source, verdicts(chosen, pairs=pairs)
 
 
 def format_pooled(source: dict[str, str], found: list[Verdict]) -> str:
@@ -254,7 +261,7 @@ def format_pooled(source: dict[str, str], found: list[Verdict]) -> str:
         + ", ".join(f"{name} from the {which}" for name, which in source.items())
         + "):",
         "",
-        "| rule | strongest control | paired gap [95% interval] | p | Holm (these) |",
+        "| rule | strongest control | gap, 95% interval (seed x data order) | p | Holm (these) |",
         "|---|---|---:|---:|---|",
     ]
     lines += [
