@@ -61,3 +61,14 @@ def test_more_held_out_pairs_sweep_both_winners_on_seeds_no_study_read():
     assert len(pairs) == 12 and pairs[:4] == [(7, 1), (8, 1), (9, 1), (10, 1)]
     read = set(benchmark.PROTOCOL.heldout) | set(benchmark.PROTOCOL.seeds)
     assert not read & set(benchmark.MORE_HELDOUT)
+
+
+def test_the_report_reads_the_gaps_on_the_further_pairs_and_on_all_24():
+    table = benchmark.real_table("b64-4x")
+    assert "Twelve more held-out pairs at b64-4x (seeds 7-10 x data orders 1-3" in table
+    # Muon: the first 12 pairs, the further 12, all 24 (8 seeds x 3 data orders, crossed)
+    assert (
+        "| muon | +0.0058 [+0.0011, +0.0104] | +0.0080 [+0.0033, +0.0127] | "
+        "+0.0069 [+0.0040, +0.0098] |" in table
+    )
+    assert "- On all 24 pairs: mean gap +0.0026 (standard error 0.0014)" in table
