@@ -691,6 +691,14 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "two smallest seeds that neither choose nor are held out, 1 2 with the other defaults)",
     )
     group.add_argument(
+        "--final-data-seeds",
+        nargs="*",
+        type=_nonnegative_int,
+        default=(),
+        help="one data order per final seed, the i-th final seed read on the i-th (none of "
+        "--heldout-data-seeds); default: every final seed on --data-seed",
+    )
+    group.add_argument(
         "--trials",
         type=_positive_int,
         default=DEFAULT_TRIALS,
@@ -884,6 +892,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
                 heldout_data_seeds=args.heldout_data_seeds,
                 finalists=args.finalists,
                 final_seeds=args.final_seeds,
+                final_data_seeds=args.final_data_seeds,
             ),
             study_dir=folder,
             trials=args.trials,

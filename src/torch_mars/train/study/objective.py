@@ -352,6 +352,7 @@ def tune(
     heldout_data_seeds: Sequence[int] | None = None,
     finalists: int | None = None,
     final_seeds: Sequence[int] | None = None,
+    final_data_seeds: Sequence[int] = (),
     search: str | None = None,
     fixed: Mapping[str, float] | None = None,
     ladders: Mapping[str, Sequence[float]] | None = None,
@@ -368,7 +369,8 @@ def tune(
     """Tune ``optimizers`` on the training function ``train`` by the protocol of
     ``torch-mars tune``: the declared space per optimizer, ``trials`` trials each, selection on
     ``seeds`` (data order ``data_seed``; the ``finalists`` best points of each search also on
-    ``final_seeds``, the best mean over all of them winning), each winner read on
+    ``final_seeds``, on ``final_data_seeds`` where given, one data order per final seed, the
+    best mean over all of them winning), each winner read on
     ``heldout_seeds`` x ``heldout_data_seeds``, paired intervals, tuning curves, and the report
     files in ``out_dir/name`` (``name``: the function's name). ``fixed`` holds dimensions at a
     value for every optimizer that has them, never tuned (``{"weight_decay": 0.05}``; not the
@@ -410,7 +412,13 @@ def tune(
     check_study_name(name or train.__name__)
     folder = Path(os.path.abspath(out_dir)) / (name or train.__name__)  # paths stay absolute
     selection = protocol_selection(
-        seeds, heldout_seeds, data_seed, heldout_data_seeds, finalists, final_seeds
+        seeds,
+        heldout_seeds,
+        data_seed,
+        heldout_data_seeds,
+        finalists,
+        final_seeds,
+        final_data_seeds,
     )
     plan = TunePlan(
         base=base,  # type: ignore[arg-type]

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, ClassVar
@@ -189,27 +189,35 @@ class ProfiledSearch:
         return state
 
     def score(
-        self, results: Mapping[RunId, float], point: Point, seeds: tuple[int, ...] | None = None
+        self,
+        results: Mapping[RunId, float],
+        point: Point,
+        pairs: Sequence[tuple[int, int]] | None = None,
     ) -> float:
-        """``point``'s mean final over ``seeds`` (the selection's unless given); NaN where one
-        diverged."""
-        seeds = self.selection.seeds if seeds is None else seeds
-        values = [results[self.run(point, s)] for s in seeds]
+        """``point``'s mean final over its ``(seed, data seed)`` runs ``pairs`` (the selection's
+        seeds on its data order unless given); NaN where one diverged."""
+        pairs = (
+            [(s, self.selection.data_seed) for s in self.selection.seeds]
+            if pairs is None
+            else pairs
+        )
+        values = [results[self.run(point, s, d)] for s, d in pairs]
         return math.fsum(values) / len(values)
 
     # -- the walk (raises Needs where it must wait, BudgetSpent once the budget is gone)
 
     def _final(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
         """The finalists (the best-scored finite trials, ties in search order) read on the
-        final seeds; the best mean over every choosing seed becomes ``state.point``."""
+        final seeds; the best mean over every choosing run becomes ``state.point``."""
         count = self.selection.finalists
         finite = [(p, s) for p, s in state.trials if math.isfinite(badness(s))]
         ranked = sorted(finite, key=lambda ps: ps[1])[:count]
         if not ranked:
             return
-        need(results, [self.run(p, s) for p, _ in ranked for s in self.selection.final_seeds])
-        seeds = self.selection.choosing_seeds
-        scored = [(p, self.score(results, p, seeds)) for p, _ in ranked]
+        finals = self.selection.final_pairs()
+        need(results, [self.run(p, s, d) for p, _ in ranked for s, d in finals])
+        pairs = self.selection.choosing_pairs()
+        scored = [(p, self.score(results, p, pairs)) for p, _ in ranked]
         state.finalists = sorted(scored, key=lambda ps: badness(ps[1]))
         state.point = state.finalists[0][0]
 

@@ -43,10 +43,12 @@ def _distinct(name: str, values: Sequence[int]) -> None:
 @dataclass(frozen=True)
 class Selection:
     """``seeds`` choose, on the data order ``data_seed``; the ``finalists`` best points of a
-    search are then read on ``final_seeds`` too (same data order), and the best mean over all
-    those seeds wins: a second look that a point which ranked first on three seeds by luck
-    does not survive; the winner is read on every pair of ``heldout`` seeds and
-    ``heldout_data_seeds`` (new initialisations and new data orders)."""
+    search are then read on ``final_seeds`` too (on ``data_seed``, or with
+    ``final_data_seeds`` the i-th final seed on the i-th of those data orders), and the best
+    mean over all those runs wins: a second look that a point which ranked first on three
+    seeds, or on one data order, by luck does not survive; the winner is read on every pair
+    of ``heldout`` seeds and ``heldout_data_seeds`` (new initialisations and new data
+    orders)."""
 
     seeds: tuple[int, ...] = (0, 1, 2)
     heldout: tuple[int, ...] = (3, 4, 5)
@@ -54,6 +56,7 @@ class Selection:
     heldout_data_seeds: tuple[int, ...] = (1, 2)
     finalists: int = 0
     final_seeds: tuple[int, ...] = ()
+    final_data_seeds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -83,11 +86,42 @@ class Selection:
                 f"final seeds {self.final_seeds} must differ from selection seeds {self.seeds} "
                 f"and held-out seeds {self.heldout}"
             )
+        if self.final_data_seeds and len(self.final_data_seeds) != len(self.final_seeds):
+            raise ValueError(
+                f"--final-data-seeds {list(self.final_data_seeds)}: one data order per final "
+                f"seed {list(self.final_seeds)}"
+            )
+        if any(d < 0 for d in self.final_data_seeds):
+            raise ValueError(f"--final-data-seeds {list(self.final_data_seeds)}: orders are >= 0")
+        if set(self.final_data_seeds) & set(self.heldout_data_seeds):
+            raise ValueError(
+                f"final data seeds {self.final_data_seeds} must differ from the held-out data "
+                f"seeds {self.heldout_data_seeds}"
+            )
 
     @property
     def choosing_seeds(self) -> tuple[int, ...]:
         """Every seed a winner is chosen on: the selection's, then the finalists'."""
         return self.seeds + self.final_seeds
+
+    def final_pairs(self) -> list[tuple[int, int]]:
+        """The finalists' extra ``(seed, data seed)`` runs."""
+        orders = self.final_data_seeds or (self.data_seed,) * len(self.final_seeds)
+        return list(zip(self.final_seeds, orders, strict=True))
+
+    def choosing_pairs(self) -> list[tuple[int, int]]:
+        """Every ``(seed, data seed)`` run a winner is chosen on: the selection's, then the
+        finalists'."""
+        return [(s, self.data_seed) for s in self.seeds] + self.final_pairs()
+
+    def record(self) -> dict[str, Any]:
+        """The selection as a study stores it (:meth:`of_record` reads it back); without
+        ``final_data_seeds`` where the finalists read the selection's data order, so that the
+        record of a study run before that field existed is the record it has now."""
+        record = dataclasses.asdict(self)
+        if not self.final_data_seeds:
+            del record["final_data_seeds"]
+        return record
 
     @classmethod
     def of_record(cls, record: dict[str, Any]) -> Selection:
@@ -116,6 +150,7 @@ def protocol_selection(
     heldout_data_seeds: Sequence[int] | None = None,
     finalists: int | None = None,
     final_seeds: Sequence[int] | None = None,
+    final_data_seeds: Sequence[int] = (),
 ) -> Selection:
     """:data:`PROTOCOL` with what a caller gave in place of its defaults. Without
     ``final_seeds`` the finalists are read on as many seeds as the protocol's, the smallest
@@ -137,6 +172,7 @@ def protocol_selection(
         else tuple(heldout_data_seeds),
         finalists=finalists,
         final_seeds=tuple(final_seeds),
+        final_data_seeds=tuple(final_data_seeds),
     )
 
 

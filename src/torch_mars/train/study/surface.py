@@ -285,9 +285,9 @@ class SurfaceSearch2(SurfaceSearch):
             if self._setting_key(point) not in settings:
                 chosen.append(point)
                 settings.add(self._setting_key(point))
-        seeds = self.selection.choosing_seeds
-        need(results, [self.run(p, s) for p in chosen for s in seeds])
-        scored = [(p, self.score(results, p, seeds)) for p in chosen]
+        pairs = self.selection.choosing_pairs()
+        need(results, [self.run(p, s, d) for p in chosen for s, d in pairs])
+        scored = [(p, self.score(results, p, pairs)) for p in chosen]
         state.finalists = sorted(scored, key=lambda ps: badness(ps[1]))
         state.point = state.finalists[0][0]
 

@@ -209,7 +209,7 @@ class TunePlan:
             "kind": "tune",
             "search": self.search,
             "optimizers": self.optimizers,
-            "selection": dataclasses.asdict(self.selection),
+            "selection": self.selection.record(),
             "trials": self.trials,
             "order_seed": self.order_seed,
             "max_rounds": self.max_rounds,

@@ -168,9 +168,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 finished=state.finished,
                 winner=point,
                 trial_scores=[score for _, score in state.trials],
-                selection_finals=[
-                    final(s, plan.selection.data_seed) for s in plan.selection.choosing_seeds
-                ]
+                selection_finals=[final(s, d) for s, d in plan.selection.choosing_pairs()]
                 if point
                 else [],
                 heldout_finals=[final(s, d) for s, d in plan.selection.heldout_pairs()]
@@ -338,7 +336,8 @@ def format_tune_table(
         ]
     lines += [
         f"| optimizer | trials | {heldout} | selection (seeds "
-        f"{','.join(map(str, sel.choosing_seeds))}, data order {sel.data_seed}) | "
+        f"{','.join(map(str, sel.choosing_seeds))}, data order {sel.data_seed}"
+        f"{_final_orders(sel)}) | "
         "dimensions moved |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -512,7 +511,7 @@ def finalists_table(
     drawn = SEARCHES[search].finalists_drawn
     lines = [
         f"Finalists: {sel.finalists} points of each search ({drawn}) re-read on seeds "
-        f"{','.join(map(str, sel.final_seeds))}; the best mean over seeds "
+        f"{','.join(map(str, sel.final_seeds))}{_final_orders(sel)}; the best mean over seeds "
         f"{','.join(map(str, sel.choosing_seeds))} wins (the search's own best is marked *).",
         "",
         f"| optimizer | point | seeds {','.join(map(str, sel.seeds))} | "
@@ -630,7 +629,7 @@ def report_json(
         return value if math.isfinite(value) else None
 
     return {
-        "selection": dataclasses.asdict(plan.selection),
+        "selection": plan.selection.record(),
         "trials": plan.trials,
         "budget": plan.spec().identity()["budget"],
         "cost": run_cost(trials),
@@ -809,3 +808,11 @@ def devices_note(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
     if copied:
         notes.append(f"{copied} runs taken from other studies, trained there (--reuse-runs)")
     return "; ".join(notes) or "no runs"
+
+
+def _final_orders(sel: Selection) -> str:
+    """Where the finalists read other data orders than the selection's, which: a report's
+    words for the runs a winner was chosen on."""
+    if not sel.final_data_seeds:
+        return ""
+    return f" (finalists' seeds on data orders {','.join(map(str, sel.final_data_seeds))})"
