@@ -72,3 +72,20 @@ def test_the_report_reads_the_gaps_on_the_further_pairs_and_on_all_24():
         "+0.0069 [+0.0040, +0.0098] |" in table
     )
     assert "- On all 24 pairs: mean gap +0.0026 (standard error 0.0014)" in table
+
+
+def test_the_refinaled_design_is_the_campaigns_study_with_finalists_on_other_orders(
+    tmp_path, monkeypatch
+):
+    text = " ".join(benchmark.refinal_arguments("b64-4x", jobs=2))
+    assert f"--search surface-3 {benchmark.SELECTION_FLAGS} --final-data-seeds 4 5" in text
+    # the study's name is the campaign's, so that its copied journal is the same study
+    assert "--name b64-4x" in text and "finalists-on-orders-4-5/b64-4x/study.log" in text
+    monkeypatch.setattr(benchmark, "OUT", tmp_path)
+    benchmark.copy_campaign_study("b64-4x")
+    live = tmp_path / "b64-4x" / "finalists-on-orders-4-5" / "b64-4x" / "study.log"
+    landed = ROOT / "benchmarks/results/campaign-3/tiny/b64-4x/study.log.gz"
+    assert live.with_suffix(".log.gz").read_bytes() == landed.read_bytes() and live.is_file()
+    live.write_text("a journal this study has written since\n")
+    benchmark.copy_campaign_study("b64-4x")  # a folder holding a journal is left as it is
+    assert live.read_text() == "a journal this study has written since\n"

@@ -25,7 +25,11 @@ optimizer the design's winner minus the reference on the held-out runs (crossed 
 trials, dimensions moved, and each design's runs and CPU hours at the point.
 ``--more-pairs POINT`` sweeps the current campaign's winners and the references on twelve
 further held-out pairs (seeds 7-10 x data orders 1-3, ``search-benchmark/POINT/more-pairs/``);
-the report then reads the gaps on those and on all 24 pairs.
+the report then reads the gaps on those and on all 24 pairs. ``--refinal POINT`` re-reads the
+current campaign's study at POINT with its finalists on other data orders
+(:data:`REFINAL_ORDERS`; a copy of its journal in ``search-benchmark/POINT/finalists-on-orders-
+4-5/``): the same first phase, only the finalists' runs and any new winner's held-out runs
+trained.
 
 A candidate design not yet any campaign's runs as its own study, on the campaign's protocol
 with ``--search NAME``: ``--design NAME --run POINT`` (``search-benchmark/POINT/design-NAME/``,
@@ -35,6 +39,7 @@ resumable, landed like a campaign's); the table reads it beside the campaigns'.
     python benchmarks/studies/search_benchmark.py --references b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --design surface-3 --run b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --more-pairs b64-4x --jobs 2
+    python benchmarks/studies/search_benchmark.py --refinal b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --report b64-4x
 """
 
@@ -45,6 +50,7 @@ import collections
 import json
 import math
 import shlex
+import shutil
 import statistics
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -80,6 +86,9 @@ BAR = 0.005
 # Twelve more held-out pairs with PROTOCOL's data orders: seeds that no selection, finalist or
 # held-out run of any study reads on those orders (the map's finalists read 6-8 on order 0).
 MORE_HELDOUT = (7, 8, 9, 10)
+# The finalists' data orders of the re-finaled design: one per final seed, disjoint from the
+# selection's (0) and the held-out ones (1-3).
+REFINAL_ORDERS = (4, 5)
 # The map's selection: three seeds a trial, four finalists on three more.
 MAP_SELECTION = Selection(
     seeds=(0, 1, 2),
@@ -384,6 +393,36 @@ def design_arguments(point: str, design: str, jobs: int, report: bool) -> list[s
     return [*arguments, "--reuse-runs", *donors] if donors else arguments
 
 
+def refinal_folder(point: str) -> Path:
+    """Where the current campaign's study at ``point`` is re-finaled on :data:`REFINAL_ORDERS`
+    (the folder's name is the study's, as in the campaign)."""
+    return OUT / point / f"finalists-on-orders-{'-'.join(map(str, REFINAL_ORDERS))}" / point
+
+
+def refinal_arguments(point: str, jobs: int) -> list[str]:
+    """``torch-mars tune`` of the current campaign's study at ``point`` (a copy of its journal
+    in :func:`refinal_folder`) with its finalists read on :data:`REFINAL_ORDERS`: the study
+    takes the new protocol, keeps its starts and its first phase, and trains only the new
+    finalist runs and the held-out runs of any winner they change."""
+    orders = " ".join(map(str, REFINAL_ORDERS))
+    protocol = f"--search {CAMPAIGNS[CURRENT]} {SELECTION_FLAGS} --final-data-seeds {orders}"
+    return MAP.tune_arguments(
+        point, jobs, CAMPAIGN_TRIALS, report=False, study=refinal_folder(point), protocol=protocol
+    )
+
+
+def copy_campaign_study(point: str) -> None:
+    """The current campaign's landed journal at ``point`` into :func:`refinal_folder`, once (a
+    folder that already holds a journal is left as it is)."""
+    folder = refinal_folder(point)
+    if any((folder / f).is_file() for f in ("study.log", "study.log.gz")):
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    landed = campaign_folder(MAP.root, CURRENT) / "tiny" / point / "study.log.gz"
+    shutil.copyfile(landed, folder / "study.log.gz")
+    restore_journals(folder)
+
+
 def design_reports(point: str) -> list[tuple[str, str, Path]]:
     """``(design, where, tune.json)`` of every design that ran at ``point``: each campaign's
     study there, then each candidate's not yet any campaign's (a study begun with no optimizer
@@ -397,6 +436,14 @@ def design_reports(point: str) -> list[tuple[str, str, Path]]:
         for design in SEARCHES
         if design not in CAMPAIGNS.values()
     ]
+    orders = ",".join(map(str, REFINAL_ORDERS))
+    found.append(
+        (
+            f"{CAMPAIGNS[CURRENT]}, finalists on orders {orders}",
+            f"{CURRENT} re-finaled",
+            refinal_folder(point) / "tune.json",
+        )
+    )
     return [
         (design, where, report)
         for design, where, report in found
@@ -497,6 +544,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--design", choices=list(SEARCHES), help="a candidate design to --run")
     parser.add_argument("--run", choices=list(POINTS), help="run --design at POINT")
+    parser.add_argument(
+        "--refinal",
+        choices=list(POINTS),
+        help="re-final the current campaign's study at POINT on other data orders",
+    )
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     if bool(args.design) != bool(args.run):
@@ -515,6 +567,13 @@ def main(argv: list[str] | None = None) -> int:
             code = torch_mars(["sweep", *arguments])
             if code:
                 return code
+    if args.refinal:
+        copy_campaign_study(args.refinal)
+        arguments = refinal_arguments(args.refinal, args.jobs)
+        print("torch-mars tune " + shlex.join(arguments), flush=True)
+        code = torch_mars(["tune", *arguments])
+        if code:
+            return code
     if args.more_pairs:
         for data_seed in PROTOCOL.heldout_data_seeds:
             for arguments in more_pairs_arguments(args.more_pairs, data_seed, args.jobs):
