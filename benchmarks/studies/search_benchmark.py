@@ -553,34 +553,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if bool(args.design) != bool(args.run):
         parser.error("--design and --run go together")
+    runs: list[tuple[str, list[str]]] = []
     if args.run:
         restore_journals(design_folder(args.run, args.design))
-        arguments = design_arguments(args.run, args.design, args.jobs, report=False)
-        print("torch-mars tune " + shlex.join(arguments), flush=True)
-        code = torch_mars(["tune", *arguments])
-        if code:
-            return code
+        runs.append(("tune", design_arguments(args.run, args.design, args.jobs, report=False)))
     if args.references:
-        for data_seed in PROTOCOL.heldout_data_seeds:
-            arguments = reference_arguments(args.references, data_seed, args.jobs)
-            print("torch-mars sweep " + shlex.join(arguments), flush=True)
-            code = torch_mars(["sweep", *arguments])
-            if code:
-                return code
+        runs += [
+            ("sweep", reference_arguments(args.references, data_seed, args.jobs))
+            for data_seed in PROTOCOL.heldout_data_seeds
+        ]
     if args.refinal:
         copy_campaign_study(args.refinal)
-        arguments = refinal_arguments(args.refinal, args.jobs)
-        print("torch-mars tune " + shlex.join(arguments), flush=True)
-        code = torch_mars(["tune", *arguments])
+        runs.append(("tune", refinal_arguments(args.refinal, args.jobs)))
+    if args.more_pairs:
+        runs += [
+            ("sweep", arguments)
+            for data_seed in PROTOCOL.heldout_data_seeds
+            for arguments in more_pairs_arguments(args.more_pairs, data_seed, args.jobs)
+        ]
+    for command, arguments in runs:
+        print(f"torch-mars {command} " + shlex.join(arguments), flush=True)
+        code = torch_mars([command, *arguments])
         if code:
             return code
-    if args.more_pairs:
-        for data_seed in PROTOCOL.heldout_data_seeds:
-            for arguments in more_pairs_arguments(args.more_pairs, data_seed, args.jobs):
-                print("torch-mars sweep " + shlex.join(arguments), flush=True)
-                code = torch_mars(["sweep", *arguments])
-                if code:
-                    return code
     if args.report:
         table = real_table(args.report)
         OUT.mkdir(parents=True, exist_ok=True)
