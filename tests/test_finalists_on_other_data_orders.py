@@ -20,21 +20,14 @@ BEST_LR = START["lr"] + 1  # the best lr on the selection's data order 0; one st
 
 def order_dependent(run: tuple) -> float:
     """Only the lr matters; on data order 0 its best is ``BEST_LR``, on every other order one
-    ladder step lower: a setting × data order interaction, as measured at b64-4x."""
+    ladder step lower: a setting x data order interaction, as measured at b64-4x."""
     _, key, seed, data = run
     target = BEST_LR if data == 0 else BEST_LR - 1
     return 2.0 + 0.01 * (parse_point_key(key)["lr"] - target) ** 2 + 1e-6 * seed
 
 
 def search_to_the_end(selection: Selection):
-    search = SEARCHES["surface-3"]("adamw", (START,), selection, 12)
-    results: dict = {}
-    while True:
-        state = search.replay(results)
-        if not state.needed:
-            return state, results
-        for run in state.needed:
-            results[run] = order_dependent(run)
+    return SEARCHES["surface-3"]("adamw", (START,), selection, 12).run_to_the_end(order_dependent)
 
 
 def test_a_point_ahead_only_on_the_selections_data_order_does_not_survive_other_orders():

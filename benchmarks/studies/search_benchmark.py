@@ -52,7 +52,7 @@ import math
 import shlex
 import shutil
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +69,6 @@ from torch_mars.train.study.campaign import (
 )
 from torch_mars.train.study.engine import finished_results
 from torch_mars.train.study.fight_map import OPTIMIZERS, POINTS, FightMap
-from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.reuse import runs_train_alike
 from torch_mars.train.study.selection import PROTOCOL, Selection, badness
 from torch_mars.train.study.space import dimensions_of, parse_point_key, point_key
@@ -183,16 +182,6 @@ def stored_runs(point: str) -> dict[tuple, float]:
     return runs
 
 
-def replay_to_end(search: ProfiledSearch, train: Callable[[tuple], float]):
-    results: dict = {}
-    while True:
-        state = search.replay(results)
-        if not state.needed:
-            return state, results
-        for run in state.needed:
-            results[run] = train(run)
-
-
 def surrogate_table(point: str, replicates: int) -> str:
     trials, identity, history = stored_study(MAP.study_folder(point))
     # every optimizer the study ran, those its latest protocol left out (b16-4x's Shampoo pair) too
@@ -237,7 +226,7 @@ def surrogate_table(point: str, replicates: int) -> str:
                     search = SEARCHES[search_name](
                         optimizer, starts, selection, budget, order_seed=replicate
                     )
-                    state, results = replay_to_end(search, lambda run, rng=rng: answer(run, rng))
+                    state, results = search.run_to_the_end(lambda run, rng=rng: answer(run, rng))
                     gaps.append(badness(land.mean(point_key(state.point))) - target)
                     start = starts[0]
                     early = [p for p, _ in state.trials[:12]]

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, ClassVar
@@ -187,6 +187,20 @@ class ProfiledSearch:
         except Needs as needs:
             state.needed = needs.runs
         return state
+
+    def run_to_the_end(
+        self, train: Callable[[RunId], float]
+    ) -> tuple[ProfiledState, dict[RunId, float]]:
+        """The whole search with ``train`` answering each run it needs, in the order it asks
+        (a pure function in tests and screens; a study trains through the engine): the
+        finished state and every run's result."""
+        results: dict[RunId, float] = {}
+        while True:
+            state = self.replay(results)
+            if not state.needed:
+                return state, results
+            for run in state.needed:
+                results[run] = train(run)
 
     def score(
         self,
