@@ -53,3 +53,22 @@ def test_each_points_summary_says_the_campaigns_word(name):
             assert words == []
         else:
             assert words == [(row.decision.word, row.decision.provisional)]
+
+
+def test_the_campaign_figure_shows_every_declared_point_read_or_pending(tmp_path):
+    from PIL import Image
+
+    from torch_mars.train.study.campaign import figure_panels, plot_campaign
+
+    declaration = campaign.declaration_of(campaign.CURRENT)
+    rows = campaign_rows(declaration)
+    panels = figure_panels(rows)
+    declared = json.loads(declaration.read_text())["first_stage"]
+    assert set(panels) == {"mars-adamw", "mars-shampoo"}
+    for points in panels.values():
+        assert [scope for scope, _ in points] == declared  # the declaration's order
+        # b64-4x and b16-4x have landed; a point with no report is drawn as pending
+        assert [row.gap is not None for _, row in points][:2] == [True, True]
+        assert all(row.decision.word == "pending" for _, row in points if row.gap is None)
+    written = plot_campaign(rows, tmp_path / "map.png")
+    assert Image.open(written).size[0] > 600

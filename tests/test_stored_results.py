@@ -46,7 +46,9 @@ def test_the_stored_results_stay_small():
     table, five files a rule), 10 more at b64-4x. Then the campaign of "The map decided" (five
     files a point, family.json the fifth, eleven points, and its declaration, verdicts, state
     and gamma rule) and the search benchmark (per point its table and three reference sweeps of
-    three files, two surrogate tables): 85 more."""
+    three files, two surrogate tables): 85 more. Then the search benchmark's further held-out
+    pairs (six journals a point), a re-finaled study (five files) and the campaign's map: 10
+    more."""
     files = tracked("benchmarks/results")
-    assert len(files) <= 465
+    assert len(files) <= 475
     assert sum((ROOT / f).stat().st_size for f in files) <= 8_000_000

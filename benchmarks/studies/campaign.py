@@ -25,6 +25,7 @@ newest campaign.
     python benchmarks/studies/campaign.py --snapshot | --status
     python benchmarks/studies/campaign.py --report  # each begun point's report, then
         # verdicts.md: every declared comparison, Holm over the family, pending ones said
+        # and map.png: each declared point's gap per rule, its word, pending ones marked
     python benchmarks/studies/campaign.py --campaign campaign --report  # the closed one
 """
 
@@ -47,6 +48,7 @@ from torch_mars.train.study.campaign import (
     campaign_folder,
     campaign_rows,
     format_campaign_table,
+    plot_campaign,
     replace_block,
     tune_studies_at,
     words_line,
@@ -244,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = campaign_rows(declaration)
         table = format_campaign_table(rows)
         write_text_atomically(folder / "verdicts.md", table + "\n")
+        plot_campaign(rows, folder / "map.png")
         if name == CURRENT:
             for document in (ROOT / "README.md", ROOT / "docs" / "results.md"):
                 text = replace_block(document.read_text(), words_line(rows))

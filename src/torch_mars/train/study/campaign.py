@@ -127,3 +127,52 @@ def replace_block(text: str, block: str) -> str:
 def block_of(text: str) -> str:
     """The generated block of ``text`` (between the markers)."""
     return text.split(BLOCK_BEGIN, 1)[1].split(BLOCK_END, 1)[0].strip()
+
+
+def figure_panels(rows: list[CampaignRow]) -> dict[str, list[tuple[str, CampaignRow]]]:
+    """The campaign figure's content: per MARS rule, its declared points in the declaration's
+    order, each with its row (read or pending): ``{rule: [(scope, row), ...]}``."""
+    panels: dict[str, list[tuple[str, CampaignRow]]] = {}
+    for row in rows:
+        panels.setdefault(row.comparison.rule, []).append((row.comparison.scope, row))
+    return panels
+
+
+def plot_campaign(rows: list[CampaignRow], out_path: Path) -> Path:
+    """The campaign's map: per MARS rule, each declared point's gap to its strongest control
+    with its 95% interval (crossed effects) and its word, in the declaration's order; a point
+    not read yet is marked "pending" on the zero line. Below zero the rule is ahead."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from torch_mars.train.plots import save_figure
+
+    panels = figure_panels(rows)
+    figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
+    for axis, (rule, points) in zip(axes[0], panels.items(), strict=True):
+        for x, (_, row) in enumerate(points):
+            if row.gap is None:
+                axis.plot(x, 0.0, marker="o", markerfacecolor="none", color="grey")
+                axis.annotate("pending", (x, 0.0), textcoords="offset points", xytext=(0, 6),
+                              ha="center", fontsize=7, color="grey")  # fmt: skip
+                continue
+            gap = row.gap
+            axis.errorbar(x, gap.mean, yerr=[[gap.mean - gap.low], [gap.high - gap.mean]],
+                          marker="o", capsize=3, color="C0")  # fmt: skip
+            axis.annotate(f"{row.decision.text()}\nvs {row.control}", (x, gap.mean),
+                          textcoords="offset points", xytext=(6, 0), ha="left", va="center",
+                          fontsize=7)  # fmt: skip
+        axis.axhline(0.0, color="grey", linewidth=0.8)
+        axis.set_xlim(-0.5, len(points) - 0.5)
+        axis.margins(y=0.15)
+        axis.set_xticks(range(len(points)), [scope.replace("/", "\n") for scope, _ in points])
+        axis.set_ylabel("held-out gap (nats), 95% interval")
+        axis.set_title(f"{rule} - strongest control")
+    figure.suptitle(
+        f"Holm over the declared family of {len(rows)}; "
+        f"{sum(row.gap is None for row in rows)} pending",
+        fontsize=9,
+    )
+    return save_figure(figure, out_path)
