@@ -89,3 +89,14 @@ def test_the_refinaled_design_is_the_campaigns_study_with_finalists_on_other_ord
     live.write_text("a journal this study has written since\n")
     benchmark.copy_campaign_study("b64-4x")  # a folder holding a journal is left as it is
     assert live.read_text() == "a journal this study has written since\n"
+
+
+def test_tunes_default_runs_at_a_point_from_the_neighbouring_points_winners():
+    arguments = benchmark.warm_arguments("b64-4x", jobs=2)
+    text = " ".join(arguments)
+    # the campaign's design and protocol; no --search-seeds or order seed of its own
+    assert f"--search surface-3 {benchmark.SELECTION_FLAGS} --jobs 2" in text
+    assert "--name warm-from-b16-4x" in text and "b64-4x/warm-from-b16-4x/study.log" in text
+    assert "benchmarks/results/campaign-3/tiny/b64-4x" in arguments  # its runs are taken
+    with pytest.raises(SystemExit, match="--warm b16-4x: the recipe is b16-4x's own winners"):
+        benchmark.warm_arguments("b16-4x", jobs=2)

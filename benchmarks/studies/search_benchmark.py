@@ -29,7 +29,9 @@ the report then reads the gaps on those and on all 24 pairs. ``--refinal POINT``
 current campaign's study at POINT with its finalists on other data orders
 (:data:`REFINAL_ORDERS`; a copy of its journal in ``search-benchmark/POINT/finalists-on-orders-
 4-5/``): the same first phase, only the finalists' runs and any new winner's held-out runs
-trained.
+trained. ``--warm POINT`` runs tune's default there as a user of ``tiny`` runs it now, from the
+recipe (b16-4x's winners: a warm start from a neighbouring point;
+``search-benchmark/POINT/warm-from-b16-4x/``).
 
 A candidate design not yet any campaign's runs as its own study, on the campaign's protocol
 with ``--search NAME``: ``--design NAME --run POINT`` (``search-benchmark/POINT/design-NAME/``,
@@ -40,6 +42,7 @@ resumable, landed like a campaign's); the table reads it beside the campaigns'.
     python benchmarks/studies/search_benchmark.py --design surface-3 --run b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --more-pairs b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --refinal b64-4x --jobs 2
+    python benchmarks/studies/search_benchmark.py --warm b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --report b64-4x
 """
 
@@ -88,6 +91,9 @@ MORE_HELDOUT = (7, 8, 9, 10)
 # The finalists' data orders of the re-finaled design: one per final seed, disjoint from the
 # selection's (0) and the held-out ones (1-3).
 REFINAL_ORDERS = (4, 5)
+# The point whose winners are ``tiny``'s recipe now (recipes.CAMPAIGN_B16): tune's default
+# elsewhere starts there.
+WARM_FROM = "b16-4x"
 # The map's selection: three seeds a trial, four finalists on three more.
 MAP_SELECTION = Selection(
     seeds=(0, 1, 2),
@@ -412,6 +418,31 @@ def copy_campaign_study(point: str) -> None:
     restore_journals(folder)
 
 
+def warm_folder(point: str) -> Path:
+    """Where tune's default runs at ``point`` from ``tiny``'s recipe as it is now."""
+    return OUT / point / f"warm-from-{WARM_FROM}"
+
+
+def warm_arguments(point: str, jobs: int) -> list[str]:
+    """``torch-mars tune`` at ``point`` as a user of ``tiny`` runs it now: the current
+    campaign's design and protocol, its searches starting from the recipe, which is the
+    current campaign's winners at :data:`WARM_FROM` (a warm start from a neighbouring point;
+    the study records those starts at its first run); the runs the other studies at the point
+    trained are taken, not trained again."""
+    if point == WARM_FROM:
+        raise SystemExit(f"--warm {point}: the recipe is {point}'s own winners, no warm start")
+    study = warm_folder(point)
+    arguments = MAP.tune_arguments(
+        point,
+        jobs,
+        CAMPAIGN_TRIALS,
+        study=study,
+        protocol=f"--search {CAMPAIGNS[CURRENT]} {SELECTION_FLAGS}",
+    )
+    donors = [str(f.relative_to(MAP.root)) for f in tune_studies_at(MAP.root, "tiny", point)]
+    return [*arguments, "--reuse-runs", *donors] if donors else arguments
+
+
 def design_reports(point: str) -> list[tuple[str, str, Path]]:
     """``(design, where, tune.json)`` of every design that ran at ``point``: each campaign's
     study there, then each candidate's not yet any campaign's (a study begun with no optimizer
@@ -425,6 +456,13 @@ def design_reports(point: str) -> list[tuple[str, str, Path]]:
         for design in SEARCHES
         if design not in CAMPAIGNS.values()
     ]
+    found.append(
+        (
+            f"{CAMPAIGNS[CURRENT]} from {WARM_FROM}'s winners",
+            f"warm-from-{WARM_FROM}",
+            warm_folder(point) / "tune.json",
+        )
+    )
     orders = ",".join(map(str, REFINAL_ORDERS))
     found.append(
         (
@@ -538,6 +576,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=list(POINTS),
         help="re-final the current campaign's study at POINT on other data orders",
     )
+    parser.add_argument(
+        "--warm",
+        choices=list(POINTS),
+        help=f"run tune's default at POINT from the recipe ({WARM_FROM}'s winners)",
+    )
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     if bool(args.design) != bool(args.run):
@@ -554,6 +597,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.refinal:
         copy_campaign_study(args.refinal)
         runs.append(("tune", refinal_arguments(args.refinal, args.jobs)))
+    if args.warm:
+        restore_journals(warm_folder(args.warm))
+        runs.append(("tune", warm_arguments(args.warm, args.jobs)))
     if args.more_pairs:
         runs += [
             ("sweep", arguments)
