@@ -100,3 +100,12 @@ def test_tunes_default_runs_at_a_point_from_the_neighbouring_points_winners():
     assert "benchmarks/results/campaign-3/tiny/b64-4x" in arguments  # its runs are taken
     with pytest.raises(SystemExit, match="--warm b16-4x: the recipe is b16-4x's own winners"):
         benchmark.warm_arguments("b16-4x", jobs=2)
+
+
+def test_the_warm_started_default_is_read_beside_the_campaigns_design():
+    table = benchmark.real_table("b64-4x")
+    assert (
+        "| surface-3 from b16-4x's winners | mars-shampoo | 1.6734 | 1.6554 | "
+        "+0.0180 [+0.0092, +0.0269] |" in table
+    )
+    assert "- surface-3 from b16-4x's winners: mean gap +0.0067 (standard error 0.0013)" in table
