@@ -66,5 +66,7 @@ def test_a_study_that_names_no_final_orders_stores_the_record_it_always_had():
         k: v for k, v in dataclasses.asdict(PROTOCOL).items() if k != "final_data_seeds"
     }
     named = dataclasses.replace(PROTOCOL, final_data_seeds=(4, 5))
+    assert PROTOCOL.final_orders_text() == ""  # reports of such studies read as they did
+    assert named.final_orders_text() == " (finalists' seeds on data orders 4,5)"
     assert Selection.of_record(json.loads(json.dumps(named.record()))) == named
     assert Selection.of_record(json.loads(json.dumps(PROTOCOL.record()))) == PROTOCOL

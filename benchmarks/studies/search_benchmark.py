@@ -198,7 +198,7 @@ def surrogate_table(point: str, replicates: int) -> str:
         o: s.replay(finished_results(trials)).point
         for o, s in zip(reference.optimizers, reference.searches(), strict=True)
     }
-    _, current, current_history = stored_study(campaign_folder(MAP.root, CURRENT) / "tiny" / point)
+    _, current, current_history = stored_study(current_study(point))
     plan = plan_of_identity(current, Path("/nonexistent"), None, "x", current_history)
     stored = stored_runs(point)
     lines = [
@@ -249,10 +249,24 @@ def surrogate_table(point: str, replicates: int) -> str:
     return "\n".join(lines)
 
 
+def current_study(point: str) -> Path:
+    """The current campaign's study at ``point`` (its report's folder too)."""
+    return campaign_folder(MAP.root, CURRENT) / "tiny" / point
+
+
+def reported(report: Path) -> dict:
+    """The ``tune.json`` report ``report``."""
+    return json.loads(report.read_text())
+
+
+def reference_report(point: str) -> list[dict]:
+    """The map's 80-trial study at ``point``, as its report has it (the references)."""
+    return reported(MAP.folder / point / "trials-80" / point / "tune.json")["optimizers"]
+
+
 def reference_winners(point: str) -> dict[str, dict]:
     """Each optimizer's 80-trial winner of the map at ``point``: its harness hyperparameters."""
-    report = MAP.folder / point / "trials-80" / point / "tune.json"
-    return {o["optimizer"]: o["hyperparams"] for o in json.loads(report.read_text())["optimizers"]}
+    return {o["optimizer"]: o["hyperparams"] for o in reference_report(point)}
 
 
 def reference_arguments(point: str, data_seed: int, jobs: int) -> list[str]:
@@ -294,8 +308,8 @@ def more_pairs_arguments(point: str, data_seed: int, jobs: int) -> list[list[str
     80-trial references and the current campaign's winners at ``point`` (one sweep each: a
     sweep holds one point per optimizer)."""
     seeds = tuple(str(s) for s in MORE_HELDOUT)
-    report = campaign_folder(MAP.root, CURRENT) / "tiny" / point / "tune.json"
-    ours = {o["optimizer"]: o["hyperparams"] for o in json.loads(report.read_text())["optimizers"]}
+    ran = reported(current_study(point) / "tune.json")["optimizers"]
+    ours = {o["optimizer"]: o["hyperparams"] for o in ran}
     folder = OUT / point / "more-pairs"
     return [
         MAP.winners_sweep_arguments(
@@ -314,15 +328,11 @@ def more_pairs_table(point: str) -> str:
     folder = OUT / point / "more-pairs"
     references = swept_finals(folder / "references", more_pairs())
     ours = swept_finals(folder / CURRENT, more_pairs())
-    report = campaign_folder(MAP.root, CURRENT) / "tiny" / point / "tune.json"
     first = reference_finals(point)
-    ran = json.loads(report.read_text())["optimizers"]
+    ran = reported(current_study(point) / "tune.json")["optimizers"]
     if any(math.isnan(v) for o in ran for v in ours[o["optimizer"]] + references[o["optimizer"]]):
         return ""
-    mapped = MAP.folder / point / "trials-80" / point / "tune.json"
-    chosen_on = {
-        o["optimizer"]: o["selection_finals"] for o in json.loads(mapped.read_text())["optimizers"]
-    }
+    chosen_on = {o["optimizer"]: o["selection_finals"] for o in reference_report(point)}
     orders = PROTOCOL.heldout_data_seeds
     lines = [
         f"Twelve more held-out pairs at {point} (seeds {MORE_HELDOUT[0]}-{MORE_HELDOUT[-1]} x "
@@ -342,14 +352,14 @@ def more_pairs_table(point: str) -> str:
         name = entry["optimizer"]
         mine = [math.nan if v is None else v for v in entry["heldout_finals"]]
         pairs = [tuple(p) for p in entry["heldout_pairs"]]
+        further = more_pairs()
+        design, reference = mine + ours[name], first[name] + references[name]
         early = crossed_gap(mine, first[name], pairs)
-        later = crossed_gap(ours[name], references[name], more_pairs())
-        both = crossed_gap(mine + ours[name], first[name] + references[name], pairs + more_pairs())
+        later = crossed_gap(ours[name], references[name], further)
+        both = crossed_gap(design, reference, pairs + further)
         gaps.append(both)
         differences = collections.defaultdict(list)
-        for (_, order), a, b in zip(
-            pairs + more_pairs(), mine + ours[name], first[name] + references[name], strict=True
-        ):
+        for (_, order), a, b in zip(pairs + further, design, reference, strict=True):
             differences[order].append(a - b)
         by_order = " / ".join(f"{statistics.fmean(differences[d]):+.4f}" for d in orders)
         selected = statistics.fmean(entry["selection_finals"]) - statistics.fmean(
@@ -381,7 +391,12 @@ def design_arguments(point: str, design: str, jobs: int, report: bool) -> list[s
         study=design_folder(point, design),
         protocol=f"--search {design} {SELECTION_FLAGS}",
     )
-    study = design_folder(point, design)
+    return reusing_runs(arguments, point, design_folder(point, design))
+
+
+def reusing_runs(arguments: list[str], point: str, study: Path) -> list[str]:
+    """``arguments`` of the tune study ``study`` at ``point``, taking the runs every other tune
+    study there trained (``--reuse-runs``) rather than training them again."""
     donors = [
         str(f.relative_to(MAP.root)) for f in tune_studies_at(MAP.root, "tiny", point) if f != study
     ]
@@ -413,7 +428,7 @@ def copy_campaign_study(point: str) -> None:
     if any((folder / f).is_file() for f in ("study.log", "study.log.gz")):
         return
     folder.mkdir(parents=True, exist_ok=True)
-    landed = campaign_folder(MAP.root, CURRENT) / "tiny" / point / "study.log.gz"
+    landed = current_study(point) / "study.log.gz"
     shutil.copyfile(landed, folder / "study.log.gz")
     restore_journals(folder)
 
@@ -439,12 +454,12 @@ def warm_arguments(point: str, jobs: int) -> list[str]:
         study=study,
         protocol=f"--search {CAMPAIGNS[CURRENT]} {SELECTION_FLAGS}",
     )
-    donors = [str(f.relative_to(MAP.root)) for f in tune_studies_at(MAP.root, "tiny", point)]
-    return [*arguments, "--reuse-runs", *donors] if donors else arguments
+    return reusing_runs(arguments, point, study)
 
 
-def design_reports(point: str) -> list[tuple[str, str, Path]]:
-    """``(design, where, tune.json)`` of every design that ran at ``point``: each campaign's
+def design_reports(point: str) -> list[tuple[str, str, dict]]:
+    """``(design, where, its report)`` of every design that ran at ``point`` (its
+    ``tune.json``, :func:`reported`): each campaign's
     study there, then each candidate's not yet any campaign's (a study begun with no optimizer
     finished is left out: it has nothing to read)."""
     found = [
@@ -471,11 +486,11 @@ def design_reports(point: str) -> list[tuple[str, str, Path]]:
             refinal_folder(point) / "tune.json",
         )
     )
+    read = [(design, where, reported(r)) for design, where, r in found if r.is_file()]
     return [
-        (design, where, report)
-        for design, where, report in found
-        if report.is_file()
-        and any(o["finished"] for o in json.loads(report.read_text())["optimizers"])
+        (design, where, ran)
+        for design, where, ran in read
+        if any(o["finished"] for o in ran["optimizers"])
     ]
 
 
@@ -498,8 +513,7 @@ def real_table(point: str) -> str:
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     costs, summaries = [], []
-    for design, name, report in design_reports(point):
-        ran = json.loads(report.read_text())
+    for design, name, ran in design_reports(point):
         pairs = [tuple(p) for p in ran["optimizers"][0]["heldout_pairs"]]
         gaps: list[PairedGap] = []
         for entry in ran["optimizers"]:

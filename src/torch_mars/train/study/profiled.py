@@ -210,11 +210,7 @@ class ProfiledSearch:
     ) -> float:
         """``point``'s mean final over its ``(seed, data seed)`` runs ``pairs`` (the selection's
         seeds on its data order unless given); NaN where one diverged."""
-        pairs = (
-            [(s, self.selection.data_seed) for s in self.selection.seeds]
-            if pairs is None
-            else pairs
-        )
+        pairs = self.selection.selection_pairs() if pairs is None else pairs
         values = [results[self.run(point, s, d)] for s, d in pairs]
         return math.fsum(values) / len(values)
 

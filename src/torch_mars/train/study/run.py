@@ -64,8 +64,7 @@ def announce(plan: TunePlan, url: str) -> str:
     sel = plan.selection
     finalists = (
         f" (its {sel.finalists} best also on seeds {list(sel.final_seeds)}"
-        + (f" of data orders {list(sel.final_data_seeds)}" if sel.final_data_seeds else "")
-        + ")"
+        f"{sel.final_orders_text()})"
         if sel.finalists
         else ""
     )

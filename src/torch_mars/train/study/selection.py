@@ -104,6 +104,10 @@ class Selection:
         """Every seed a winner is chosen on: the selection's, then the finalists'."""
         return self.seeds + self.final_seeds
 
+    def selection_pairs(self) -> list[tuple[int, int]]:
+        """The ``(seed, data seed)`` runs every trial is scored on."""
+        return [(s, self.data_seed) for s in self.seeds]
+
     def final_pairs(self) -> list[tuple[int, int]]:
         """The finalists' extra ``(seed, data seed)`` runs."""
         orders = self.final_data_seeds or (self.data_seed,) * len(self.final_seeds)
@@ -112,7 +116,14 @@ class Selection:
     def choosing_pairs(self) -> list[tuple[int, int]]:
         """Every ``(seed, data seed)`` run a winner is chosen on: the selection's, then the
         finalists'."""
-        return [(s, self.data_seed) for s in self.seeds] + self.final_pairs()
+        return self.selection_pairs() + self.final_pairs()
+
+    def final_orders_text(self) -> str:
+        """Where the finalists read other data orders than the selection's, which (the words
+        every report and announcement uses); empty where they read the selection's."""
+        if not self.final_data_seeds:
+            return ""
+        return f" (finalists' seeds on data orders {','.join(map(str, self.final_data_seeds))})"
 
     def record(self) -> dict[str, Any]:
         """The selection as a study stores it (:meth:`of_record` reads it back); without

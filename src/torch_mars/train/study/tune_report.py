@@ -337,7 +337,7 @@ def format_tune_table(
     lines += [
         f"| optimizer | trials | {heldout} | selection (seeds "
         f"{','.join(map(str, sel.choosing_seeds))}, data order {sel.data_seed}"
-        f"{_final_orders(sel)}) | "
+        f"{sel.final_orders_text()}) | "
         "dimensions moved |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -511,7 +511,7 @@ def finalists_table(
     drawn = SEARCHES[search].finalists_drawn
     lines = [
         f"Finalists: {sel.finalists} points of each search ({drawn}) re-read on seeds "
-        f"{','.join(map(str, sel.final_seeds))}{_final_orders(sel)}; the best mean over seeds "
+        f"{','.join(map(str, sel.final_seeds))}{sel.final_orders_text()}; the best mean over seeds "
         f"{','.join(map(str, sel.choosing_seeds))} wins (the search's own best is marked *).",
         "",
         f"| optimizer | point | seeds {','.join(map(str, sel.seeds))} | "
@@ -808,11 +808,3 @@ def devices_note(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
     if copied:
         notes.append(f"{copied} runs taken from other studies, trained there (--reuse-runs)")
     return "; ".join(notes) or "no runs"
-
-
-def _final_orders(sel: Selection) -> str:
-    """Where the finalists read other data orders than the selection's, which: a report's
-    words for the runs a winner was chosen on."""
-    if not sel.final_data_seeds:
-        return ""
-    return f" (finalists' seeds on data orders {','.join(map(str, sel.final_data_seeds))})"
