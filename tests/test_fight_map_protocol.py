@@ -238,8 +238,8 @@ def _live_tune_study(live):
     search = {"kind": "tune", "optimizers": ["muon", "mars-shampoo"], "trials": 2,
               "selection": selection}  # fmt: skip
     study.set_user_attr("identity", {"search": search})
-    for seed in (0, 1, 2):
-        study.enqueue_trial({}, user_attrs={"optimizer": "muon", "seed": seed})
+    for seed, cost_s in zip((0, 1, 2), (60.0, 90.0, 3600.0), strict=True):  # the last paused
+        study.enqueue_trial({}, user_attrs={"optimizer": "muon", "seed": seed, "cost_s": cost_s})
         study.tell(study.ask(), 1.7)
     study.enqueue_trial({}, user_attrs={"optimizer": "mars-shampoo", "seed": 0})
     study.ask()  # training: not finished
@@ -247,14 +247,16 @@ def _live_tune_study(live):
 
 def test_the_status_counts_each_studys_finished_runs_against_its_plan(tmp_path):
     """A tune study's plan per optimizer: 2 trials x 3 seeds + 1 finalist x 2 seeds + 6 held
-    out = 14; a running (unfinished) trial is not counted; nothing is written."""
+    out = 14; a running (unfinished) trial is not counted; the runs left cost the median run's
+    cost, which a run stretched by a pause does not move; nothing is written."""
     live = tmp_path / "b64-4x" / "study.log"
     _live_tune_study(live)
     before = sorted(p.name for p in live.parent.iterdir())
     (row,) = map_report.progress_rows(tmp_path)
     assert row["study"] == "b64-4x" and row["runs"] == {"muon": 3} and row["planned"] == 14
     assert row["runs_left"] == 11 + 14
-    assert row["hours_left"] == pytest.approx(25 * row["hours"] / 3)
+    assert row["hours"] == pytest.approx((60 + 90 + 3600) / 3600)
+    assert row["hours_left"] == pytest.approx(25 * 90 / 3600)  # at the median run's cost
     assert "| b64-4x | muon 3/14, mars-shampoo 0/14 |" in map_report.format_progress([row])
     assert "| 25 |" in map_report.format_progress([row])
     assert sorted(p.name for p in live.parent.iterdir()) == before

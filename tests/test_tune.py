@@ -324,6 +324,41 @@ def test_worker_processes_print_their_runs_only_when_progress_is_asked(
         assert "[worker" not in printed
 
 
+def test_a_run_records_its_cost_and_the_report_sums_it(tmp_path, corpus_file):
+    """A run the engine trains records its cost (CPU seconds on a CPU): the report's hours are
+    their sum, not the runs' wall times."""
+    from torch_mars.train.study.engine import RUN_COST_ATTR
+
+    plan = toy_plan(tmp_path, corpus_file)
+    open_study(plan.spec())
+    assert work(plan.spec(), max_trials=1) == 1
+    (trial,) = trials_of(plan)
+    cost = trial.user_attrs[RUN_COST_ATTR]
+    assert isinstance(cost, float) and cost > 0
+    (device,) = tune_report.run_cost([trial]).values()
+    assert device["hours"] == pytest.approx(cost / 3600)
+
+
+def test_a_runs_cost_is_what_it_recorded_and_its_wall_time_where_it_recorded_none():
+    """A run paused for an hour that recorded 30 s of work costs 30 s; a run from before costs
+    were recorded costs its claim-to-result wall time."""
+    import datetime
+
+    from torch_mars.train.study.engine import RUN_COST_ATTR
+
+    def run(**user_attrs):
+        trial = optuna.trial.create_trial(value=1.0, user_attrs=user_attrs)
+        trial.datetime_start = datetime.datetime(2026, 11, 29, 12)
+        trial.datetime_complete = trial.datetime_start + datetime.timedelta(hours=1)
+        return trial
+
+    recorded, older = run(**{RUN_COST_ATTR: 30.0}), run()
+    assert tune_report.run_seconds(recorded) == 30.0
+    assert tune_report.run_seconds(older) == 3600.0
+    (device,) = tune_report.run_cost([recorded, older]).values()
+    assert device["hours"] == pytest.approx(1 + 30 / 3600)
+
+
 def test_the_cost_line_says_where_threads_were_not_recorded():
     from torch_mars.train.study.engine import OWNER_ATTR
 

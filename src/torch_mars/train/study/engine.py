@@ -101,6 +101,9 @@ RUN_FIELDS = (
 # How a progress line says its run failed (a bar prints such a line, where it swallows others).
 FAILED_MARK = "FAILED: "
 HEARTBEAT_ATTR = "torch_mars_heartbeat"
+# A finished run's cost in seconds: its worker's CPU time on a CPU (a paused or crowded worker's
+# waits are not the run's), its wall time on an accelerator, whose CPU time says little.
+RUN_COST_ATTR = "cost_s"
 _SEED_PARAM = IntDistribution(0, 2**31 - 1)
 
 
@@ -722,6 +725,8 @@ def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
     )
     if hasattr(config, "data_seed"):
         config = dataclasses.replace(config, data_seed=data_seed)
+    clock = time.process_time if resolve_device(config.device).type == "cpu" else time.perf_counter
+    began = clock()
     with (claimed.work_dir / "log.txt").open("w") as log, contextlib.redirect_stdout(log):
         try:
             result = train_run(config, _study_data(config))
@@ -736,7 +741,11 @@ def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
         for k, v in result.as_dict().items()
         if k != "run_dir"
     }
-    record: dict[str, Any] = {"final": summary["final"], "summary": summary}
+    record: dict[str, Any] = {
+        "final": summary["final"],
+        "summary": summary,
+        RUN_COST_ATTR: clock() - began,
+    }
     if seed not in spec.curve_seeds:
         return record  # a study keeps the evaluation curves of its final runs only
     metric = TASK_METRICS[spec.task].key

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+import statistics
 from pathlib import Path
 
 from torch_mars.train.compare import mean_std_text
@@ -15,14 +16,22 @@ from torch_mars.train.study.fight_map import POINTS
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.store import load_study, open_storage, study_names
-from torch_mars.train.study.tune_report import OptimizerOutcome, Verdict, run_cost, verdicts
+from torch_mars.train.study.tune_report import (
+    OptimizerOutcome,
+    Verdict,
+    run_cost,
+    run_seconds,
+    trained_runs,
+    verdicts,
+)
 from torch_mars.train.study.verdict import PairedGap, crossed_gap, holm_decisions
 
 
 def progress_rows(folder: Path) -> list[dict]:
     """Each study under ``folder`` with a live journal (a point's, its second searches', its
     side studies'): its finished runs per optimizer, their run hours, and, for a tune study,
-    the runs left and their run hours at the mean so far, and the runs its protocol plans per
+    the runs left and their run hours at the median run so far (one run stretched by a pause
+    does not stretch the estimate), and the runs its protocol plans per
     optimizer (at least: :func:`~torch_mars.train.study.profiled.planned_runs`)."""
     import optuna
 
@@ -42,10 +51,9 @@ def progress_rows(folder: Path) -> list[dict]:
         if search.get("kind") == "tune":
             planned = planned_runs(search["trials"], Selection.of_record(search["selection"]))
         optimizers = search.get("optimizers", sorted(runs))
-        cost = run_cost(trials).values()  # the runs trained here: none taken from elsewhere
-        hours = sum(c["hours"] for c in cost)
+        hours = sum(c["hours"] for c in run_cost(trials).values())
         left = sum(max(planned - runs[o], 0) for o in optimizers) if planned else None
-        trained = sum(c["runs"] for c in cost)
+        trained = [run_seconds(t) / 3600 for t in trained_runs(trials)]
         rows.append(
             {
                 "study": str(live.parent.relative_to(folder)),
@@ -54,7 +62,9 @@ def progress_rows(folder: Path) -> list[dict]:
                 "optimizers": optimizers,
                 "hours": hours,
                 "runs_left": left,
-                "hours_left": left * hours / trained if left is not None and trained else None,
+                "hours_left": left * statistics.median(trained)
+                if left is not None and trained
+                else None,
             }
         )
     return rows
@@ -62,7 +72,7 @@ def progress_rows(folder: Path) -> list[dict]:
 
 def format_progress(rows: list[dict]) -> str:
     """The table of :func:`progress_rows`; the run hours left are the planned runs not yet
-    finished at the study's mean run time so far (divide by the workers for wall time)."""
+    finished at the study's median run so far (divide by the workers for wall time)."""
     lines = [
         "| study | finished runs per optimizer (of planned) | run hours | runs left "
         "| run hours left |",

@@ -765,27 +765,42 @@ def copied_runs(trials: Sequence[optuna.trial.FrozenTrial]) -> int:
     )
 
 
+def run_seconds(trial: optuna.trial.FrozenTrial) -> float:
+    """A finished run's cost in seconds: what its worker recorded (CPU time on a CPU, wall time
+    on an accelerator; ``engine.RUN_COST_ATTR``), else, for runs from before it was recorded,
+    its wall time from claim to result, pauses included."""
+    from torch_mars.train.study.engine import RUN_COST_ATTR
+
+    if RUN_COST_ATTR in trial.user_attrs:
+        return float(trial.user_attrs[RUN_COST_ATTR])
+    if trial.datetime_start and trial.datetime_complete:
+        return (trial.datetime_complete - trial.datetime_start).total_seconds()
+    return 0.0
+
+
+def trained_runs(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The study's finished runs it trained itself: none taken from other studies
+    (:func:`copied_runs`)."""
+    return [
+        t
+        for t in trials
+        if t.state == optuna.trial.TrialState.COMPLETE and COPIED_ATTR not in t.system_attrs
+    ]
+
+
 def run_cost(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[str, dict[str, Any]]:
     """Per device the study's finished runs trained on (most runs first): their count, summed
-    wall time in hours (claim to result) and the threads a run used (``"?"`` where not
-    recorded). Runs taken from other studies are not counted (:func:`copied_runs`)."""
+    cost in hours (:func:`run_seconds`) and the threads a run used (``"?"`` where not
+    recorded). Runs taken from other studies are not counted (:func:`trained_runs`)."""
     from torch_mars.train.study.engine import OWNER_ATTR
 
     runs: dict[str, list[optuna.trial.FrozenTrial]] = collections.defaultdict(list)
-    for trial in trials:
-        if (
-            trial.state == optuna.trial.TrialState.COMPLETE
-            and COPIED_ATTR not in trial.system_attrs
-        ):
-            owner = trial.system_attrs.get(OWNER_ATTR) or {}
-            runs[owner.get("device", "not recorded")].append(trial)
+    for trial in trained_runs(trials):
+        owner = trial.system_attrs.get(OWNER_ATTR) or {}
+        runs[owner.get("device", "not recorded")].append(trial)
     cost = {}
     for device, done in sorted(runs.items(), key=lambda item: -len(item[1])):
-        seconds = math.fsum(
-            (t.datetime_complete - t.datetime_start).total_seconds()
-            for t in done
-            if t.datetime_start and t.datetime_complete
-        )
+        seconds = math.fsum(run_seconds(t) for t in done)
         threads = {str((t.system_attrs.get(OWNER_ATTR) or {}).get("threads", "?")) for t in done}
         cost[device] = {"runs": len(done), "hours": seconds / 3600, "threads": sorted(threads)}
     return cost
