@@ -34,3 +34,9 @@ def test_a_gamma_of_zero_is_not_fitted_in_log_space():
         for b, g in ((16, 0.0), (64, 0.1), (256, 0.2))
     ]
     assert math.isnan(rule.predict(fit, 4, 4)["log2 gamma/(1-beta1)"])
+
+
+def test_a_fitted_gamma_past_the_ladder_is_named_as_such():
+    assert rule.gamma_at(2.2) == "0.05"
+    assert rule.gamma_at(7.4) == "0.4 (past the ladder's end)"
+    assert rule.gamma_at(-1.0) == "0 (past the ladder's end)"

@@ -116,12 +116,54 @@ def rule_text(fit_labels: list[str], left_out: str) -> str:
     return "\n".join(lines)
 
 
+# A GPT-2-small user's point (llm.c's 124M recipe: 512 sequences of 1,024 tokens a step, 10B
+# tokens, about 4 x 20 tokens per parameter) in the plane's units, two ways: by sequences per
+# step, and by tokens per step counted in `tiny`'s 32-token sequences.
+GPT2_SMALL = {"512 sequences a step": (512, 4), "524,288 tokens a step": (16384, 4)}
+MARIN_GAMMA = "flat over 0.0125-0.05 at 130M-520M parameters, 0.1 always worse"
+
+
+def gamma_at(step: float) -> str:
+    """The gamma a fitted ladder position names: the nearest level, said where the plane runs
+    past the ladder's ends."""
+    ladder = LADDERS["gamma"]
+    top = len(ladder.levels) - 1
+    nearest = min(max(round(step), 0), top)
+    past = " (past the ladder's end)" if step < -0.5 or step > top + 0.5 else ""
+    return f"{ladder.value(nearest):g}{past}"
+
+
+def user_text(fit_labels: list[str]) -> str:
+    """What the plane through ``fit_labels``' winners says of a GPT-2-small run, beside Marin's
+    gamma; an extrapolation the text names as one (no width term, 32-token sequences)."""
+    batches = [POINTS[label.split("/", 1)[1]][0] for label in fit_labels]
+    lines = [
+        "",
+        "What it would tell a GPT-2-small user (an extrapolation: the plane has no width term, "
+        f"was fitted on {min(batches)}-{max(batches)} sequences of 32 tokens a step at `tiny`'s "
+        "width, and a GPT-2-small step lies outside it however it is counted; Marin's gamma: "
+        f"{MARIN_GAMMA}):",
+        "",
+        "| rule | counted as | gamma (ladder step) | gamma |",
+        "|---|---|---:|---:|",
+    ]
+    for rule in RULES:
+        fit = [w for w in (winner_of(label, rule) for label in fit_labels) if w is not None]
+        if len(fit) < len(fit_labels):
+            lines.append(f"| {rule} | (fit points not all read yet) | | |")
+            continue
+        for counted, (batch, multiple) in GPT2_SMALL.items():
+            step = predict(fit, batch, multiple)["gamma (ladder step)"]
+            lines.append(f"| {rule} | {counted} | {step:.1f} | {gamma_at(step)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fit", nargs=3, required=True, metavar="MODEL/POINT")
     parser.add_argument("--predict", required=True, metavar="MODEL/POINT")
     args = parser.parse_args(argv)
-    text = rule_text(args.fit, args.predict)
+    text = rule_text(args.fit, args.predict) + "\n" + user_text(args.fit)
     write_text_atomically(CAMPAIGN / "gamma-rule.md", text + "\n")
     print(text)
     return 0
