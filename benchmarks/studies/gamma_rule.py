@@ -90,6 +90,12 @@ def winner_of(label: str, rule: str) -> Winner | None:
     return Winner(batch, multiple, values["gamma"], values["lr"], values["beta1"])
 
 
+def fitted(rule: str, fit_labels: list[str]) -> list[Winner] | None:
+    """``rule``'s winners at every point of ``fit_labels``; None until all are read."""
+    fit = [winner_of(label, rule) for label in fit_labels]
+    return None if None in fit else fit
+
+
 def rule_text(fit_labels: list[str], left_out: str) -> str:
     """The prediction at ``left_out`` from the winners at ``fit_labels``, and its miss once the
     left-out point is read."""
@@ -102,8 +108,8 @@ def rule_text(fit_labels: list[str], left_out: str) -> str:
         "|---|---|---:|---:|---:|",
     ]
     for rule in RULES:
-        fit = [w for w in (winner_of(label, rule) for label in fit_labels) if w is not None]
-        if len(fit) < len(fit_labels):
+        fit = fitted(rule, fit_labels)
+        if fit is None:
             lines.append(f"| {rule} | (fit points not all read yet) | | | |")
             continue
         predicted = predict(fit, batch, multiple)
@@ -148,8 +154,8 @@ def user_text(fit_labels: list[str]) -> str:
         "|---|---|---:|---:|",
     ]
     for rule in RULES:
-        fit = [w for w in (winner_of(label, rule) for label in fit_labels) if w is not None]
-        if len(fit) < len(fit_labels):
+        fit = fitted(rule, fit_labels)
+        if fit is None:
             lines.append(f"| {rule} | (fit points not all read yet) | | |")
             continue
         for counted, (batch, multiple) in GPT2_SMALL.items():
