@@ -96,32 +96,6 @@ def fitted(rule: str, fit_labels: list[str]) -> list[Winner] | None:
     return None if None in fit else fit
 
 
-def rule_text(fit_labels: list[str], left_out: str) -> str:
-    """The prediction at ``left_out`` from the winners at ``fit_labels``, and its miss once the
-    left-out point is read."""
-    batch, multiple = POINTS[left_out.split("/", 1)[1]]
-    lines = [
-        f"The gamma rule: fitted on {', '.join(fit_labels)}; predicts {left_out} "
-        f"({batch} sequences per step, {multiple} x 20 tokens per parameter).",
-        "",
-        "| rule | quantity | predicted | read | miss (steps) |",
-        "|---|---|---:|---:|---:|",
-    ]
-    for rule in RULES:
-        fit = fitted(rule, fit_labels)
-        if fit is None:
-            lines.append(f"| {rule} | (fit points not all read yet) | | | |")
-            continue
-        predicted = predict(fit, batch, multiple)
-        read = winner_of(left_out, rule)
-        for name, value in predicted.items():
-            actual = read.targets()[name] if read else math.nan
-            miss = f"{abs(value - actual):.1f}" if read and math.isfinite(actual) else "—"
-            shown = f"{actual:.1f}" if read else "not read"
-            lines.append(f"| {rule} | {name} | {value:.1f} | {shown} | {miss} |")
-    return "\n".join(lines)
-
-
 # A GPT-2-small user's point (llm.c's 124M recipe: 512 sequences of 1,024 tokens a step, 10B
 # tokens, about 4 x 20 tokens per parameter) in the plane's units, two ways: by sequences per
 # step, and by tokens per step counted in `tiny`'s 32-token sequences.
@@ -139,11 +113,20 @@ def gamma_at(step: float) -> str:
     return f"{ladder.value(nearest):g}{past}"
 
 
-def user_text(fit_labels: list[str]) -> str:
-    """What the plane through ``fit_labels``' winners says of a GPT-2-small run, beside Marin's
-    gamma; an extrapolation the text names as one (no width term, 32-token sequences)."""
+def rule_text(fit_labels: list[str], left_out: str) -> str:
+    """The prediction at ``left_out`` from the winners at ``fit_labels``, and its miss once the
+    left-out point is read; then what the same plane says of a GPT-2-small run, beside Marin's
+    gamma, an extrapolation the text names as one (no width term, 32-token sequences)."""
+    batch, multiple = POINTS[left_out.split("/", 1)[1]]
     batches = [POINTS[label.split("/", 1)[1]][0] for label in fit_labels]
-    lines = [
+    predictions = [
+        f"The gamma rule: fitted on {', '.join(fit_labels)}; predicts {left_out} "
+        f"({batch} sequences per step, {multiple} x 20 tokens per parameter).",
+        "",
+        "| rule | quantity | predicted | read | miss (steps) |",
+        "|---|---|---:|---:|---:|",
+    ]
+    users = [
         "",
         "What it would tell a GPT-2-small user (an extrapolation: the plane has no width term, "
         f"was fitted on {min(batches)}-{max(batches)} sequences of 32 tokens a step at `tiny`'s "
@@ -156,12 +139,19 @@ def user_text(fit_labels: list[str]) -> str:
     for rule in RULES:
         fit = fitted(rule, fit_labels)
         if fit is None:
-            lines.append(f"| {rule} | (fit points not all read yet) | | |")
+            predictions.append(f"| {rule} | (fit points not all read yet) | | | |")
+            users.append(f"| {rule} | (fit points not all read yet) | | |")
             continue
-        for counted, (batch, multiple) in GPT2_SMALL.items():
-            step = predict(fit, batch, multiple)["gamma (ladder step)"]
-            lines.append(f"| {rule} | {counted} | {step:.1f} | {gamma_at(step)} |")
-    return "\n".join(lines)
+        read = winner_of(left_out, rule)
+        for name, value in predict(fit, batch, multiple).items():
+            actual = read.targets()[name] if read else math.nan
+            miss = f"{abs(value - actual):.1f}" if read and math.isfinite(actual) else "—"
+            shown = f"{actual:.1f}" if read else "not read"
+            predictions.append(f"| {rule} | {name} | {value:.1f} | {shown} | {miss} |")
+        for counted, (user_batch, user_multiple) in GPT2_SMALL.items():
+            step = predict(fit, user_batch, user_multiple)["gamma (ladder step)"]
+            users.append(f"| {rule} | {counted} | {step:.1f} | {gamma_at(step)} |")
+    return "\n".join(predictions + users)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", nargs=3, required=True, metavar="MODEL/POINT")
     parser.add_argument("--predict", required=True, metavar="MODEL/POINT")
     args = parser.parse_args(argv)
-    text = rule_text(args.fit, args.predict) + "\n" + user_text(args.fit)
+    text = rule_text(args.fit, args.predict)
     write_text_atomically(CAMPAIGN / "gamma-rule.md", text + "\n")
     print(text)
     return 0
