@@ -40,3 +40,22 @@ def test_a_fitted_gamma_past_the_ladder_is_named_as_such():
     assert rule.gamma_at(2.2) == "0.05"
     assert rule.gamma_at(7.4) == "0.4 (past the ladder's end)"
     assert rule.gamma_at(-1.0) == "0 (past the ladder's end)"
+
+
+def test_the_rule_says_what_its_plane_tells_a_gpt2_small_user_and_where_it_runs_out(monkeypatch):
+    """On a plane where gamma climbs one ladder step per 4x batch, 512 sequences a step lands
+    half a step past 256's gamma, and 524,288 tokens a step (16,384 of `tiny`'s sequences)
+    past the ladder's top, said so."""
+    gammas = {16: 0.05, 64: 0.1, 256: 0.2}
+
+    def winner_of(label, _rule):
+        batch, multiple = rule.POINTS[label.split("/", 1)[1]]
+        return rule.Winner(batch, multiple, gamma=gammas[batch], lr=0.01, beta1=0.9) if (
+            batch in gammas) else None  # fmt: skip
+
+    monkeypatch.setattr(rule, "winner_of", winner_of)
+    text = rule.rule_text(["tiny/b64-4x", "tiny/b16-4x", "tiny/b256-16x"], "tiny/b4-4x")
+    assert "| mars-adamw | gamma (ladder step) | 1.0 | not read | — |" in text
+    assert "| mars-shampoo | 512 sequences a step | 4.5 | 0.2 |" in text
+    assert "| mars-adamw | 524,288 tokens a step | 7.0 | 0.4 (past the ladder's end) |" in text
+    assert "fitted on 16-256 sequences" in text
