@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import math
 import shlex
@@ -72,6 +73,7 @@ from torch_mars.train.study.campaign import (
 )
 from torch_mars.train.study.engine import finished_results
 from torch_mars.train.study.fight_map import OPTIMIZERS, POINTS, FightMap
+from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.reuse import runs_train_alike
 from torch_mars.train.study.selection import PROTOCOL, Selection, badness
 from torch_mars.train.study.space import dimensions_of, parse_point_key, point_key
@@ -373,6 +375,112 @@ def more_pairs_table(point: str) -> str:
     return "\n".join(lines)
 
 
+def by_median(search: ProfiledSearch) -> ProfiledSearch:
+    """``search`` with each finalist judged by the median of its choosing runs instead of their
+    mean (robust to one run that blew up); the trials' scores are unchanged."""
+
+    class ByMedian(type(search)):
+        def score(self, results, point, pairs=None):
+            if pairs is None:
+                return super().score(results, point)
+            values = [results[self.run(point, s, d)] for s, d in pairs]
+            return math.nan if any(math.isnan(v) for v in values) else statistics.median(values)
+
+    fields = dataclasses.fields(search)
+    return ByMedian(**{f.name: getattr(search, f.name) for f in fields if f.init})
+
+
+def current_searches(point: str) -> tuple[dict[str, ProfiledSearch], dict]:
+    """The current campaign's searches at ``point`` as its study recorded them, by optimizer,
+    and the study's finished runs."""
+    study = current_study(point)
+    trials, identity, history = stored_study(study)
+    plan = plan_of_identity(identity, study, None, study.name, history)
+    return {s.optimizer: s for s in plan.searches()}, finished_results(trials)
+
+
+def median_winners(point: str) -> dict[str, tuple[str, str]]:
+    """The current campaign's searches at ``point`` replayed on its stored runs with the
+    finalists judged by their median (:func:`by_median`): each optimizer whose winner that
+    changes, with its winner's key by the mean and by the median."""
+    searches, results = current_searches(point)
+    changed = {}
+    for name, search in searches.items():
+        mean, median = search.replay(results), by_median(search).replay(results)
+        if point_key(mean.point) != point_key(median.point):
+            changed[name] = (point_key(mean.point), point_key(median.point))
+    return changed
+
+
+def median_arguments(point: str, data_seed: int, jobs: int) -> list[str]:
+    """A ``torch-mars sweep`` of the winners the median changes (:func:`median_winners`) on the
+    24 held-out pairs' seeds and data order ``data_seed``."""
+    searches, _ = current_searches(point)
+    winners = {
+        name: searches[name].hyperparams(median)
+        for name, (_, median) in median_winners(point).items()
+    }
+    seeds = tuple(str(s) for s in (*PROTOCOL.heldout, *MORE_HELDOUT))
+    folder = OUT / point / "median-choosing"
+    return MAP.winners_sweep_arguments(
+        point, winners, folder, f"median-data{data_seed}", seeds, jobs, data_seed
+    )
+
+
+def median_table(point: str) -> str:
+    """The median check: the current campaign's winners at ``point``, each replaced where the
+    median of the choosing runs picks another finalist, against the references on all 24
+    held-out pairs, read by the rule written before its runs (docs/harness.md): adopted as
+    worth a protocol option only if every changed gap is at most :data:`BAR` and the mean gap
+    falls below the campaign's own. Empty until every swept run has finished."""
+    changed = median_winners(point)
+    pairs = PROTOCOL.heldout_pairs() + more_pairs()
+    swept = swept_finals(OUT / point / "median-choosing" / "median", pairs)
+    if not changed or any(math.isnan(v) for name in changed for v in swept[name]):
+        return ""
+    searches, _ = current_searches(point)
+    folder = OUT / point / "more-pairs"
+    further_references = swept_finals(folder / "references", more_pairs())
+    further = swept_finals(folder / CURRENT, more_pairs())
+    references = reference_finals(point)
+    lines = [
+        f"The median of the choosing runs at {point}: {CURRENT}'s searches replayed on their "
+        "stored runs with each finalist judged by its median over its three choosing runs; "
+        "the winners that changes swept on all 24 held-out pairs (search-benchmark/POINT/"
+        "median-choosing/); design - reference on the 24 pairs, by the mean and by the median.",
+        "",
+        "| optimizer | winner by the median | by the mean | by the median | p |",
+        "|---|---|---:|---:|---:|",
+    ]
+    by_mean, by_median_gaps = [], []
+    entries = reported(current_study(point) / "tune.json")["optimizers"]
+    for entry in entries:
+        name = entry["optimizer"]
+        ours = [math.nan if v is None else v for v in entry["heldout_finals"]] + further[name]
+        reference = references[name] + further_references[name]
+        mean_gap = crossed_gap(ours, reference, pairs)
+        median_gap = crossed_gap(swept[name], reference, pairs) if name in changed else mean_gap
+        by_mean.append(mean_gap)
+        by_median_gaps.append(median_gap)
+        winner = searches[name].label(changed[name][1]) if name in changed else "the same"
+        lines.append(
+            f"| {name} | {winner} | {mean_gap.text()} | {median_gap.text()} | {median_gap.p:.3g} |"
+        )
+    names = [entry["optimizer"] for entry in entries]
+    holds = all(g.mean <= BAR for n, g in zip(names, by_median_gaps, strict=True) if n in changed)
+    holds &= statistics.fmean(g.mean for g in by_median_gaps) < statistics.fmean(
+        g.mean for g in by_mean
+    )
+    lines += [
+        "",
+        f"- By the mean: {bar_reading(by_mean)}.",
+        f"- By the median: {bar_reading(by_median_gaps)}.",
+        f"- The rule written before the runs (every changed gap at most {BAR}, the mean gap "
+        "below the mean's): " + ("met." if holds else "not met: the mean stays."),
+    ]
+    return "\n".join(lines)
+
+
 def design_folder(point: str, design: str) -> Path:
     """Where a candidate design's study at ``point`` lives."""
     return OUT / point / f"design-{design}"
@@ -541,8 +649,9 @@ def real_table(point: str) -> str:
             summaries.append(f"- {design}: {bar_reading(gaps)}")
     lines += ["", f"Cost at {point} (one thread a run): " + "; ".join(costs) + "."]
     lines += ["", "The gaps together, and how far noise alone carries the bar:", "", *summaries]
-    more = more_pairs_table(point)
-    return "\n".join([*lines, "", more] if more else lines)
+    for table in (more_pairs_table(point), median_table(point)):
+        lines += ["", table] if table else []
+    return "\n".join(lines)
 
 
 def bar_reading(gaps: list[PairedGap]) -> str:
@@ -583,6 +692,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=list(POINTS),
         help="read the current campaign's winners and the references on 12 more held-out pairs",
     )
+    parser.add_argument(
+        "--median-choosing",
+        choices=list(POINTS),
+        help="sweep the winners the median of the choosing runs would pick, on 24 held-out pairs",
+    )
     parser.add_argument("--design", choices=list(SEARCHES), help="a candidate design to --run")
     parser.add_argument("--run", choices=list(POINTS), help="run --design at POINT")
     parser.add_argument(
@@ -619,6 +733,11 @@ def main(argv: list[str] | None = None) -> int:
             ("sweep", arguments)
             for data_seed in PROTOCOL.heldout_data_seeds
             for arguments in more_pairs_arguments(args.more_pairs, data_seed, args.jobs)
+        ]
+    if args.median_choosing:
+        runs += [
+            ("sweep", median_arguments(args.median_choosing, data_seed, args.jobs))
+            for data_seed in PROTOCOL.heldout_data_seeds
         ]
     for command, arguments in runs:
         print(f"torch-mars {command} " + shlex.join(arguments), flush=True)
