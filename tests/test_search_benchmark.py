@@ -122,3 +122,12 @@ def test_the_median_of_the_choosing_runs_changes_two_winners_at_b64_4x_and_none_
     text = " ".join(benchmark.median_arguments("b64-4x", 2, jobs=2))
     assert "--optimizers adamw muon" in text and "--seeds 3 4 5 6 7 8 9 10" in text
     assert "b64-4x/median-choosing/median-data2/study.log" in text
+
+
+def test_the_median_check_is_read_by_the_rule_written_before_its_runs():
+    table = benchmark.real_table("b64-4x")
+    assert "| adamw | lr=0.0256 beta1=0.85 beta2=0.98 weight_decay=0.01 " in table
+    assert "| +0.0055 [-0.0113, +0.0222] | +0.0228 [+0.0026, +0.0429] |" in table
+    assert "| +0.0069 [+0.0040, +0.0098] | +0.0023 [-0.0043, +0.0089] |" in table
+    assert "- By the median: mean gap +0.0052 (standard error 0.0022)" in table
+    assert "the mean gap below the mean's): not met: the mean stays." in table
