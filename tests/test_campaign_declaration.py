@@ -57,3 +57,36 @@ def test_a_campaigns_point_takes_the_runs_the_other_studies_there_trained():
     assert "benchmarks/results/campaign-3/tiny/b64-4x" not in donors  # the study itself
     # a report trains nothing and takes nothing
     assert "--reuse-runs" not in campaign.arguments_of("campaign-3", entry, jobs=2, report=True)
+
+
+def test_a_runs_cost_per_step_and_per_token_is_fitted_from_two_or_more_points():
+    a, b = 0.008, 8e-6  # seconds a step, seconds a token
+    runs = [(s, k, a * s + b * k) for s, k in ((966, 1_978_368), (3864, 1_978_368))]
+    assert campaign.fit_run_cost(runs) == pytest.approx((a, b))
+    assert campaign.fit_run_cost(runs[:1]) is None
+
+
+def test_the_points_not_begun_are_costed_from_the_begun_points_of_their_model(monkeypatch):
+    """b4-4x's 300 runs at the cost the begun points of `tiny` fit (each point's median run,
+    so one run stretched by a pause does not move it); the second model, with no point begun,
+    is said unknown."""
+    import optuna
+
+    from torch_mars.train.study.engine import RUN_COST_ATTR
+
+    a, b = 0.008, 8e-6
+
+    def stored(folder):
+        steps, tokens = campaign.run_budget(f"tiny/{folder.name}")
+        costs = [a * steps + b * tokens] * 4 + [10 * (a * steps + b * tokens)]
+        runs = [optuna.trial.create_trial(value=1.0, user_attrs={RUN_COST_ATTR: c}) for c in costs]
+        return runs, {}, []
+
+    monkeypatch.setattr(campaign, "stored_study", stored)
+    declared = campaign.declared()
+    begun, waiting = ["tiny/b64-4x", "tiny/b16-4x"], ["tiny/b4-4x", "tiny-w64/b64-4x"]
+    text = campaign.waiting_text(campaign.CURRENT, declared, begun, waiting)
+    steps, tokens = campaign.run_budget("tiny/b4-4x")
+    hours = 300 * (a * steps + b * tokens) / 3600
+    assert f"| tiny/b4-4x | 300 | {hours:.1f} | 8.0 ms a step + 8.00 µs a token" in text
+    assert "| tiny-w64/b64-4x | 240 | — | fewer than two begun points of tiny-w64 |" in text

@@ -34,9 +34,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
@@ -53,9 +56,12 @@ from torch_mars.train.study.campaign import (
     tune_studies_at,
     words_line,
 )
-from torch_mars.train.study.fight_map import POINTS, FightMap
+from torch_mars.train.study.fight_map import BLOCK, POINTS, FightMap, steps_at
 from torch_mars.train.study.map_report import format_progress, progress_rows
-from torch_mars.train.study.store import restore_journals, snapshot_journals
+from torch_mars.train.study.profiled import planned_runs
+from torch_mars.train.study.selection import PROTOCOL
+from torch_mars.train.study.store import restore_journals, snapshot_journals, stored_study
+from torch_mars.train.study.tune_report import run_seconds, trained_runs
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
 ROOT = MAP.root
@@ -168,9 +174,61 @@ def arguments_of(name: str, entry: dict[str, Any], jobs: int, report: bool) -> l
     )
 
 
+def run_budget(label: str) -> tuple[int, int]:
+    """A run's steps and tokens at the campaign point ``label`` (``MODEL/POINT``)."""
+    model, point = label.split("/", 1)
+    steps = steps_at(point, model)
+    return steps, steps * POINTS[point][0] * BLOCK
+
+
+def fit_run_cost(runs: list[tuple[int, int, float]]) -> tuple[float, float] | None:
+    """Seconds a run costs per step and per token, ``(a, b)``, least squares through the
+    origin on ``(steps, tokens, seconds)`` of two or more points (a step's fixed cost, which
+    small batches pay most, and the cost of its tokens); None below two."""
+    if len(runs) < 2:
+        return None
+    x = np.array([[steps, tokens] for steps, tokens, _ in runs], dtype=float)
+    y = np.array([seconds for _, _, seconds in runs])
+    (a, b), *_ = np.linalg.lstsq(x, y, rcond=None)
+    return float(a), float(b)
+
+
+def waiting_text(name: str, campaign: dict[str, Any], begun: list[str], waiting: list[str]) -> str:
+    """The first stage's points not begun: their planned runs and their run hours as
+    estimated from the points of the same model begun (:func:`fit_run_cost` on each begun
+    point's median run), or said unknown where fewer than two are."""
+    folder = folder_of(name)
+    optimizers = {f"{e['model']}/{e['point']}": e["optimizers"] for e in campaign["points"]}
+    lines = [
+        "| point not begun | runs planned | run hours (estimated) | from |",
+        "|---|---:|---:|---|",
+    ]
+    for label in waiting:
+        model = label.split("/", 1)[0]
+        measured = []
+        for done in (b for b in begun if b.split("/", 1)[0] == model):
+            trials, _, _ = stored_study(folder / done)
+            costs = [run_seconds(t) for t in trained_runs(trials)]
+            if costs:
+                measured.append((*run_budget(done), statistics.median(costs)))
+        runs = planned_runs(CAMPAIGN_TRIALS, PROTOCOL) * len(optimizers[label])
+        fit = fit_run_cost(measured)
+        if fit is None:
+            lines.append(f"| {label} | {runs} | — | fewer than two begun points of {model} |")
+            continue
+        steps, tokens = run_budget(label)
+        hours = runs * (fit[0] * steps + fit[1] * tokens) / 3600
+        lines.append(
+            f"| {label} | {runs} | {hours:.1f} | {fit[0] * 1e3:.1f} ms a step + "
+            f"{fit[1] * 1e6:.2f} µs a token, fitted on {len(measured)} begun points' median run |"
+        )
+    return "\n".join(lines)
+
+
 def state_text(name: str, campaign: dict[str, Any]) -> str:
-    """Where the campaign stands: the first stage's points begun and not, and each begun
-    study's runs and run hours, done and left (at its mean run time so far)."""
+    """Where the campaign stands: the first stage's points begun and not, each begun study's
+    runs and run hours, done and left (at its median run so far), and each point not begun
+    with its planned runs and estimated run hours (:func:`waiting_text`)."""
     folder = folder_of(name)
     begun = [p for p in campaign["first_stage"] if (folder / p / "study.log").is_file()]
     waiting = [p for p in campaign["first_stage"] if p not in begun]
@@ -188,6 +246,7 @@ def state_text(name: str, campaign: dict[str, Any]) -> str:
             f"Declared for later stages: {', '.join(later)}.",
             "",
             format_progress(progress_rows(folder)),
+            *(["", waiting_text(name, campaign, begun, waiting)] if waiting else []),
         ]
     )
 
@@ -223,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"--points: {unknown} are not declared ({', '.join(by_label)})")
     if args.status:
-        print(format_progress(progress_rows(folder)))
+        print(state_text(name, campaign))
         return 0
     if args.snapshot:
         for model in {e["model"] for e in campaign["points"]}:

@@ -52,6 +52,13 @@ def non_embedding_parameters(model: str = "tiny") -> int:
     return sum(p.numel() for n, p in gpt.named_parameters() if not n.startswith(("wte", "wpe")))
 
 
+def steps_at(point: str, model: str = "tiny") -> int:
+    """The optimizer steps of a run at ``point`` (sequences per step, tokens per parameter as a
+    multiple of 20) for ``model``: its tokens are ``steps * batch * BLOCK``."""
+    batch, multiple = POINTS[point]
+    return 20 * multiple * non_embedding_parameters(model) // (batch * BLOCK)
+
+
 def flag_value(value: object) -> str:
     """A hyperparameter as ``--grid`` spells it: a tuple or list in parentheses."""
     if isinstance(value, list | tuple):
@@ -112,10 +119,10 @@ class FightMap:
         (:meth:`budget_folder`); ``protocol``: the search and seed flags (the map's,
         :data:`MAP_PROTOCOL`, unless given)."""
         protocol = protocol or MAP_PROTOCOL
-        batch, multiple = POINTS[point]
+        batch, _ = POINTS[point]
         study = (study or self.study_folder(point, order_seed)).relative_to(self.root)
         out_dir = reports_in.relative_to(self.root) if reports_in else study.parent
-        steps = 20 * multiple * non_embedding_parameters(model) // (batch * BLOCK)
+        steps = steps_at(point, model)
         arguments = (
             f"--model {model} --data {data} --steps {steps} --batch-size {batch} "
             f"--eval-interval {steps} --eval-tokens {EVAL_TOKENS} "
