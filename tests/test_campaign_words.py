@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmark_scripts import load_script
-from torch_mars.train.study.campaign import block_of, campaign_rows, words_line
+from torch_mars.train.study.campaign import block_of, campaign_rows, format_lead_table
 
 ROOT = Path(__file__).resolve().parents[1]
 campaign = load_script(ROOT / "benchmarks" / "studies" / "campaign.py")
@@ -19,7 +19,7 @@ NAMES = list(campaign.CAMPAIGNS)
 
 
 def test_readme_and_results_say_the_current_campaigns_words():
-    expected = words_line(campaign_rows(campaign.declaration_of(campaign.CURRENT)))
+    expected = format_lead_table(campaign_rows(campaign.declaration_of(campaign.CURRENT)))
     for document in (ROOT / "README.md", ROOT / "docs" / "results.md"):
         assert block_of(document.read_text()) == expected, document
 

@@ -51,10 +51,10 @@ from torch_mars.train.study.campaign import (
     campaign_folder,
     campaign_rows,
     format_campaign_table,
+    format_lead_table,
     plot_campaign,
     replace_block,
     tune_studies_at,
-    words_line,
 )
 from torch_mars.train.study.fight_map import BLOCK, POINTS, FightMap, steps_at
 from torch_mars.train.study.map_report import format_progress, progress_rows
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         plot_campaign(rows, folder / "map.png")
         if name == CURRENT:
             for document in (ROOT / "README.md", ROOT / "docs" / "results.md"):
-                text = replace_block(document.read_text(), words_line(rows))
+                text = replace_block(document.read_text(), format_lead_table(rows))
                 write_text_atomically(document, text)
         print(table)
     return 0
