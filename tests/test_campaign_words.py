@@ -72,3 +72,16 @@ def test_the_campaign_figure_shows_every_declared_point_read_or_pending(tmp_path
         assert all(row.decision.word == "pending" for _, row in points if row.gap is None)
     written = plot_campaign(rows, tmp_path / "map.png")
     assert Image.open(written).size[0] > 600
+
+
+def test_the_lead_table_gives_each_point_a_row_and_each_comparison_its_gap_and_word():
+    rows = campaign_rows(campaign.declaration_of(campaign.CURRENT))
+    block = block_of((ROOT / "README.md").read_text())
+    lines = {line.split(" | ")[0].removeprefix("| "): line for line in block.splitlines()[2:]}
+    assert list(lines) == list(dict.fromkeys(row.comparison.scope for row in rows))
+    for row in rows:
+        line = lines[row.comparison.scope]
+        if row.gap is None:
+            assert f"pending (vs {'/'.join(row.comparison.controls)})" in line
+        else:
+            assert f"{row.gap.text()} vs {row.control}: **{row.decision.text()}**" in line
