@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,7 +60,7 @@ from torch_mars.train.study.map_report import format_progress, progress_rows
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.store import restore_journals, snapshot_journals, stored_study
-from torch_mars.train.study.tune_report import run_seconds, trained_runs
+from torch_mars.train.study.tune_report import median_run_seconds
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
 ROOT = MAP.root
@@ -207,10 +206,9 @@ def waiting_text(name: str, campaign: dict[str, Any], begun: list[str], waiting:
         model = label.split("/", 1)[0]
         measured = []
         for done in (b for b in begun if b.split("/", 1)[0] == model):
-            trials, _, _ = stored_study(folder / done)
-            costs = [run_seconds(t) for t in trained_runs(trials)]
-            if costs:
-                measured.append((*run_budget(done), statistics.median(costs)))
+            typical = median_run_seconds(stored_study(folder / done)[0])
+            if typical is not None:
+                measured.append((*run_budget(done), typical))
         runs = planned_runs(CAMPAIGN_TRIALS, PROTOCOL) * len(optimizers[label])
         fit = fit_run_cost(measured)
         if fit is None:

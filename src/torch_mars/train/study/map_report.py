@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import collections
 import json
-import statistics
 from pathlib import Path
 
 from torch_mars.train.compare import mean_std_text
@@ -19,9 +18,8 @@ from torch_mars.train.study.store import load_study, open_storage, study_names
 from torch_mars.train.study.tune_report import (
     OptimizerOutcome,
     Verdict,
+    median_run_seconds,
     run_cost,
-    run_seconds,
-    trained_runs,
     verdicts,
 )
 from torch_mars.train.study.verdict import PairedGap, crossed_gap, holm_decisions
@@ -53,7 +51,7 @@ def progress_rows(folder: Path) -> list[dict]:
         optimizers = search.get("optimizers", sorted(runs))
         hours = sum(c["hours"] for c in run_cost(trials).values())
         left = sum(max(planned - runs[o], 0) for o in optimizers) if planned else None
-        trained = [run_seconds(t) / 3600 for t in trained_runs(trials)]
+        typical = median_run_seconds(trials)
         rows.append(
             {
                 "study": str(live.parent.relative_to(folder)),
@@ -62,8 +60,8 @@ def progress_rows(folder: Path) -> list[dict]:
                 "optimizers": optimizers,
                 "hours": hours,
                 "runs_left": left,
-                "hours_left": left * statistics.median(trained)
-                if left is not None and trained
+                "hours_left": left * typical / 3600
+                if left is not None and typical is not None
                 else None,
             }
         )

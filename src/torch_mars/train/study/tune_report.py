@@ -788,6 +788,13 @@ def trained_runs(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.tria
     ]
 
 
+def median_run_seconds(trials: Sequence[optuna.trial.FrozenTrial]) -> float | None:
+    """The study's typical run cost: the median of :func:`run_seconds` over the runs it
+    trained (a run stretched by a pause does not move it); None before its first."""
+    costs = [run_seconds(t) for t in trained_runs(trials)]
+    return statistics.median(costs) if costs else None
+
+
 def run_cost(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[str, dict[str, Any]]:
     """Per device the study's finished runs trained on (most runs first): their count, summed
     cost in hours (:func:`run_seconds`) and the threads a run used (``"?"`` where not
