@@ -20,7 +20,7 @@ out=${OUT:-runs/gpu}
 mode=${1:-all}
 mkdir -p "$out"
 if ! python -c "import tqdm, optuna, matplotlib" 2>/dev/null; then
-    pip install --no-index --find-links "${WHEELS:-.wheels}" tqdm optuna matplotlib
+    python -m pip install --no-index --find-links "${WHEELS:-.wheels}" tqdm optuna matplotlib
 fi
 export PYTHONPATH=src:tests${PYTHONPATH:+:$PYTHONPATH}
 cli() { python -m torch_mars.cli "$@"; }
