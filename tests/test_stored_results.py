@@ -48,7 +48,8 @@ def test_the_stored_results_stay_small():
     and gamma rule) and the search benchmark (per point its table and three reference sweeps of
     three files, two surrogate tables): 85 more. Then the search benchmark's further held-out
     pairs (six journals a point), a re-finaled study (five files) and the campaign's map: 10
-    more. Then the search benchmark's median check (three journals a point): 3 more."""
+    more. Then the search benchmark's median check (three journals a point): 3 more. Then the
+    second H200 run of the GPU targets (five files): 5 more."""
     files = tracked("benchmarks/results")
-    assert len(files) <= 478
+    assert len(files) <= 483
     assert sum((ROOT / f).stat().st_size for f in files) <= 8_000_000
