@@ -25,12 +25,14 @@ from torch_mars.train.study.surface import (
     SurfaceSearch2,
     SurfaceSearch3,
     SurfaceSearch4,
+    SurfaceSearch5,
+    joint_screen_plan,
 )
 from torch_mars.train.study.tune import DEFAULT_SEARCH, DEFAULT_TRIALS, SEARCHES, TunePlan
 from torch_mars.train.trainer import TrainConfig
 
 FIVE = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
-DESIGNS = [SurfaceSearch, SurfaceSearch2, SurfaceSearch3, SurfaceSearch4]
+DESIGNS = [SurfaceSearch, SurfaceSearch2, SurfaceSearch3, SurfaceSearch4, SurfaceSearch5]
 
 
 def five_optimizer_plan(**settings) -> TunePlan:
@@ -56,7 +58,7 @@ def test_the_default_is_the_surface_search_at_40_trials_on_one_selection_seed():
     assert SEARCHES["lr-profiled"] is ProfiledSearch
 
 
-@pytest.mark.parametrize("search", ["surface-4", "surface-3", "surface-2", "surface"])
+@pytest.mark.parametrize("search", ["surface-5", "surface-4", "surface-3", "surface-2", "surface"])
 @pytest.mark.parametrize("order_seed", [0, 1, 2])
 def test_every_dimension_of_every_optimizer_moves_within_12_trials(search, order_seed):
     plan = five_optimizer_plan(trials=12, order_seed=order_seed, search=search)
@@ -233,7 +235,7 @@ def valley(point: dict[str, int], seed: int) -> float:
     return 2.0 + 0.05 * across**2 + 0.01 * (along - 2) ** 2 + 0.02 * lr**2 + 1e-4 * seed
 
 
-@pytest.mark.parametrize("design", [SurfaceSearch3, SurfaceSearch4])
+@pytest.mark.parametrize("design", [SurfaceSearch3, SurfaceSearch4, SurfaceSearch5])
 @pytest.mark.parametrize("order_seed", [0, 1, 2])
 def test_a_beta1_gamma_valley_is_followed_by_the_pair_probe(design, order_seed):
     state, _ = run_search(
@@ -292,3 +294,18 @@ def test_the_fourth_design_steps_one_ladder_step_where_the_third_steps_two():
     fourth = SurfaceSearch4("mars-adamw", (START,), PROTOCOL, trials=40)
     assert third._next_step(surface, centre, set())["gamma"] == 3
     assert fourth._next_step(surface, centre, set())["gamma"] == 2
+
+
+@pytest.mark.parametrize("order_seed", [0, 1, 2])
+def test_the_joint_screen_moves_every_dimension_at_once_in_balanced_signs(order_seed):
+    others = ["beta1", "beta2", "weight_decay", "lr_1d_ratio", "weight_decay_1d", "gamma"]
+    plan = joint_screen_plan(others, 12, order_seed)
+    assert all(sum(p[d] for p in plan) == 0 and {p[d] for p in plan} == {-1, 1} for d in others)
+    assert sorted(p["lr"] for p in plan) == [-1] * 4 + [0] * 4 + [1] * 4
+    search = SurfaceSearch5("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed)
+    state, _ = run_search(search, objective=valley)
+    centre, _ = min(state.trials[:3], key=lambda ps: ps[1])
+    screened = [p for p, _ in state.trials[3:15]]
+    # every screen point moves every dimension but the lr one step (reflected at a ladder's end)
+    assert all(abs(p[d] - centre[d]) == 1 for p in screened for d in others)
+    assert state.moves[:3] == ["start", "screen", "probe beta1+gamma"]

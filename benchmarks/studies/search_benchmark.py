@@ -106,6 +106,7 @@ MAP_SELECTION = Selection(
 )
 # design name -> (search, selection): the default protocol (one seed a trial) or the map's
 DESIGNS: dict[str, tuple[str, Selection]] = {
+    "surface-5, 1 seed": ("surface-5", PROTOCOL),
     "surface-4, 1 seed": ("surface-4", PROTOCOL),
     "surface-3, 1 seed": ("surface-3", PROTOCOL),
     "surface-2, 1 seed": ("surface-2", PROTOCOL),

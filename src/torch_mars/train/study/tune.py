@@ -65,6 +65,7 @@ from torch_mars.train.study.surface import (
     SurfaceSearch2,
     SurfaceSearch3,
     SurfaceSearch4,
+    SurfaceSearch5,
 )
 from torch_mars.train.task import task_of
 from torch_mars.train.trainer import TrainConfig
@@ -85,6 +86,7 @@ PROTOCOL_KEYS = (
 SEARCHES: dict[str, type[ProfiledSearch]] = {
     "surface-3": SurfaceSearch3,
     "surface-4": SurfaceSearch4,
+    "surface-5": SurfaceSearch5,
     "surface-2": SurfaceSearch2,
     "surface": SurfaceSearch,
     "lr-profiled": ProfiledSearch,
