@@ -115,10 +115,10 @@ def test_the_median_of_the_choosing_runs_changes_two_winners_at_b64_4x_and_none_
     """Replayed on campaign-3's stored runs, the median picks AdamW's finalist whose seed-1 run
     blew up (1.7661, 1.8797, 1.7607: median 1.7661 against the mean winner's 1.7742) and Muon's
     at lr 0.0577; its sweep reads them on all 24 held-out pairs."""
-    changed = benchmark.median_winners("b64-4x")
+    changed = benchmark.median_winners(*benchmark.current_searches("b64-4x"))
     assert sorted(changed) == ["adamw", "muon"]
     assert changed["adamw"][1].startswith("lr:8,") and changed["muon"][1].startswith("lr:10,")
-    assert benchmark.median_winners("b16-4x") == {}
+    assert benchmark.median_winners(*benchmark.current_searches("b16-4x")) == {}
     text = " ".join(benchmark.median_arguments("b64-4x", 2, jobs=2))
     assert "--optimizers adamw muon" in text and "--seeds 3 4 5 6 7 8 9 10" in text
     assert "b64-4x/median-choosing/median-data2/study.log" in text

@@ -400,11 +400,12 @@ def current_searches(point: str) -> tuple[dict[str, ProfiledSearch], dict]:
     return {s.optimizer: s for s in plan.searches()}, finished_results(trials)
 
 
-def median_winners(point: str) -> dict[str, tuple[str, str]]:
-    """The current campaign's searches at ``point`` replayed on its stored runs with the
-    finalists judged by their median (:func:`by_median`): each optimizer whose winner that
+def median_winners(
+    searches: Mapping[str, ProfiledSearch], results: Mapping
+) -> dict[str, tuple[str, str]]:
+    """``searches`` (:func:`current_searches`) replayed on their stored runs ``results`` with
+    the finalists judged by their median (:func:`by_median`): each optimizer whose winner that
     changes, with its winner's key by the mean and by the median."""
-    searches, results = current_searches(point)
     changed = {}
     for name, search in searches.items():
         mean, median = search.replay(results), by_median(search).replay(results)
@@ -416,10 +417,10 @@ def median_winners(point: str) -> dict[str, tuple[str, str]]:
 def median_arguments(point: str, data_seed: int, jobs: int) -> list[str]:
     """A ``torch-mars sweep`` of the winners the median changes (:func:`median_winners`) on the
     24 held-out pairs' seeds and data order ``data_seed``."""
-    searches, _ = current_searches(point)
+    searches, results = current_searches(point)
     winners = {
         name: searches[name].hyperparams(median)
-        for name, (_, median) in median_winners(point).items()
+        for name, (_, median) in median_winners(searches, results).items()
     }
     seeds = tuple(str(s) for s in (*PROTOCOL.heldout, *MORE_HELDOUT))
     folder = OUT / point / "median-choosing"
@@ -434,12 +435,12 @@ def median_table(point: str) -> str:
     held-out pairs, read by the rule written before its runs (docs/harness.md): adopted as
     worth a protocol option only if every changed gap is at most :data:`BAR` and the mean gap
     falls below the campaign's own. Empty until every swept run has finished."""
-    changed = median_winners(point)
+    searches, results = current_searches(point)
+    changed = median_winners(searches, results)
     pairs = PROTOCOL.heldout_pairs() + more_pairs()
     swept = swept_finals(OUT / point / "median-choosing" / "median", pairs)
     if not changed or any(math.isnan(v) for name in changed for v in swept[name]):
         return ""
-    searches, _ = current_searches(point)
     folder = OUT / point / "more-pairs"
     further_references = swept_finals(folder / "references", more_pairs())
     further = swept_finals(folder / CURRENT, more_pairs())
