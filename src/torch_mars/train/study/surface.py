@@ -33,8 +33,9 @@ That walk is the first design (:class:`SurfaceSearch`); the second (:class:`Surf
 takes a dimension as straight until both sides of the best point are scored and hedges the
 finalists' lr; the third (:class:`SurfaceSearch3`, tune's default) adds a pair probe after the
 screen, so a valley between two dimensions is seen; the fourth (:class:`SurfaceSearch4`, a
-candidate) profiles the probe's best pair and steps one ladder step at a time. Each earlier
-design stays, so that the studies that ran it replay.
+candidate) profiles the probe's best pair and steps one ladder step at a time; the fifth
+(:class:`SurfaceSearch5`, a candidate) screens with points that move every dimension together.
+Each earlier design stays, so that the studies that ran it replay.
 
 Every decision reads only runs the search asked for, and the path never depends on the budget:
 a replay on more results takes the same path (a killed study resumes), and more trials extend
