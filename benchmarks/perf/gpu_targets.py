@@ -1,6 +1,7 @@
-"""The GPU targets of issue #66 ("Fast on the GPUs users train on, round 2"; #49's, with the
-MFU bound raised from 0.40 to 0.45) beside what one run of ``benchmarks/gpu_bench.sh`` measured: one Markdown table, each row a target, its bound, the
-figure and whether it is met (``missing`` where the run did not produce the file).
+"""The GPU targets of issue #66 ("Fast on the GPUs users train on, round 2"; #49's, with the MFU
+bound raised from 0.40 to 0.45) beside what one run of ``benchmarks/gpu_bench.sh`` measured: one
+Markdown table, each row a target, its bound, the figure and whether it is met (``missing``
+where the run did not produce the file).
 
     python benchmarks/perf/gpu_targets.py runs/gpu      # the folder gpu_bench.sh wrote
 

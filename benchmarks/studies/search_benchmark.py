@@ -622,7 +622,7 @@ def real_table(point: str) -> str:
         "best selection score by trial 12 / 20 / 40 | dimensions moved |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
-    costs, summaries = [], []
+    costs, summaries, together = [], [], []
     for design, name, ran in design_reports(point):
         pairs = [tuple(p) for p in ran["optimizers"][0]["heldout_pairs"]]
         gaps: list[PairedGap] = []
@@ -649,11 +649,34 @@ def real_table(point: str) -> str:
         costs.append(f"{design} ({name}): {runs} runs{taken}, {hours:.1f} run hours")
         if gaps and len(gaps) == len(ran["optimizers"]):
             summaries.append(f"- {design}: {bar_reading(gaps)}")
+            names = [entry["optimizer"] for entry in ran["optimizers"]]
+            together.append(design_row(design, dict(zip(names, gaps, strict=True)), runs, hours))
     lines += ["", f"Cost at {point} (one thread a run): " + "; ".join(costs) + "."]
     lines += ["", "The gaps together, and how far noise alone carries the bar:", "", *summaries]
+    lines += [
+        "",
+        "| design | mean gap (standard error) | largest gap | within the bar | runs trained | "
+        "run hours |",
+        "|---|---:|---|---:|---:|---:|",
+        *together,
+    ]
     for table in (more_pairs_table(point), median_table(point)):
         lines += ["", table] if table else []
     return "\n".join(lines)
+
+
+def design_row(design: str, gaps: Mapping[str, PairedGap], runs: int, hours: float) -> str:
+    """One design's row of the table of designs together: the mean gap over its optimizers
+    with its standard error, its largest gap and whose, how many optimizers are within
+    :data:`BAR`, and the runs and run hours it trained at the point."""
+    mean = statistics.fmean(g.mean for g in gaps.values())
+    error = math.sqrt(math.fsum(g.error**2 for g in gaps.values())) / len(gaps)
+    worst = max(gaps, key=lambda name: gaps[name].mean)
+    within = sum(g.mean <= BAR for g in gaps.values())
+    return (
+        f"| {design} | {mean:+.4f} ({error:.4f}) | {gaps[worst].mean:+.4f} ({worst}) | "
+        f"{within} of {len(gaps)} | {runs} | {hours:.1f} |"
+    )
 
 
 def bar_reading(gaps: list[PairedGap]) -> str:
