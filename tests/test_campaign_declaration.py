@@ -90,3 +90,34 @@ def test_the_points_not_begun_are_costed_from_the_begun_points_of_their_model(mo
     hours = 300 * (a * steps + b * tokens) / 3600
     assert f"| tiny/b4-4x | 300 | {hours:.1f} | 8.0 ms a step + 8.00 µs a token" in text
     assert "| tiny-w64/b64-4x | 240 | — | fewer than two begun points of tiny-w64 |" in text
+
+
+def test_a_point_of_a_model_not_yet_begun_is_priced_by_its_earlier_study_at_that_budget(
+    monkeypatch, tmp_path
+):
+    import optuna
+
+    from torch_mars.train.study.engine import RUN_COST_ATTR
+
+    earlier = tmp_path / "benchmarks" / "results" / "second-model"
+    (earlier / "b64-4x").mkdir(parents=True)
+    (earlier / "b64-4x" / "study.log.gz").write_bytes(b"")
+    steps, _ = campaign.run_budget("tiny-w64/b64-4x")
+
+    def stored(folder):
+        runs = [
+            optuna.trial.create_trial(value=1.0, user_attrs={RUN_COST_ATTR: c})
+            for c in (100.0, 120.0, 600.0)
+        ]
+        return runs, {"budget": {"steps": steps if folder.parent == earlier else 1}}, []
+
+    monkeypatch.setattr(campaign, "stored_study", stored)
+    monkeypatch.setattr(campaign, "ROOT", tmp_path)
+    monkeypatch.setattr(campaign, "EARLIER_STUDIES", {"tiny-w64": earlier})
+    text = campaign.earlier_estimate("tiny-w64/b64-4x", 240)
+    assert text.startswith(f"{240 * 120 / 3600:.1f} | the median run of second-model/b64-4x")
+    assert "(2.0 min, wall time)" in text
+    # another budget there, or no earlier study, says unknown
+    monkeypatch.setattr(campaign, "run_budget", lambda label: (steps + 1, 0))
+    assert campaign.earlier_estimate("tiny-w64/b64-4x", 240).startswith("— | fewer than two")
+    assert campaign.earlier_estimate("tiny-w64/b16-4x", 240).startswith("— | fewer than two")

@@ -65,6 +65,9 @@ from torch_mars.train.study.tune_report import median_run_seconds
 MAP = FightMap(Path(__file__).resolve().parents[2])
 ROOT = MAP.root
 SECOND_MODEL_DATA = "../shared/data/text/python311-docs.txt.gz"
+# Where a model's studies from before the campaigns are (a point of the same budget there
+# prices the campaign's point before it begins).
+EARLIER_STUDIES = {"tiny-w64": ROOT / "benchmarks" / "results" / "second-model"}
 ALL_FIVE = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
 PAIRS = (("mars-adamw", ("adamw", "nadamw")), ("mars-shampoo", ("muon",)))
 
@@ -192,6 +195,25 @@ def fit_run_cost(runs: list[tuple[int, int, float]]) -> tuple[float, float] | No
     return float(a), float(b)
 
 
+def earlier_estimate(label: str, runs: int) -> str:
+    """The last two cells of a waiting point's row where too few points of its model are begun:
+    ``runs`` at the median run of the model's earlier study at the same point and budget
+    (:data:`EARLIER_STUDIES`; its runs timed by the wall clock, beside whatever ran then), or
+    unknown."""
+    model, point = label.split("/", 1)
+    folder = EARLIER_STUDIES.get(model, Path("/nonexistent")) / point
+    if (folder / "study.log").is_file() or (folder / "study.log.gz").is_file():
+        trials, identity, _ = stored_study(folder)
+        typical = median_run_seconds(trials)
+        if typical is not None and identity.get("budget", {}).get("steps") == run_budget(label)[0]:
+            where = folder.relative_to(ROOT / "benchmarks" / "results")
+            return (
+                f"{runs * typical / 3600:.1f} | the median run of {where}, the model's earlier "
+                f"study at this budget ({typical / 60:.1f} min, wall time) |"
+            )
+    return f"— | fewer than two begun points of {model} |"
+
+
 def waiting_text(name: str, campaign: dict[str, Any], begun: list[str], waiting: list[str]) -> str:
     """The first stage's points not begun: their planned runs and their run hours as
     estimated from the points of the same model begun (:func:`fit_run_cost` on each begun
@@ -212,7 +234,7 @@ def waiting_text(name: str, campaign: dict[str, Any], begun: list[str], waiting:
         runs = planned_runs(CAMPAIGN_TRIALS, PROTOCOL) * len(optimizers[label])
         fit = fit_run_cost(measured)
         if fit is None:
-            lines.append(f"| {label} | {runs} | — | fewer than two begun points of {model} |")
+            lines.append(f"| {label} | {runs} | {earlier_estimate(label, runs)}")
             continue
         steps, tokens = run_budget(label)
         hours = runs * (fit[0] * steps + fit[1] * tokens) / 3600
