@@ -64,6 +64,11 @@ def test_more_held_out_pairs_sweep_both_winners_on_seeds_no_study_read():
     assert len(pairs) == 12 and pairs[:4] == [(7, 1), (8, 1), (9, 1), (10, 1)]
     read = set(benchmark.PROTOCOL.heldout) | set(benchmark.PROTOCOL.seeds)
     assert not read & set(benchmark.MORE_HELDOUT)
+    # a candidate design's winners alone, beside the same references' sweeps
+    (design,) = benchmark.more_pairs_arguments("b64-4x", 2, jobs=2, design="surface-5")
+    text = " ".join(design)
+    assert "b64-4x/more-pairs/design-surface-5-data2/study.log" in text
+    assert "--seeds 7 8 9 10" in text and "mars-adamw:lr=0.0577" in design
 
 
 def test_the_report_reads_the_gaps_on_the_further_pairs_and_on_all_24():

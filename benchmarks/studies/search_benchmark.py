@@ -25,7 +25,8 @@ optimizer the design's winner minus the reference on the held-out runs (crossed 
 trials, dimensions moved, and each design's runs and CPU hours at the point.
 ``--more-pairs POINT`` sweeps the current campaign's winners and the references on twelve
 further held-out pairs (seeds 7-10 x data orders 1-3, ``search-benchmark/POINT/more-pairs/``);
-the report then reads the gaps on those and on all 24 pairs. ``--refinal POINT`` re-reads the
+the report then reads the gaps on those and on all 24 pairs (with ``--design NAME``, a
+candidate design's winners instead, read beside the same references' sweeps). ``--refinal POINT`` re-reads the
 current campaign's study at POINT with its finalists on other data orders
 (:data:`REFINAL_ORDERS`; a copy of its journal in ``search-benchmark/POINT/finalists-on-orders-
 4-5/``): the same first phase, only the finalists' runs and any new winner's held-out runs
@@ -41,6 +42,7 @@ resumable, landed like a campaign's); the table reads it beside the campaigns'.
     python benchmarks/studies/search_benchmark.py --references b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --design surface-3 --run b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --more-pairs b64-4x --jobs 2
+    python benchmarks/studies/search_benchmark.py --more-pairs b64-4x --design surface-5
     python benchmarks/studies/search_benchmark.py --refinal b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --warm b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --report b64-4x
@@ -306,40 +308,58 @@ def more_pairs() -> list[tuple[int, int]]:
     return [(s, d) for d in PROTOCOL.heldout_data_seeds for s in MORE_HELDOUT]
 
 
-def more_pairs_arguments(point: str, data_seed: int, jobs: int) -> list[list[str]]:
-    """Two ``torch-mars sweep``s on :data:`MORE_HELDOUT` x data order ``data_seed``: the
+def further_study(point: str, design: str | None) -> tuple[str, Path]:
+    """The sweep tag and the study folder of the winners read on the further pairs: the current
+    campaign's study at ``point``, or the candidate ``design``'s own."""
+    if design is None:
+        return CURRENT, current_study(point)
+    return f"design-{design}", design_folder(point, design)
+
+
+def more_pairs_arguments(
+    point: str, data_seed: int, jobs: int, design: str | None = None
+) -> list[list[str]]:
+    """The ``torch-mars sweep``s on :data:`MORE_HELDOUT` x data order ``data_seed``: the
     80-trial references and the current campaign's winners at ``point`` (one sweep each: a
-    sweep holds one point per optimizer)."""
+    sweep holds one point per optimizer); with ``design``, that candidate's winners alone (the
+    references' sweeps are the campaign's)."""
     seeds = tuple(str(s) for s in MORE_HELDOUT)
-    ran = reported(current_study(point) / "tune.json")["optimizers"]
+    tag, study = further_study(point, design)
+    ran = reported(study / "tune.json")["optimizers"]
     ours = {o["optimizer"]: o["hyperparams"] for o in ran}
     folder = OUT / point / "more-pairs"
+    sweeps = [(tag, ours)] if design else [("references", reference_winners(point)), (tag, ours)]
     return [
         MAP.winners_sweep_arguments(
-            point, winners, folder, f"{tag}-data{data_seed}", seeds, jobs, data_seed
+            point, winners, folder, f"{name}-data{data_seed}", seeds, jobs, data_seed
         )
-        for tag, winners in (("references", reference_winners(point)), (CURRENT, ours))
+        for name, winners in sweeps
     ]
 
 
-def more_pairs_table(point: str) -> str:
-    """The current campaign's winners against the references on the held-out pairs of the
-    table and on :data:`MORE_HELDOUT`'s: the gap on each set, on both together, per held-out
-    data order, and on the selection's own runs (seeds 0-2 on data order 0, which both the
-    design and the map read: where a gap the held-out runs show is absent, no selection on
-    that data order could have seen it). Empty until every further run has finished."""
+def more_pairs_table(point: str, design: str | None = None) -> str:
+    """The current campaign's winners (or the candidate ``design``'s) against the references
+    on the held-out pairs of the table and on :data:`MORE_HELDOUT`'s: the gap on each set, on
+    both together, per held-out data order, and on the selection's own runs (seeds 0-2 on data
+    order 0, which both the design and the map read: where a gap the held-out runs show is
+    absent, no selection on that data order could have seen it). Empty until every further run
+    has finished."""
+    tag, study = further_study(point, design)
     folder = OUT / point / "more-pairs"
     references = swept_finals(folder / "references", more_pairs())
-    ours = swept_finals(folder / CURRENT, more_pairs())
+    ours = swept_finals(folder / tag, more_pairs())
     first = reference_finals(point)
-    ran = reported(current_study(point) / "tune.json")["optimizers"]
+    if not (study / "tune.json").is_file():
+        return ""
+    ran = reported(study / "tune.json")["optimizers"]
     if any(math.isnan(v) for o in ran for v in ours[o["optimizer"]] + references[o["optimizer"]]):
         return ""
     chosen_on = {o["optimizer"]: o["selection_finals"] for o in reference_report(point)}
     orders = PROTOCOL.heldout_data_seeds
+    whose = f"{CURRENT}'s" if design is None else f"the {design} design's"
     lines = [
         f"Twelve more held-out pairs at {point} (seeds {MORE_HELDOUT[0]}-{MORE_HELDOUT[-1]} x "
-        f"data orders {orders[0]}-{orders[-1]}, read by no study): {CURRENT}'s winners and the "
+        f"data orders {orders[0]}-{orders[-1]}, read by no study): {whose} winners and the "
         "references swept on them (search-benchmark/POINT/more-pairs/), design - reference "
         "with crossed intervals; then the mean gap per held-out data order over all 24 pairs, "
         "and on the runs both selections read (seeds 0-2, data order 0: the design's selection "
@@ -660,7 +680,9 @@ def real_table(point: str) -> str:
         "|---|---:|---|---:|---:|---:|",
         *together,
     ]
-    for table in (more_pairs_table(point), median_table(point)):
+    candidates = [d for d in SEARCHES if d not in CAMPAIGNS.values()]
+    further = [more_pairs_table(point), *(more_pairs_table(point, d) for d in candidates)]
+    for table in (*further, median_table(point)):
         lines += ["", table] if table else []
     return "\n".join(lines)
 
@@ -722,7 +744,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=list(POINTS),
         help="sweep the winners the median of the choosing runs would pick, on 24 held-out pairs",
     )
-    parser.add_argument("--design", choices=list(SEARCHES), help="a candidate design to --run")
+    parser.add_argument(
+        "--design",
+        choices=list(SEARCHES),
+        help="a candidate design to --run, or whose winners --more-pairs reads",
+    )
     parser.add_argument("--run", choices=list(POINTS), help="run --design at POINT")
     parser.add_argument(
         "--refinal",
@@ -736,8 +762,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
-    if bool(args.design) != bool(args.run):
-        parser.error("--design and --run go together")
+    if args.run and not args.design:
+        parser.error("--run needs --design")
+    if args.design and not (args.run or args.more_pairs):
+        parser.error("--design goes with --run or --more-pairs")
     runs: list[tuple[str, list[str]]] = []
     if args.run:
         restore_journals(design_folder(args.run, args.design))
@@ -757,7 +785,9 @@ def main(argv: list[str] | None = None) -> int:
         runs += [
             ("sweep", arguments)
             for data_seed in PROTOCOL.heldout_data_seeds
-            for arguments in more_pairs_arguments(args.more_pairs, data_seed, args.jobs)
+            for arguments in more_pairs_arguments(
+                args.more_pairs, data_seed, args.jobs, args.design
+            )
         ]
     if args.median_choosing:
         runs += [
