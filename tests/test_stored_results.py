@@ -51,5 +51,5 @@ def test_the_stored_results_stay_small():
     more. Then the search benchmark's median check (three journals a point): 3 more. Then the
     second H200 run of the GPU targets (five files): 5 more."""
     files = tracked("benchmarks/results")
-    assert len(files) <= 490
+    assert len(files) <= 500
     assert sum((ROOT / f).stat().st_size for f in files) <= 8_000_000
