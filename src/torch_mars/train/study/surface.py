@@ -373,7 +373,7 @@ class SurfaceSearch4(SurfaceSearch3):
 def joint_screen_plan(dimensions: list[str], count: int, seed: int) -> list[dict[str, int]]:
     """The joint screen's moves (ladder steps from the centre): ``count`` points, each moving
     every one of ``dimensions`` one step (a balanced column of -1 and +1 per dimension) and the
-    lr by -1, 0 or +1 (balanced), each column shuffled by its own draw from ``seed``."""
+    lr by -1, 0 or +1 (balanced), the columns shuffled in turn by one generator seeded ``seed``."""
     draw = random.Random(seed)
 
     def column(levels: tuple[int, ...]) -> list[int]:
