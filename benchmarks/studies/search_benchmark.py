@@ -26,8 +26,8 @@ trials, dimensions moved, and each design's runs and CPU hours at the point.
 ``--more-pairs POINT`` sweeps the current campaign's winners and the references on twelve
 further held-out pairs (seeds 7-10 x data orders 1-3, ``search-benchmark/POINT/more-pairs/``);
 the report then reads the gaps on those and on all 24 pairs (with ``--design NAME``, a
-candidate design's winners instead, read beside the same references' sweeps). ``--refinal POINT`` re-reads the
-current campaign's study at POINT with its finalists on other data orders
+candidate design's winners instead, read beside the same references' sweeps). ``--refinal
+POINT`` re-reads the current campaign's study at POINT with its finalists on other data orders
 (:data:`REFINAL_ORDERS`; a copy of its journal in ``search-benchmark/POINT/finalists-on-orders-
 4-5/``): the same first phase, only the finalists' runs and any new winner's held-out runs
 trained. ``--warm POINT`` runs tune's default there as a user of ``tiny`` runs it now, from the
