@@ -201,7 +201,10 @@ def earlier_estimate(label: str, runs: int) -> str:
     (:data:`EARLIER_STUDIES`; its runs timed by the wall clock, beside whatever ran then), or
     unknown."""
     model, point = label.split("/", 1)
-    folder = EARLIER_STUDIES.get(model, Path("/nonexistent")) / point
+    unknown = f"— | fewer than two begun points of {model} |"
+    if model not in EARLIER_STUDIES:
+        return unknown
+    folder = EARLIER_STUDIES[model] / point
     if (folder / "study.log").is_file() or (folder / "study.log.gz").is_file():
         trials, identity, _ = stored_study(folder)
         typical = median_run_seconds(trials)
@@ -211,7 +214,7 @@ def earlier_estimate(label: str, runs: int) -> str:
                 f"{runs * typical / 3600:.1f} | the median run of {where}, the model's earlier "
                 f"study at this budget ({typical / 60:.1f} min, wall time) |"
             )
-    return f"— | fewer than two begun points of {model} |"
+    return unknown
 
 
 def waiting_text(name: str, campaign: dict[str, Any], begun: list[str], waiting: list[str]) -> str:

@@ -345,12 +345,12 @@ def more_pairs_table(point: str, design: str | None = None) -> str:
     absent, no selection on that data order could have seen it). Empty until every further run
     has finished."""
     tag, study = further_study(point, design)
+    if not (study / "tune.json").is_file():
+        return ""
     folder = OUT / point / "more-pairs"
     references = swept_finals(folder / "references", more_pairs())
     ours = swept_finals(folder / tag, more_pairs())
     first = reference_finals(point)
-    if not (study / "tune.json").is_file():
-        return ""
     ran = reported(study / "tune.json")["optimizers"]
     if any(math.isnan(v) for o in ran for v in ours[o["optimizer"]] + references[o["optimizer"]]):
         return ""
@@ -587,6 +587,11 @@ def warm_arguments(point: str, jobs: int) -> list[str]:
     return reusing_runs(arguments, point, study)
 
 
+def candidate_designs() -> list[str]:
+    """The searches no campaign was declared on: each runs at a point as its own study."""
+    return [design for design in SEARCHES if design not in CAMPAIGNS.values()]
+
+
 def design_reports(point: str) -> list[tuple[str, str, dict]]:
     """``(design, where, its report)`` of every design that ran at ``point`` (its
     ``tune.json``, :func:`reported`): each campaign's
@@ -598,8 +603,7 @@ def design_reports(point: str) -> list[tuple[str, str, dict]]:
     ]
     found += [
         (design, f"design-{design}", design_folder(point, design) / "tune.json")
-        for design in SEARCHES
-        if design not in CAMPAIGNS.values()
+        for design in candidate_designs()
     ]
     found.append(
         (
@@ -680,8 +684,7 @@ def real_table(point: str) -> str:
         "|---|---:|---|---:|---:|---:|",
         *together,
     ]
-    candidates = [d for d in SEARCHES if d not in CAMPAIGNS.values()]
-    further = [more_pairs_table(point), *(more_pairs_table(point, d) for d in candidates)]
+    further = [more_pairs_table(point), *(more_pairs_table(point, d) for d in candidate_designs())]
     for table in (*further, median_table(point)):
         lines += ["", table] if table else []
     return "\n".join(lines)
