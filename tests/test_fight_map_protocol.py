@@ -262,6 +262,19 @@ def test_the_status_counts_each_studys_finished_runs_against_its_plan(tmp_path):
     assert sorted(p.name for p in live.parent.iterdir()) == before
 
 
+def test_the_status_of_a_clean_checkout_reads_each_study_from_its_snapshot(tmp_path):
+    """A clean checkout holds only ``study.log.gz``: the status counts that study's runs as
+    the live journal did, and writes no live journal beside it."""
+    live = tmp_path / "b64-4x" / "study.log"
+    _live_tune_study(live)
+    (from_live,) = map_report.progress_rows(tmp_path)
+    snapshot_journals(tmp_path)
+    live.unlink()
+    (from_snapshot,) = map_report.progress_rows(tmp_path)
+    assert from_snapshot == from_live and from_snapshot["runs"] == {"muon": 3}
+    assert not live.exists()
+
+
 def test_a_stored_study_reads_the_same_from_its_snapshot_as_from_its_live_journal(tmp_path):
     """A finished point's study is read from its live journal or, where that is gone, from its
     study.log.gz; neither file is changed."""

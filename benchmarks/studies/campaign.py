@@ -59,7 +59,12 @@ from torch_mars.train.study.fight_map import BLOCK, POINTS, FightMap, steps_at
 from torch_mars.train.study.map_report import format_progress, progress_rows
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import PROTOCOL
-from torch_mars.train.study.store import restore_journals, snapshot_journals, stored_study
+from torch_mars.train.study.store import (
+    restore_journals,
+    snapshot_journals,
+    stored_study,
+    stored_study_folders,
+)
 from torch_mars.train.study.tune_report import median_run_seconds
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
@@ -253,7 +258,8 @@ def state_text(name: str, campaign: dict[str, Any]) -> str:
     runs and run hours, done and left (at its median run so far), and each point not begun
     with its planned runs and estimated run hours (:func:`waiting_text`)."""
     folder = folder_of(name)
-    begun = [p for p in campaign["first_stage"] if (folder / p / "study.log").is_file()]
+    held = stored_study_folders(folder)
+    begun = [p for p in campaign["first_stage"] if folder / p in held]
     waiting = [p for p in campaign["first_stage"] if p not in begun]
     later = [
         f"{e['model']}/{e['point']}"

@@ -14,7 +14,7 @@ from torch_mars.train.plots import save_figure
 from torch_mars.train.study.fight_map import POINTS
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import Selection
-from torch_mars.train.study.store import load_study, open_storage, study_names
+from torch_mars.train.study.store import stored_study, stored_study_folders
 from torch_mars.train.study.tune_report import (
     OptimizerOutcome,
     Verdict,
@@ -26,25 +26,22 @@ from torch_mars.train.study.verdict import PairedGap, crossed_gap, holm_decision
 
 
 def progress_rows(folder: Path) -> list[dict]:
-    """Each study under ``folder`` with a live journal (a point's, its second searches', its
-    side studies'): its finished runs per optimizer, their run hours, and, for a tune study,
-    the runs left and their run hours at the median run so far (one run stretched by a pause
-    does not stretch the estimate), and the runs its protocol plans per
-    optimizer (at least: :func:`~torch_mars.train.study.profiled.planned_runs`)."""
+    """Each study under ``folder`` (a point's, its second searches', its side studies'), read
+    from its live journal or else its snapshot: its finished runs per optimizer, their run
+    hours, and, for a tune study, the runs left and their run hours at the median run so far
+    (one run stretched by a pause does not stretch the estimate), and the runs its protocol
+    plans per optimizer (at least: :func:`~torch_mars.train.study.profiled.planned_runs`)."""
     import optuna
 
     rows = []
-    for live in sorted(folder.glob("*/**/study.log")):
-        storage = open_storage(f"journal:{live}", create=False)
-        (name,) = study_names(storage)
-        study = load_study(storage, name)
-        trials = study.get_trials(deepcopy=False)
+    for study_dir in stored_study_folders(folder):
+        trials, identity, _ = stored_study(study_dir)
         runs = collections.Counter(
             t.user_attrs.get("optimizer")
             for t in trials
             if t.state == optuna.trial.TrialState.COMPLETE
         )
-        search = study.user_attrs.get("identity", {}).get("search", {})
+        search = identity.get("search", {})
         planned = None
         if search.get("kind") == "tune":
             planned = planned_runs(search["trials"], Selection.of_record(search["selection"]))
@@ -54,7 +51,7 @@ def progress_rows(folder: Path) -> list[dict]:
         typical = median_run_seconds(trials)
         rows.append(
             {
-                "study": str(live.parent.relative_to(folder)),
+                "study": str(study_dir.relative_to(folder)),
                 "runs": dict(runs),
                 "planned": planned,
                 "optimizers": optimizers,

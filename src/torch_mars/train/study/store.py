@@ -398,6 +398,17 @@ def restore_journals(folder: Path) -> None:
                 shutil.copyfileobj(source, target)
 
 
+def stored_study_folders(folder: Path) -> list[Path]:
+    """Each folder below ``folder`` that holds a study: a live journal or its snapshot (a clean
+    checkout has only the snapshot)."""
+    found = {
+        journal.parent
+        for pattern in ("*/**/study.log", "*/**/study.log.gz")
+        for journal in Path(folder).glob(pattern)
+    }
+    return sorted(found)
+
+
 def stored_study(study_dir: Path) -> tuple[list[FrozenTrial], dict[str, Any], list[dict]]:
     """A study's trials, identity and protocol history (oldest first), read from its live
     journal in ``study_dir`` or else its snapshot, through a temporary copy: neither is
