@@ -551,6 +551,12 @@ def refinal_arguments(point: str, jobs: int) -> list[str]:
     )
 
 
+def journal_of(arguments: list[str]) -> Path:
+    """The live journal a ``torch-mars tune`` or ``sweep`` of this script writes: where it is
+    missing, the run resumes from its snapshot rather than starting the study anew."""
+    return MAP.root / arguments[arguments.index("--storage") + 1].removeprefix("journal:")
+
+
 def copy_campaign_study(point: str) -> None:
     """The current campaign's landed journal at ``point`` into :func:`refinal_folder`, once (a
     folder that already holds a journal is left as it is)."""
@@ -771,7 +777,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--design goes with --run or --more-pairs")
     runs: list[tuple[str, list[str]]] = []
     if args.run:
-        restore_journals(design_folder(args.run, args.design))
         runs.append(("tune", design_arguments(args.run, args.design, args.jobs, report=False)))
     if args.references:
         runs += [
@@ -782,7 +787,6 @@ def main(argv: list[str] | None = None) -> int:
         copy_campaign_study(args.refinal)
         runs.append(("tune", refinal_arguments(args.refinal, args.jobs)))
     if args.warm:
-        restore_journals(warm_folder(args.warm))
         runs.append(("tune", warm_arguments(args.warm, args.jobs)))
     if args.more_pairs:
         runs += [
@@ -798,6 +802,7 @@ def main(argv: list[str] | None = None) -> int:
             for data_seed in PROTOCOL.heldout_data_seeds
         ]
     for command, arguments in runs:
+        restore_journals(journal_of(arguments).parent)
         print(f"torch-mars {command} " + shlex.join(arguments), flush=True)
         code = torch_mars([command, *arguments])
         if code:
