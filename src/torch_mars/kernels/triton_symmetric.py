@@ -9,9 +9,10 @@ m^3 + 2 m^2 n`` here: 0.67x when ``n = m``, 0.72x when ``n = 4 m`` (GPT-2's MLP 
 
 One program computes one tile ``(i, j)``, ``i >= j``, of the lower triangle with fp32
 accumulation, adds ``beta B[i, j]`` and, on diagonal tiles, ``d I``, and stores the tile and
-its transpose at ``(j, i)``: the result is symmetric to the bit, which ``B`` must be too (it
-is the previous product). Programs are numbered along the triangle; a batch of matrices (the
-same-shape stack Newton-Schulz already takes) is the grid's second axis.
+its transpose at ``(j, i)`` (a diagonal tile's lower half mirrored onto its upper): the
+result is symmetric to the bit, which ``B`` must be too (it is the previous product).
+Programs are numbered along the triangle; a batch of matrices (the same-shape stack
+Newton-Schulz already takes) is the grid's second axis.
 
 Triton is optional; the kernel also runs on CPU tensors under ``TRITON_INTERPRET=1``, which is
 how CI tests it. What it gains on a GPU is measured by ``benchmarks/perf/newton_schulz_forms.py``
@@ -115,6 +116,11 @@ if TRITON_AVAILABLE:
             acc += beta * base.to(tl.float32)
         acc += tl.where(offs_i[:, None] == offs_j[None, :], diagonal, 0.0)
         result = acc.to(out_ptr.dtype.element_ty)
+        if i == j:
+            # A diagonal tile's (r, c) and (c, r) sum the same products, but a dot need not
+            # add them in the same order (NumPy's BLAS in the interpreter does not): its lower
+            # half is mirrored onto its upper half, so the tile is symmetric to the bit too.
+            result = tl.where(offs_i[:, None] >= offs_j[None, :], result, tl.trans(result))
         out_batch = out_ptr + batch.to(tl.int64) * stride_ob
         tl.store(
             out_batch + offs_i[:, None] * stride_or + offs_j[None, :] * stride_oc,
