@@ -89,8 +89,7 @@ def test_a_kill_inside_a_claim_or_a_tell_leaves_no_run_under_another_label(
     args = tune_args(corpus_file, tmp_path, *extra)
     killed = cli(args, env=dying_env(tmp_path / "site", target, n, when))
     assert killed.returncode == -9, killed.stderr[-2000:]
-    resumed = cli(args)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert main(args) == 0  # resumed in this process: only the kill needs one of its own
     url = storage_url(extra[1] if extra else None, tmp_path / "s")
     assert_every_run_once_under_its_own_label(trials_of(url))
 
