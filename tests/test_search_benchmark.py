@@ -209,3 +209,20 @@ def test_the_fifth_design_at_b16_4x_is_not_adopted_nadamw_over_the_bar_on_24_pai
     from torch_mars.train.study.tune import DEFAULT_SEARCH
 
     assert DEFAULT_SEARCH == "surface-3"
+
+
+def test_the_third_design_meets_the_bar_at_b16_4x_on_24_pairs():
+    """Campaign-3's winners at b16-4x on all 24 held-out pairs: every gap to the 80-trial
+    reference at most 0.005 (AdamW's +0.0040 the largest); the third design misses only at
+    b64-4x (Muon +0.0069 there)."""
+    table = benchmark.real_table("b16-4x")
+    further = table[table.index("campaign-3's winners and the references") :]
+    further = further[: further.index("the surface-5 design's winners")]
+    gaps = {}
+    for line in further.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 7 and cells[0] in benchmark.OPTIMIZERS:
+            gaps[cells[0]] = float(cells[3].split()[0])
+    assert set(gaps) == set(benchmark.OPTIMIZERS)
+    assert max(gaps.values()) == gaps["adamw"] == 0.0040
+    assert "- On all 24 pairs: mean gap +0.0020 (standard error 0.0009)" in further
