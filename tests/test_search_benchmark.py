@@ -226,3 +226,18 @@ def test_the_third_design_meets_the_bar_at_b16_4x_on_24_pairs():
     assert set(gaps) == set(benchmark.OPTIMIZERS)
     assert max(gaps.values()) == gaps["adamw"] == 0.0040
     assert "- On all 24 pairs: mean gap +0.0020 (standard error 0.0009)" in further
+
+
+def test_the_second_reference_sweeps_the_maps_other_80_trial_winners_on_24_pairs(capsys):
+    """b64-4x's second 80-trial study (order seed 1) is swept on seeds 3-10 per held-out data
+    order; a point where the map ran no second study is refused, naming the flag."""
+    arguments = benchmark.second_reference_arguments("b64-4x", data_seed=2, jobs=1)
+    text = " ".join(arguments)
+    assert "--search-seeds 3 4 5 6 7 8 9 10 --seeds 3 4 5 6 7 8 9 10" in text
+    assert "--data-seed 2" in text and "--name second-data2" in text
+    assert "b64-4x/second-reference/second-data2/study.log" in text
+    assert "--grid muon:lr=0.0384" in text  # the second study's Muon, where campaign-3's sits
+    assert text.count("--optimizers nadamw mars-adamw muon mars-shampoo --grid") == 1
+    with pytest.raises(SystemExit, match="--second-reference b16-4x: the map ran no second"):
+        benchmark.second_reference_arguments("b16-4x", data_seed=1, jobs=1)
+    assert benchmark.second_reference_table("b16-4x") == ""

@@ -32,7 +32,9 @@ POINT`` re-reads the current campaign's study at POINT with its finalists on oth
 4-5/``): the same first phase, only the finalists' runs and any new winner's held-out runs
 trained. ``--warm POINT`` runs tune's default there as a user of ``tiny`` runs it now, from the
 recipe (b16-4x's winners: a warm start from a neighbouring point;
-``search-benchmark/POINT/warm-from-b16-4x/``).
+``search-benchmark/POINT/warm-from-b16-4x/``). ``--second-reference POINT`` sweeps the map's
+second 80-trial study's winners (another order seed; b64-4x alone ran one) on all 24 held-out
+pairs (``search-benchmark/POINT/second-reference/``): the reference read against itself.
 
 A candidate design not yet any campaign's runs as its own study, on the campaign's protocol
 with ``--search NAME``: ``--design NAME --run POINT`` (``search-benchmark/POINT/design-NAME/``,
@@ -45,6 +47,7 @@ resumable, landed like a campaign's); the table reads it beside the campaigns'.
     python benchmarks/studies/search_benchmark.py --more-pairs b64-4x --design surface-5
     python benchmarks/studies/search_benchmark.py --refinal b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --warm b64-4x --jobs 2
+    python benchmarks/studies/search_benchmark.py --second-reference b64-4x --jobs 1
     python benchmarks/studies/search_benchmark.py --report b64-4x
 """
 
@@ -98,6 +101,9 @@ REFINAL_ORDERS = (4, 5)
 # The point whose winners are ``tiny``'s recipe now (recipes.CAMPAIGN_B16): tune's default
 # elsewhere starts there.
 WARM_FROM = "b16-4x"
+# The map's second 80-trial study at a point (another order seed), where it ran one: the
+# reference read against itself.
+SECOND_REFERENCE = "order-seed-1"
 # The map's selection: three seeds a trial, four finalists on three more.
 MAP_SELECTION = Selection(
     seeds=(0, 1, 2),
@@ -267,6 +273,73 @@ def reported(report: Path) -> dict:
 def reference_report(point: str) -> list[dict]:
     """The map's 80-trial study at ``point``, as its report has it (the references)."""
     return reported(MAP.folder / point / "trials-80" / point / "tune.json")["optimizers"]
+
+
+def second_reference_report(point: str) -> list[dict]:
+    """The map's second 80-trial study at ``point`` (:data:`SECOND_REFERENCE`), as its report
+    has it; only b64-4x ran one."""
+    report = MAP.folder / point / SECOND_REFERENCE / "trials-80" / SECOND_REFERENCE / "tune.json"
+    if not report.is_file():
+        raise SystemExit(f"--second-reference {point}: the map ran no second 80-trial study there")
+    return reported(report)["optimizers"]
+
+
+def second_reference_arguments(point: str, data_seed: int, jobs: int) -> list[str]:
+    """A ``torch-mars sweep`` of the second 80-trial study's winners at ``point`` on the 24
+    held-out pairs' seeds and data order ``data_seed``."""
+    winners = {o["optimizer"]: o["hyperparams"] for o in second_reference_report(point)}
+    seeds = tuple(str(s) for s in (*PROTOCOL.heldout, *MORE_HELDOUT))
+    folder = OUT / point / "second-reference"
+    return MAP.winners_sweep_arguments(
+        point, winners, folder, f"second-data{data_seed}", seeds, jobs, data_seed
+    )
+
+
+def second_reference_table(point: str) -> str:
+    """The reference against itself (the rule in docs/harness.md, written before the runs):
+    the second 80-trial study's winners minus the first's on all 24 held-out pairs, beside the
+    current campaign's gap to the first; empty where no second study ran or until every swept
+    run has finished."""
+    report = MAP.folder / point / SECOND_REFERENCE / "trials-80" / SECOND_REFERENCE / "tune.json"
+    if not report.is_file():
+        return ""
+    names = [o["optimizer"] for o in second_reference_report(point)]
+    pairs = PROTOCOL.heldout_pairs() + more_pairs()
+    second = swept_finals(OUT / point / "second-reference" / "second", pairs)
+    if any(math.isnan(v) for name in names for v in second[name]):
+        return ""
+    folder = OUT / point / "more-pairs"
+    further_references = swept_finals(folder / "references", more_pairs())
+    further = swept_finals(folder / CURRENT, more_pairs())
+    references = reference_finals(point)
+    ours = {
+        e["optimizer"]: [math.nan if v is None else v for v in e["heldout_finals"]]
+        for e in reported(current_study(point) / "tune.json")["optimizers"]
+    }
+    lines = [
+        f"The reference against itself at {point}: the map's second 80-trial study (another "
+        "order seed, the same protocol) swept on all 24 held-out pairs (search-benchmark/"
+        f"POINT/second-reference/); second - first reference, and {CURRENT}'s winners - first "
+        "reference, with crossed intervals.",
+        "",
+        f"| optimizer | second - first | p | {CURRENT} - first |",
+        "|---|---:|---:|---:|",
+    ]
+    gaps = []
+    for name in names:
+        first = references[name] + further_references[name]
+        gap = crossed_gap(second[name], first, pairs)
+        campaign = crossed_gap(ours[name] + further[name], first, pairs)
+        gaps.append(gap)
+        lines.append(f"| {name} | {gap.text()} | {gap.p:.3g} | {campaign.text()} |")
+    over = [n for n, g in zip(names, gaps, strict=True) if g.mean > BAR]
+    verdict = (
+        f"the reference does not reproduce itself within {BAR}: {', '.join(over)} over it"
+        if over
+        else f"the reference reproduces itself within {BAR} for all {len(names)}"
+    )
+    lines += ["", f"- By the rule written before the runs: {verdict}."]
+    return "\n".join(lines)
 
 
 def reference_winners(point: str) -> dict[str, dict]:
@@ -691,7 +764,7 @@ def real_table(point: str) -> str:
         *together,
     ]
     further = [more_pairs_table(point), *(more_pairs_table(point, d) for d in candidate_designs())]
-    for table in (*further, median_table(point)):
+    for table in (*further, median_table(point), second_reference_table(point)):
         lines += ["", table] if table else []
     return "\n".join(lines)
 
@@ -754,6 +827,11 @@ def main(argv: list[str] | None = None) -> int:
         help="sweep the winners the median of the choosing runs would pick, on 24 held-out pairs",
     )
     parser.add_argument(
+        "--second-reference",
+        choices=list(POINTS),
+        help="sweep the map's second 80-trial study's winners on 24 held-out pairs (b64-4x)",
+    )
+    parser.add_argument(
         "--design",
         choices=list(SEARCHES),
         help="a candidate design to --run, or whose winners --more-pairs reads",
@@ -795,6 +873,11 @@ def main(argv: list[str] | None = None) -> int:
             for arguments in more_pairs_arguments(
                 args.more_pairs, data_seed, args.jobs, args.design
             )
+        ]
+    if args.second_reference:
+        runs += [
+            ("sweep", second_reference_arguments(args.second_reference, data_seed, args.jobs))
+            for data_seed in PROTOCOL.heldout_data_seeds
         ]
     if args.median_choosing:
         runs += [
