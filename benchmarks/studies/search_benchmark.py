@@ -275,10 +275,15 @@ def reference_report(point: str) -> list[dict]:
     return reported(MAP.folder / point / "trials-80" / point / "tune.json")["optimizers"]
 
 
+def second_reference_file(point: str) -> Path:
+    """The report of the map's second 80-trial study at ``point`` (:data:`SECOND_REFERENCE`);
+    only b64-4x's exists."""
+    return MAP.folder / point / SECOND_REFERENCE / "trials-80" / SECOND_REFERENCE / "tune.json"
+
+
 def second_reference_report(point: str) -> list[dict]:
-    """The map's second 80-trial study at ``point`` (:data:`SECOND_REFERENCE`), as its report
-    has it; only b64-4x ran one."""
-    report = MAP.folder / point / SECOND_REFERENCE / "trials-80" / SECOND_REFERENCE / "tune.json"
+    """The map's second 80-trial study at ``point``, as its report has it."""
+    report = second_reference_file(point)
     if not report.is_file():
         raise SystemExit(f"--second-reference {point}: the map ran no second 80-trial study there")
     return reported(report)["optimizers"]
@@ -300,8 +305,7 @@ def second_reference_table(point: str) -> str:
     the second 80-trial study's winners minus the first's on all 24 held-out pairs, beside the
     current campaign's gap to the first; empty where no second study ran or until every swept
     run has finished."""
-    report = MAP.folder / point / SECOND_REFERENCE / "trials-80" / SECOND_REFERENCE / "tune.json"
-    if not report.is_file():
+    if not second_reference_file(point).is_file():
         return ""
     names = [o["optimizer"] for o in second_reference_report(point)]
     pairs = PROTOCOL.heldout_pairs() + more_pairs()
