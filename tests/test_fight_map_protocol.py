@@ -224,6 +224,18 @@ def test_a_ridge_probe_refuses_a_setting_without_values_or_moved_twice(extra, mo
     assert f"--with {extra[1]}: a setting not moved yet, then its values" in capsys.readouterr().err
 
 
+def test_a_ridge_probe_refuses_a_winner_chosen_on_several_data_orders(monkeypatch):
+    """A sweep runs every seed on one data order: a winner whose finalists read others cannot
+    be probed on the runs that chose it, so the probe says so rather than run on order 0."""
+    edge_probe = load_benchmark_script("studies/edge_probe.py")
+    selection = {"seeds": [0], "finalists": 4, "final_seeds": [1, 2], "final_data_seeds": [4, 5]}
+    outcome = {"optimizer": "muon", "finished": True}
+    record = {"selection": selection, "optimizers": [outcome]}
+    monkeypatch.setattr(edge_probe, "point_reports", lambda point, folder: [(40, record)])
+    with pytest.raises(ValueError, match=r"chosen on data orders 0 and \[4, 5\]: a probe"):
+        edge_probe.winner_at("b64-4x", "muon")
+
+
 def _live_tune_study(live):
     """A live tune journal at ``live``: Muon's 3 selection runs finished, MARS-Shampoo's first
     still training."""

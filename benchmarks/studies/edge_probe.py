@@ -57,6 +57,12 @@ def winner_at(point: str, optimizer: str, folder: Path = MAP.folder) -> dict:
         for outcome in record["optimizers"]:
             if outcome["optimizer"] == optimizer and outcome["finished"]:
                 selection = Selection.of_record(record["selection"])
+                if selection.final_data_seeds:
+                    raise ValueError(
+                        f"{optimizer}'s winner at {point} was chosen on data orders "
+                        f"{selection.data_seed} and {list(selection.final_data_seeds)}: a probe "
+                        "sweeps one data order, so it cannot repeat that choice"
+                    )
                 return {
                     "budget": record["budget"],
                     "trials": outcome["trials"],
