@@ -248,7 +248,8 @@ def test_the_80_trial_reference_does_not_reproduce_itself_within_the_bar_at_b64_
     24 held-out pairs against the first, is over 0.005 for Muon and MARS-Shampoo; campaign-3's
     gaps are read beside it."""
     table = benchmark.second_reference_table("b64-4x")
-    assert "| muon | +0.0053 [+0.0016, +0.0089] | 0.0112 | +0.0069 [+0.0040, +0.0098] |" in table
+    muon = "| muon | +0.0053 [+0.0016, +0.0089] | 0.0112 | +0.0069 [+0.0040, +0.0098] | +0.0016 "
+    assert muon in table  # campaign-3's Muon is within 0.005 of the second reference
     assert "| mars-shampoo | +0.0081 [+0.0015, +0.0146] | 0.0293 | +0.0046 " in table
     assert "does not reproduce itself within 0.005: muon, mars-shampoo over it." in table
     assert table in benchmark.real_table("b64-4x")
