@@ -10,6 +10,7 @@ import itertools
 import json
 import sys
 
+import optuna
 import pytest
 from PIL import Image
 
@@ -302,6 +303,30 @@ def test_a_stored_study_reads_the_same_from_its_snapshot_as_from_its_live_journa
         assert identity["search"]["optimizers"] == ["muon", "mars-shampoo"]
     restore_journals(tmp_path)  # the live journal, missing, starts from its snapshot
     assert live.read_bytes() == (tmp_path / "kept.log").read_bytes()
+
+
+def test_a_study_whose_live_journal_is_missing_resumes_from_its_snapshot(tmp_path):
+    """A clean checkout holds only ``study.log.gz``: a command that opens the study to write
+    (tune, sweep) starts from the snapshot, so it resumes rather than beginning anew beside its
+    own runs (the further-pair sweeps once did); a live journal is never replaced by it, and a
+    study with neither file starts empty."""
+    from torch_mars.train.study.store import open_storage
+
+    live = tmp_path / "b64-4x" / "study.log"
+    _live_tune_study(live)
+    snapshot_journals(tmp_path)
+    kept = live.read_bytes()
+    live.unlink()
+    storage = open_storage(f"journal:{live}")
+    (study,) = storage.get_all_studies()
+    resumed = optuna.load_study(study_name=study.study_name, storage=storage)
+    assert live.read_bytes() == kept and len(resumed.trials) == 4
+    # a live journal stands, whatever the snapshot beside it holds
+    (tmp_path / "b64-4x" / "study.log.gz").write_bytes(b"not read")
+    open_storage(f"journal:{live}")
+    assert live.read_bytes() == kept
+    assert not open_storage(f"journal:{tmp_path / 'new' / 'study.log'}").get_all_studies()
+    assert sorted(p.name for p in live.parent.iterdir()) == ["study.log", "study.log.gz"]
 
 
 def test_the_second_models_status_prints_its_own_studies_and_runs_nothing(

@@ -79,35 +79,6 @@ def test_the_report_reads_the_gaps_on_the_further_pairs_and_on_all_24():
     assert "- On all 24 pairs: mean gap +0.0026 (standard error 0.0014)" in table
 
 
-def test_a_sweep_whose_live_journal_is_missing_resumes_from_its_snapshot(tmp_path, monkeypatch):
-    """A clean checkout holds only each study's ``study.log.gz``: every run the script starts
-    resumes from it (the further-pair sweeps once began anew beside their snapshots); a study
-    with neither starts empty."""
-    import gzip
-
-    from torch_mars.train.study.fight_map import FightMap
-
-    monkeypatch.setattr(benchmark, "MAP", FightMap(tmp_path))
-    monkeypatch.setattr(
-        benchmark,
-        "reference_arguments",
-        lambda point, data_seed, jobs: ["--storage", f"journal:s/data{data_seed}/study.log"],
-    )
-    (tmp_path / "s" / "data1").mkdir(parents=True)
-    with gzip.open(tmp_path / "s" / "data1" / "study.log.gz", "wt") as snapshot:
-        snapshot.write("the runs landed so far\n")
-    seen = {}
-
-    def started(arguments):
-        journal = benchmark.journal_of(arguments[1:])
-        seen[journal.parent.name] = journal.read_text() if journal.exists() else None
-        return 0
-
-    monkeypatch.setattr(benchmark, "torch_mars", started)
-    assert benchmark.main(["--references", "b64-4x"]) == 0
-    assert seen == {"data1": "the runs landed so far\n", "data2": None, "data3": None}
-
-
 def test_the_refinaled_design_is_the_campaigns_study_with_finalists_on_other_orders(
     tmp_path, monkeypatch
 ):

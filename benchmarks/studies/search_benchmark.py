@@ -632,12 +632,6 @@ def refinal_arguments(point: str, jobs: int) -> list[str]:
     )
 
 
-def journal_of(arguments: list[str]) -> Path:
-    """The live journal a ``torch-mars tune`` or ``sweep`` of this script writes: where it is
-    missing, the run resumes from its snapshot rather than starting the study anew."""
-    return MAP.root / arguments[arguments.index("--storage") + 1].removeprefix("journal:")
-
-
 def copy_campaign_study(point: str) -> None:
     """The current campaign's landed journal at ``point`` into :func:`refinal_folder`, once (a
     folder that already holds a journal is left as it is)."""
@@ -893,7 +887,6 @@ def main(argv: list[str] | None = None) -> int:
             for data_seed in PROTOCOL.heldout_data_seeds
         ]
     for command, arguments in runs:
-        restore_journals(journal_of(arguments).parent)
         print(f"torch-mars {command} " + shlex.join(arguments), flush=True)
         code = torch_mars([command, *arguments])
         if code:

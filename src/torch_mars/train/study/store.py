@@ -103,8 +103,13 @@ def _file_of(url: str) -> Path | None:
 
 def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
     """The Optuna storage of ``url`` (from :func:`storage_url`); its folder is made where
-    ``create``, and a file storage that does not exist is an error where not."""
+    ``create``, and a file storage that does not exist is an error where not. A journal that
+    does not exist but has a snapshot beside it (``study.log.gz``, :func:`snapshot_journals`)
+    starts from that snapshot where ``create``: the study resumes rather than begins anew
+    beside its own runs."""
     path = _file_of(url)
+    if create and path is not None and url.startswith(JOURNAL_PREFIX):
+        _restore_snapshot(path)
     if path is not None:
         if path.parent.exists() and not path.parent.is_dir():
             raise StorageError(f"--storage {describe(url)}: {path.parent} is a file, not a folder")
@@ -392,10 +397,25 @@ def snapshot_journals(folder: Path) -> list[Path]:
 def restore_journals(folder: Path) -> None:
     """Start each journal under ``folder`` from its snapshot where the live one is missing."""
     for snapshot in sorted(Path(folder).glob("**/study.log.gz")):
-        live = snapshot.with_suffix("")
-        if not live.exists():
-            with gzip.open(snapshot, "rb") as source, live.open("wb") as target:
-                shutil.copyfileobj(source, target)
+        _restore_snapshot(snapshot.with_suffix(""))
+
+
+def _restore_snapshot(live: Path) -> None:
+    """``live`` unpacked from its snapshot ``live.gz`` where ``live`` is missing and the
+    snapshot is there; written whole beside it, then linked into place, so that two workers
+    restoring at once leave one whole journal and neither overwrites a live one."""
+    snapshot = live.with_name(live.name + ".gz")
+    if live.exists() or not snapshot.is_file():
+        return
+    partial = live.with_name(f"{live.name}.restoring-{os.getpid()}")
+    try:
+        with gzip.open(snapshot, "rb") as source, partial.open("wb") as target:
+            shutil.copyfileobj(source, target)
+        os.link(partial, live)
+    except FileExistsError:
+        pass  # another worker restored it first: its journal stands
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def stored_study_folders(folder: Path) -> list[Path]:
