@@ -310,7 +310,7 @@ def test_a_study_whose_live_journal_is_missing_resumes_from_its_snapshot(tmp_pat
     (tune, sweep) starts from the snapshot, so it resumes rather than beginning anew beside its
     own runs (the further-pair sweeps once did); a live journal is never replaced by it, and a
     study with neither file starts empty."""
-    from torch_mars.train.study.store import open_storage
+    from torch_mars.train.study.store import StorageError, open_storage
 
     live = tmp_path / "b64-4x" / "study.log"
     _live_tune_study(live)
@@ -327,6 +327,10 @@ def test_a_study_whose_live_journal_is_missing_resumes_from_its_snapshot(tmp_pat
     assert live.read_bytes() == kept
     assert not open_storage(f"journal:{tmp_path / 'new' / 'study.log'}").get_all_studies()
     assert sorted(p.name for p in live.parent.iterdir()) == ["study.log", "study.log.gz"]
+    live.unlink()  # a snapshot that is not gzip: one line naming it, nothing written
+    with pytest.raises(StorageError, match=r"its snapshot study\.log\.gz cannot be unpacked"):
+        open_storage(f"journal:{live}")
+    assert sorted(p.name for p in live.parent.iterdir()) == ["study.log.gz"]
 
 
 def test_the_second_models_status_prints_its_own_studies_and_runs_nothing(

@@ -199,7 +199,7 @@ def test_the_third_design_meets_the_bar_at_b16_4x_on_24_pairs():
     assert "- On all 24 pairs: mean gap +0.0020 (standard error 0.0009)" in further
 
 
-def test_the_second_reference_sweeps_the_maps_other_80_trial_winners_on_24_pairs(capsys):
+def test_the_second_reference_sweeps_the_maps_other_80_trial_winners_on_24_pairs():
     """b64-4x's second 80-trial study (order seed 1) is swept on seeds 3-10 per held-out data
     order; a point where the map ran no second study is refused, naming the flag."""
     arguments = benchmark.second_reference_arguments("b64-4x", data_seed=2, jobs=1)

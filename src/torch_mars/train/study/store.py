@@ -414,6 +414,11 @@ def _restore_snapshot(live: Path) -> None:
         os.link(partial, live)
     except FileExistsError:
         pass  # another worker restored it first: its journal stands
+    except (OSError, EOFError) as error:
+        raise StorageError(
+            f"--storage journal:{live}: its snapshot {snapshot.name} cannot be unpacked "
+            f"({_first_line(error)}); the snapshot is left as it is"
+        ) from None
     finally:
         partial.unlink(missing_ok=True)
 
