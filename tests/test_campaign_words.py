@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from benchmark_scripts import load_script
-from torch_mars.train.study.campaign import block_of, campaign_rows, format_lead_table
+from torch_mars.train.study.campaign import (
+    STATE_BEGIN,
+    STATE_END,
+    block_of,
+    campaign_rows,
+    format_lead_table,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 campaign = load_script(ROOT / "benchmarks" / "studies" / "campaign.py")
@@ -22,6 +28,15 @@ def test_readme_and_results_say_the_current_campaigns_words():
     expected = format_lead_table(campaign_rows(campaign.declaration_of(campaign.CURRENT)))
     for document in (ROOT / "README.md", ROOT / "docs" / "results.md"):
         assert block_of(document.read_text()) == expected, document
+
+
+def test_results_states_where_the_campaign_stands_as_its_state_file_does():
+    """docs/results.md's state table is the one ``campaign.py --report`` writes to state.md at
+    the same pause: how many points, runs and run hours remain, from the journals."""
+    state = (campaign.folder_of(campaign.CURRENT) / "state.md").read_text().strip()
+    results = (ROOT / "docs" / "results.md").read_text()
+    assert block_of(results, STATE_BEGIN, STATE_END) == state
+    assert state.startswith("First stage: ") and "| point not begun |" in state
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -47,6 +47,8 @@ from torch_mars.train.study.campaign import (
     CAMPAIGNS,
     CURRENT,
     SELECTION_FLAGS,
+    STATE_BEGIN,
+    STATE_END,
     campaign_folder,
     campaign_rows,
     format_campaign_table,
@@ -330,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             return code
     if args.report:
-        write_text_atomically(folder / "state.md", state_text(name, campaign) + "\n")
+        state = state_text(name, campaign)
+        write_text_atomically(folder / "state.md", state + "\n")
         rows = campaign_rows(declaration)
         table = format_campaign_table(rows)
         write_text_atomically(folder / "verdicts.md", table + "\n")
@@ -338,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         if name == CURRENT:
             for document in (ROOT / "README.md", ROOT / "docs" / "results.md"):
                 text = replace_block(document.read_text(), format_lead_table(rows))
+                if document.name == "results.md":
+                    text = replace_block(text, state, STATE_BEGIN, STATE_END)
                 write_text_atomically(document, text)
         print(table)
     return 0
