@@ -17,6 +17,7 @@ from torch_mars.train.study.campaign import (
     block_of,
     campaign_rows,
     format_lead_table,
+    replace_block,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +38,15 @@ def test_results_states_where_the_campaign_stands_as_its_state_file_does():
     results = (ROOT / "docs" / "results.md").read_text()
     assert block_of(results, STATE_BEGIN, STATE_END) == state
     assert state.startswith("First stage: ") and "| point not begun |" in state
+
+
+def test_a_generated_block_is_replaced_between_its_own_markers_and_a_lost_marker_is_named():
+    text = f"a\n{STATE_BEGIN}\nold\n{STATE_END}\nb"
+    assert replace_block(text, "new", STATE_BEGIN, STATE_END) == (
+        f"a\n{STATE_BEGIN}\nnew\n{STATE_END}\nb"
+    )
+    with pytest.raises(ValueError, match="the generated block's markers are missing: <!-- camp"):
+        replace_block(text, "new")  # the verdicts' markers are not in it
 
 
 @pytest.mark.parametrize("name", NAMES)
