@@ -37,7 +37,7 @@ def test_results_states_where_the_campaign_stands_as_its_state_file_does():
     state = (campaign.folder_of(campaign.CURRENT) / "state.md").read_text().strip()
     results = (ROOT / "docs" / "results.md").read_text()
     assert block_of(results, STATE_BEGIN, STATE_END) == state
-    assert state.startswith("First stage: ") and "| point not begun |" in state
+    assert state.startswith("First stage: ") and "| study | finished runs per optimizer" in state
 
 
 def test_a_generated_block_is_replaced_between_its_own_markers_and_a_lost_marker_is_named():

@@ -59,3 +59,13 @@ def test_the_rule_says_what_its_plane_tells_a_gpt2_small_user_and_where_it_runs_
     assert "| mars-shampoo | 512 sequences a step | 4.5 | 0.2 |" in text
     assert "| mars-adamw | 524,288 tokens a step | 7.0 | 0.4 (past the ladder's end) |" in text
     assert "fitted on 16-256 sequences" in text
+
+
+def test_the_prediction_committed_before_b4_4x_is_scored_from_its_report():
+    """Scored from the stored reports (training nothing): the lr lands, gamma does not
+    (MARS-AdamW two ladder steps off, MARS-Shampoo one), and the stored file says the same."""
+    text = rule.rule_text(["tiny/b64-4x", "tiny/b16-4x", "tiny/b256-16x"], "tiny/b4-4x")
+    assert "| mars-adamw | gamma (ladder step) | 3.0 | 1.0 | 2.0 |" in text
+    assert "| mars-adamw | lr (1.5x step) | 5.0 | 5.0 | 0.0 |" in text
+    assert "| mars-shampoo | gamma (ladder step) | 1.0 | 2.0 | 1.0 |" in text
+    assert (rule.CAMPAIGN / "gamma-rule.md").read_text() == text + "\n"
