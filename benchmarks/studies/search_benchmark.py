@@ -275,6 +275,22 @@ def reference_report(point: str) -> list[dict]:
     return reported(MAP.folder / point / "trials-80" / point / "tune.json")["optimizers"]
 
 
+def finals_on_24_pairs(point: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """The current campaign's winners' finals and the 80-trial references' on all 24 held-out
+    pairs at ``point`` (the first 12, then :func:`more_pairs`), per optimizer: ``(ours,
+    references)``, NaN where a run is missing."""
+    folder = OUT / point / "more-pairs"
+    further_references = swept_finals(folder / "references", more_pairs())
+    further = swept_finals(folder / CURRENT, more_pairs())
+    first = reference_finals(point)
+    ours = {
+        e["optimizer"]: [math.nan if v is None else v for v in e["heldout_finals"]]
+        + further[e["optimizer"]]
+        for e in reported(current_study(point) / "tune.json")["optimizers"]
+    }
+    return ours, {name: first[name] + further_references[name] for name in ours}
+
+
 def second_reference_file(point: str) -> Path:
     """The report of the map's second 80-trial study at ``point`` (:data:`SECOND_REFERENCE`);
     only b64-4x's exists."""
@@ -312,14 +328,7 @@ def second_reference_table(point: str) -> str:
     second = swept_finals(OUT / point / "second-reference" / "second", pairs)
     if any(math.isnan(v) for name in names for v in second[name]):
         return ""
-    folder = OUT / point / "more-pairs"
-    further_references = swept_finals(folder / "references", more_pairs())
-    further = swept_finals(folder / CURRENT, more_pairs())
-    references = reference_finals(point)
-    ours = {
-        e["optimizer"]: [math.nan if v is None else v for v in e["heldout_finals"]]
-        for e in reported(current_study(point) / "tune.json")["optimizers"]
-    }
+    ours, references = finals_on_24_pairs(point)
     lines = [
         f"The reference against itself at {point}: the map's second 80-trial study (another "
         "order seed, the same protocol) swept on all 24 held-out pairs (search-benchmark/"
@@ -331,8 +340,7 @@ def second_reference_table(point: str) -> str:
     ]
     gaps = []
     for name in names:
-        first = references[name] + further_references[name]
-        campaign = ours[name] + further[name]
+        first, campaign = references[name], ours[name]
         gap = crossed_gap(second[name], first, pairs)
         to_first = crossed_gap(campaign, first, pairs)
         to_second = crossed_gap(campaign, second[name], pairs)
@@ -542,10 +550,7 @@ def median_table(point: str) -> str:
     swept = swept_finals(OUT / point / "median-choosing" / "median", pairs)
     if not changed or any(math.isnan(v) for name in changed for v in swept[name]):
         return ""
-    folder = OUT / point / "more-pairs"
-    further_references = swept_finals(folder / "references", more_pairs())
-    further = swept_finals(folder / CURRENT, more_pairs())
-    references = reference_finals(point)
+    ours_24, references = finals_on_24_pairs(point)
     lines = [
         f"The median of the choosing runs at {point}: {CURRENT}'s searches replayed on their "
         "stored runs with each finalist judged by its median over its three choosing runs; "
@@ -559,9 +564,8 @@ def median_table(point: str) -> str:
     entries = reported(current_study(point) / "tune.json")["optimizers"]
     for entry in entries:
         name = entry["optimizer"]
-        ours = [math.nan if v is None else v for v in entry["heldout_finals"]] + further[name]
-        reference = references[name] + further_references[name]
-        mean_gap = crossed_gap(ours, reference, pairs)
+        reference = references[name]
+        mean_gap = crossed_gap(ours_24[name], reference, pairs)
         median_gap = crossed_gap(swept[name], reference, pairs) if name in changed else mean_gap
         by_mean.append(mean_gap)
         by_median_gaps.append(median_gap)
