@@ -199,7 +199,7 @@ def test_the_third_design_meets_the_bar_at_b16_4x_on_24_pairs():
     assert "- On all 24 pairs: mean gap +0.0020 (standard error 0.0009)" in further
 
 
-def test_the_second_reference_sweeps_the_maps_other_80_trial_winners_on_24_pairs():
+def test_the_second_reference_sweeps_the_maps_other_80_trial_winners_on_24_pairs(capsys):
     """b64-4x's second 80-trial study (order seed 1) is swept on seeds 3-10 per held-out data
     order; a point where the map ran no second study is refused, naming the flag."""
     arguments = benchmark.second_reference_arguments("b64-4x", data_seed=2, jobs=1)
@@ -212,6 +212,10 @@ def test_the_second_reference_sweeps_the_maps_other_80_trial_winners_on_24_pairs
     with pytest.raises(SystemExit, match="--second-reference b16-4x: the map ran no second"):
         benchmark.second_reference_arguments("b16-4x", data_seed=1, jobs=1)
     assert benchmark.second_reference_table("b16-4x") == ""
+    with pytest.raises(SystemExit) as stopped:  # from the command line: one line, exit 2
+        benchmark.main(["--second-reference", "b16-4x"])
+    assert stopped.value.code == 2
+    assert "the map ran no second 80-trial study there" in capsys.readouterr().err
 
 
 def test_the_80_trial_reference_does_not_reproduce_itself_within_the_bar_at_b64_4x():

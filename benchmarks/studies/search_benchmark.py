@@ -880,6 +880,11 @@ def main(argv: list[str] | None = None) -> int:
                 args.more_pairs, data_seed, args.jobs, args.design
             )
         ]
+    if args.second_reference and not second_reference_file(args.second_reference).is_file():
+        parser.error(
+            f"--second-reference {args.second_reference}: the map ran no second 80-trial study "
+            "there (b64-4x alone has one)"
+        )
     if args.second_reference:
         runs += [
             ("sweep", second_reference_arguments(args.second_reference, data_seed, args.jobs))
