@@ -49,10 +49,13 @@ from torch_mars.train.study.campaign import (
     SELECTION_FLAGS,
     STATE_BEGIN,
     STATE_END,
+    WINNERS_BEGIN,
+    WINNERS_END,
     campaign_folder,
     campaign_rows,
     format_campaign_table,
-    format_lead_table,
+    format_lead,
+    format_winners_table,
     plot_campaign,
     replace_block,
     tune_studies_at,
@@ -340,9 +343,11 @@ def main(argv: list[str] | None = None) -> int:
         plot_campaign(rows, folder / "map.png")
         if name == CURRENT:
             for document in (ROOT / "README.md", ROOT / "docs" / "results.md"):
-                text = replace_block(document.read_text(), format_lead_table(rows))
+                text = replace_block(document.read_text(), format_lead(rows, declaration))
                 if document.name == "results.md":
                     text = replace_block(text, state, STATE_BEGIN, STATE_END)
+                    winners = format_winners_table(declaration)
+                    text = replace_block(text, winners, WINNERS_BEGIN, WINNERS_END)
                 write_text_atomically(document, text)
         print(table)
     return 0
