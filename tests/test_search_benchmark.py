@@ -87,12 +87,12 @@ def test_the_refinaled_design_is_the_campaigns_study_with_finalists_on_other_ord
     # the study's name is the campaign's, so that its copied journal is the same study
     assert "--name b64-4x" in text and "finalists-on-orders-4-5/b64-4x/study.log" in text
     monkeypatch.setattr(benchmark, "OUT", tmp_path)
-    benchmark.copy_campaign_study("b64-4x")
-    live = tmp_path / "b64-4x" / "finalists-on-orders-4-5" / "b64-4x" / "study.log"
     landed = ROOT / "benchmarks/results/campaign-3/tiny/b64-4x/study.log.gz"
+    benchmark.copy_study(landed, benchmark.refinal_folder("b64-4x"))
+    live = tmp_path / "b64-4x" / "finalists-on-orders-4-5" / "b64-4x" / "study.log"
     assert live.with_suffix(".log.gz").read_bytes() == landed.read_bytes() and live.is_file()
     live.write_text("a journal this study has written since\n")
-    benchmark.copy_campaign_study("b64-4x")  # a folder holding a journal is left as it is
+    benchmark.copy_study(landed, benchmark.refinal_folder("b64-4x"))  # a journal stays as it is
     assert live.read_text() == "a journal this study has written since\n"
 
 
@@ -216,6 +216,26 @@ def test_the_second_reference_sweeps_the_maps_other_80_trial_winners_on_24_pairs
         benchmark.main(["--second-reference", "b16-4x"])
     assert stopped.value.code == 2
     assert "the map ran no second 80-trial study there" in capsys.readouterr().err
+
+
+def test_adamws_second_80_trial_study_runs_on_the_maps_protocol_from_the_first_studys_journal(
+    tmp_path, monkeypatch
+):
+    """The map's second study at b64-4x ran no AdamW: its own second study takes the map's
+    protocol and the second study's order seed, in a copy of the first study's journal (whose
+    recorded starts it resumes from), and its winner is swept on the 24 pairs beside the
+    others'."""
+    assert benchmark.second_rest_optimizers("b64-4x") == ("adamw",)
+    text = " ".join(benchmark.second_rest_arguments("b64-4x", jobs=1))
+    assert "--optimizers adamw --trials 80 --search lr-profiled --seeds 0 1 2" in text
+    assert "--order-seed 1" in text and "--name b64-4x" in text
+    assert "search-benchmark/b64-4x/second-reference-rest/b64-4x/study.log" in text
+    monkeypatch.setattr(benchmark, "OUT", tmp_path)
+    first = ROOT / "benchmarks/results/fight-map/b64-4x/study.log.gz"
+    benchmark.copy_study(first, benchmark.second_rest_folder("b64-4x"))
+    copied = benchmark.second_rest_folder("b64-4x") / "study.log.gz"
+    assert copied.read_bytes() == first.read_bytes()
+    assert benchmark.stored_study(copied.parent)[1]["search"]["starts"]["adamw"]
 
 
 def test_the_80_trial_reference_does_not_reproduce_itself_within_the_bar_at_b64_4x():

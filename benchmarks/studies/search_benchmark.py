@@ -35,6 +35,10 @@ recipe (b16-4x's winners: a warm start from a neighbouring point;
 ``search-benchmark/POINT/warm-from-b16-4x/``). ``--second-reference POINT`` sweeps the map's
 second 80-trial study's winners (another order seed; b64-4x alone ran one) on all 24 held-out
 pairs (``search-benchmark/POINT/second-reference/``): the reference read against itself.
+``--second-reference-rest POINT`` runs the second 80-trial study of the optimizers the map's
+did not run (AdamW), from the first study's recorded starts (a copy of its journal in
+``search-benchmark/POINT/second-reference-rest/``), then sweeps its winner on the same 24
+pairs, so that the reference against itself reads all five.
 
 A candidate design not yet any campaign's runs as its own study, on the campaign's protocol
 with ``--search NAME``: ``--design NAME --run POINT`` (``search-benchmark/POINT/design-NAME/``,
@@ -48,6 +52,7 @@ resumable, landed like a campaign's); the table reads it beside the campaigns'.
     python benchmarks/studies/search_benchmark.py --refinal b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --warm b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --second-reference b64-4x --jobs 1
+    python benchmarks/studies/search_benchmark.py --second-reference-rest b64-4x --jobs 1
     python benchmarks/studies/search_benchmark.py --report b64-4x
 """
 
@@ -305,15 +310,55 @@ def second_reference_report(point: str) -> list[dict]:
     return reported(report)["optimizers"]
 
 
-def second_reference_arguments(point: str, data_seed: int, jobs: int) -> list[str]:
-    """A ``torch-mars sweep`` of the second 80-trial study's winners at ``point`` on the 24
-    held-out pairs' seeds and data order ``data_seed``."""
-    winners = {o["optimizer"]: o["hyperparams"] for o in second_reference_report(point)}
-    seeds = tuple(str(s) for s in (*PROTOCOL.heldout, *MORE_HELDOUT))
-    folder = OUT / point / "second-reference"
-    return MAP.winners_sweep_arguments(
-        point, winners, folder, f"second-data{data_seed}", seeds, jobs, data_seed
+def second_rest_folder(point: str) -> Path:
+    """Where the optimizers the map's second 80-trial study at ``point`` did not run have their
+    second study: a copy of the first study's journal (its folder's name is the study's)."""
+    return OUT / point / "second-reference-rest" / point
+
+
+def second_rest_optimizers(point: str) -> tuple[str, ...]:
+    """The map's optimizers its second 80-trial study at ``point`` did not run (AdamW)."""
+    ran = {o["optimizer"] for o in second_reference_report(point)}
+    return tuple(o for o in OPTIMIZERS if o not in ran)
+
+
+def second_rest_arguments(point: str, jobs: int) -> list[str]:
+    """``torch-mars tune`` of :func:`second_rest_optimizers` at ``point`` on the map's protocol
+    and the second study's order seed, in :func:`second_rest_folder`: the copied journal keeps
+    the starts the first study recorded, and a run both searches ask for is taken from it."""
+    trials = reported(second_reference_file(point))["trials"]
+    return MAP.tune_arguments(
+        point,
+        jobs,
+        trials,
+        order_seed=int(SECOND_REFERENCE.rsplit("-", 1)[1]),
+        study=second_rest_folder(point),
+        optimizers=second_rest_optimizers(point),
     )
+
+
+def second_winners(point: str, rest: bool) -> dict[str, dict]:
+    """The second 80-trial study's winners at ``point`` (the map's, or with ``rest`` the study
+    of the optimizers it did not run): harness hyperparameters by optimizer."""
+    ran = (
+        reported(second_rest_folder(point) / "tune.json")["optimizers"]
+        if rest
+        else second_reference_report(point)
+    )
+    return {o["optimizer"]: o["hyperparams"] for o in ran}
+
+
+def second_reference_arguments(
+    point: str, data_seed: int, jobs: int, rest: bool = False
+) -> list[str]:
+    """A ``torch-mars sweep`` of the second 80-trial study's winners at ``point`` (with
+    ``rest``, those of :func:`second_rest_arguments`' study) on the 24 held-out pairs' seeds and
+    data order ``data_seed``."""
+    seeds = tuple(str(s) for s in (*PROTOCOL.heldout, *MORE_HELDOUT))
+    name = f"second-rest-data{data_seed}" if rest else f"second-data{data_seed}"
+    folder = OUT / point / "second-reference"
+    winners = second_winners(point, rest)
+    return MAP.winners_sweep_arguments(point, winners, folder, name, seeds, jobs, data_seed)
 
 
 def second_reference_table(point: str) -> str:
@@ -323,30 +368,42 @@ def second_reference_table(point: str) -> str:
     run has finished."""
     if not second_reference_file(point).is_file():
         return ""
-    names = [o["optimizer"] for o in second_reference_report(point)]
     pairs = PROTOCOL.heldout_pairs() + more_pairs()
-    second = swept_finals(OUT / point / "second-reference" / "second", pairs)
+    folder = OUT / point / "second-reference"
+    second = swept_finals(folder / "second", pairs)
+    names = [o["optimizer"] for o in second_reference_report(point)]
+    rest = swept_finals(folder / "second-rest", pairs)
+    for name in OPTIMIZERS:
+        if name not in names and not any(math.isnan(v) for v in rest[name]):
+            names.append(name)
+            second[name] = rest[name]
     if any(math.isnan(v) for name in names for v in second[name]):
         return ""
     ours, references = finals_on_24_pairs(point)
     lines = [
         f"The reference against itself at {point}: the map's second 80-trial study (another "
-        "order seed, the same protocol) swept on all 24 held-out pairs (search-benchmark/"
-        f"POINT/second-reference/); second - first reference, and {CURRENT}'s winners minus "
-        "each reference, with crossed intervals.",
+        "order seed, the same protocol; the optimizers it did not run in their own study from "
+        "the first study's starts, search-benchmark/POINT/second-reference-rest/) swept on all "
+        f"24 held-out pairs (search-benchmark/POINT/second-reference/); second - first "
+        f"reference, and {CURRENT}'s winners minus each reference and minus both (on each pair "
+        "the mean of the two references' finals), with crossed intervals.",
         "",
-        f"| optimizer | second - first | p | {CURRENT} - first | {CURRENT} - second |",
-        "|---|---:|---:|---:|---:|",
+        f"| optimizer | second - first | p | {CURRENT} - first | {CURRENT} - second | "
+        f"{CURRENT} - both |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     gaps = []
     for name in names:
         first, campaign = references[name], ours[name]
+        both = [(a + b) / 2 for a, b in zip(first, second[name], strict=True)]
         gap = crossed_gap(second[name], first, pairs)
         to_first = crossed_gap(campaign, first, pairs)
         to_second = crossed_gap(campaign, second[name], pairs)
+        to_both = crossed_gap(campaign, both, pairs)
         gaps.append(gap)
         lines.append(
-            f"| {name} | {gap.text()} | {gap.p:.3g} | {to_first.text()} | {to_second.text()} |"
+            f"| {name} | {gap.text()} | {gap.p:.3g} | {to_first.text()} | {to_second.text()} | "
+            f"{to_both.text()} |"
         )
     over = [n for n, g in zip(names, gaps, strict=True) if g.mean > BAR]
     verdict = (
@@ -636,14 +693,12 @@ def refinal_arguments(point: str, jobs: int) -> list[str]:
     )
 
 
-def copy_campaign_study(point: str) -> None:
-    """The current campaign's landed journal at ``point`` into :func:`refinal_folder`, once (a
-    folder that already holds a journal is left as it is)."""
-    folder = refinal_folder(point)
+def copy_study(landed: Path, folder: Path) -> None:
+    """The landed journal ``landed`` (a ``study.log.gz``) into ``folder``, once (a folder that
+    already holds a journal is left as it is)."""
     if any((folder / f).is_file() for f in ("study.log", "study.log.gz")):
         return
     folder.mkdir(parents=True, exist_ok=True)
-    landed = current_study(point) / "study.log.gz"
     shutil.copyfile(landed, folder / "study.log.gz")
     restore_journals(folder)
 
@@ -816,6 +871,17 @@ def _mean(values: list[float]) -> str:
     return f"{statistics.fmean(finite):.4f}" if finite and len(finite) == len(values) else "—"
 
 
+def run_commands(runs: list[tuple[str, list[str]]]) -> int:
+    """Each ``(command, arguments)`` of ``runs`` in turn, its command line printed first; the
+    first nonzero exit code, or 0."""
+    for command, arguments in runs:
+        print(f"torch-mars {command} " + shlex.join(arguments), flush=True)
+        code = torch_mars([command, *arguments])
+        if code:
+            return code
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--surrogate", nargs="+", choices=list(POINTS), default=[])
@@ -836,6 +902,12 @@ def main(argv: list[str] | None = None) -> int:
         "--second-reference",
         choices=list(POINTS),
         help="sweep the map's second 80-trial study's winners on 24 held-out pairs (b64-4x)",
+    )
+    parser.add_argument(
+        "--second-reference-rest",
+        choices=list(POINTS),
+        help="run the second 80-trial study of the optimizers the map's did not run (AdamW at "
+        "b64-4x), from the first study's starts, then sweep its winner on 24 held-out pairs",
     )
     parser.add_argument(
         "--design",
@@ -868,7 +940,7 @@ def main(argv: list[str] | None = None) -> int:
             for data_seed in PROTOCOL.heldout_data_seeds
         ]
     if args.refinal:
-        copy_campaign_study(args.refinal)
+        copy_study(current_study(args.refinal) / "study.log.gz", refinal_folder(args.refinal))
         runs.append(("tune", refinal_arguments(args.refinal, args.jobs)))
     if args.warm:
         runs.append(("tune", warm_arguments(args.warm, args.jobs)))
@@ -880,11 +952,14 @@ def main(argv: list[str] | None = None) -> int:
                 args.more_pairs, data_seed, args.jobs, args.design
             )
         ]
-    if args.second_reference and not second_reference_file(args.second_reference).is_file():
-        parser.error(
-            f"--second-reference {args.second_reference}: the map ran no second 80-trial study "
-            "there (b64-4x alone has one)"
-        )
+    for flag, point in (
+        ("--second-reference", args.second_reference),
+        ("--second-reference-rest", args.second_reference_rest),
+    ):
+        if point and not second_reference_file(point).is_file():
+            parser.error(
+                f"{flag} {point}: the map ran no second 80-trial study there (b64-4x alone has one)"
+            )
     if args.second_reference:
         runs += [
             ("sweep", second_reference_arguments(args.second_reference, data_seed, args.jobs))
@@ -895,9 +970,18 @@ def main(argv: list[str] | None = None) -> int:
             ("sweep", median_arguments(args.median_choosing, data_seed, args.jobs))
             for data_seed in PROTOCOL.heldout_data_seeds
         ]
-    for command, arguments in runs:
-        print(f"torch-mars {command} " + shlex.join(arguments), flush=True)
-        code = torch_mars([command, *arguments])
+    code = run_commands(runs)
+    if code:
+        return code
+    if args.second_reference_rest:
+        point = args.second_reference_rest
+        copy_study(MAP.study_folder(point) / "study.log.gz", second_rest_folder(point))
+        code = run_commands([("tune", second_rest_arguments(point, args.jobs))])
+        sweeps = [
+            ("sweep", second_reference_arguments(point, data_seed, args.jobs, rest=True))
+            for data_seed in PROTOCOL.heldout_data_seeds
+        ]
+        code = code or run_commands(sweeps)
         if code:
             return code
     if args.report:
