@@ -55,7 +55,10 @@ def test_the_stored_results_stay_small():
     beyond that room (nine journals: the references', campaign-3's and the fifth design's, 501
     files in all), the reference against itself at b64-4x (three journals: 504) and
     campaign-3's first stage to its end (b4-4x's figure, the second model's point's five
-    files): 510."""
+    files): 510. Then AdamW's second 80-trial study at b64-4x (its journal, summary and report,
+    and three sweep journals): 516. Its journal is a copy of the first study's with 96 runs
+    more (0.17 MB), which, with the second model's point grown to its end, takes the total past
+    the 8 MB it had been held to: 8.5 MB."""
     files = tracked("benchmarks/results")
-    assert len(files) <= 510
-    assert sum((ROOT / f).stat().st_size for f in files) <= 8_000_000
+    assert len(files) <= 516
+    assert sum((ROOT / f).stat().st_size for f in files) <= 8_500_000

@@ -392,7 +392,7 @@ def second_reference_table(point: str) -> str:
         f"{CURRENT} - both |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    gaps = []
+    gaps, to_boths = [], []
     for name in names:
         first, campaign = references[name], ours[name]
         both = [(a + b) / 2 for a, b in zip(first, second[name], strict=True)]
@@ -401,6 +401,7 @@ def second_reference_table(point: str) -> str:
         to_second = crossed_gap(campaign, second[name], pairs)
         to_both = crossed_gap(campaign, both, pairs)
         gaps.append(gap)
+        to_boths.append(to_both)
         lines.append(
             f"| {name} | {gap.text()} | {gap.p:.3g} | {to_first.text()} | {to_second.text()} | "
             f"{to_both.text()} |"
@@ -412,6 +413,12 @@ def second_reference_table(point: str) -> str:
         else f"the reference reproduces itself within {BAR} for all {len(names)}"
     )
     lines += ["", f"- By the rule written before the runs: {verdict}."]
+    short = [n for n, g in zip(names, to_boths, strict=True) if g.mean > BAR]
+    lines.append(
+        f"- Against both references together: {CURRENT}'s winners within {BAR} for "
+        f"{len(names) - len(short)} of {len(names)}"
+        + (f"; over it: {', '.join(short)}." if short else ".")
+    )
     return "\n".join(lines)
 
 
