@@ -219,7 +219,7 @@ def test_the_second_reference_sweeps_the_maps_other_80_trial_winners_on_24_pairs
 
 
 def test_adamws_second_80_trial_study_runs_on_the_maps_protocol_from_the_first_studys_journal(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys
 ):
     """The map's second study at b64-4x ran no AdamW: its own second study takes the map's
     protocol and the second study's order seed, in a copy of the first study's journal (whose
@@ -236,6 +236,10 @@ def test_adamws_second_80_trial_study_runs_on_the_maps_protocol_from_the_first_s
     copied = benchmark.second_rest_folder("b64-4x") / "study.log.gz"
     assert copied.read_bytes() == first.read_bytes()
     assert benchmark.stored_study(copied.parent)[1]["search"]["starts"]["adamw"]
+    with pytest.raises(SystemExit) as stopped:  # from the command line: one line, exit 2
+        benchmark.main(["--second-reference-rest", "b16-4x"])
+    assert stopped.value.code == 2
+    assert "--second-reference-rest b16-4x: the map ran no second" in capsys.readouterr().err
 
 
 def test_the_80_trial_reference_does_not_reproduce_itself_within_the_bar_at_b64_4x():

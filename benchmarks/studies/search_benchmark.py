@@ -108,7 +108,8 @@ REFINAL_ORDERS = (4, 5)
 WARM_FROM = "b16-4x"
 # The map's second 80-trial study at a point (another order seed), where it ran one: the
 # reference read against itself.
-SECOND_REFERENCE = "order-seed-1"
+SECOND_ORDER_SEED = 1
+SECOND_REFERENCE = f"order-seed-{SECOND_ORDER_SEED}"
 # The map's selection: three seeds a trial, four finalists on three more.
 MAP_SELECTION = Selection(
     seeds=(0, 1, 2),
@@ -331,7 +332,7 @@ def second_rest_arguments(point: str, jobs: int) -> list[str]:
         point,
         jobs,
         trials,
-        order_seed=int(SECOND_REFERENCE.rsplit("-", 1)[1]),
+        order_seed=SECOND_ORDER_SEED,
         study=second_rest_folder(point),
         optimizers=second_rest_optimizers(point),
     )
