@@ -164,7 +164,7 @@ def test_more_pairs_with_a_design_sweeps_that_designs_winners_and_design_alone_i
     with pytest.raises(SystemExit) as refused:
         benchmark.main(["--design", "surface-5"])
     assert refused.value.code == 2
-    assert "--design goes with --run or --more-pairs" in capsys.readouterr().err
+    assert "--design goes with --run, --paired or --more-pairs" in capsys.readouterr().err
 
 
 def test_the_fifth_design_at_b16_4x_is_not_adopted_nadamw_over_the_bar_on_24_pairs():
@@ -257,3 +257,54 @@ def test_the_80_trial_reference_does_not_reproduce_itself_within_the_bar_at_b64_
     assert adamw in table and "| +0.0069 [-0.0070, +0.0209] |" in table
     assert "within 0.005 for 4 of 5; over it: adamw." in table
     assert table in benchmark.real_table("b64-4x")
+
+
+def test_a_paired_design_runs_in_a_copy_of_the_campaigns_study_and_sweeps_only_changed_winners(
+    monkeypatch, tmp_path
+):
+    """``--paired POINT --design NAME``: the candidate's search in a copy of the current
+    campaign's journal at the point (its starts; its runs taken where the searches agree, the
+    other studies' too), then the further pairs swept for the winners that changed: none where
+    every winner is the campaign's."""
+    arguments = " ".join(benchmark.paired_arguments("b64-4x", "surface-6", 2))
+    assert "--search surface-6 --seeds 0" in arguments
+    assert "search-benchmark/b64-4x/campaign-3-as-surface-6/b64-4x/study.log" in arguments
+    assert "--name b64-4x" in arguments and "--reuse-runs" in arguments
+    with pytest.raises(SystemExit, match="no candidate design"):
+        benchmark.paired_arguments("b64-4x", "surface-3", 2)  # the campaign's own
+    monkeypatch.setattr(benchmark, "OUT", tmp_path)
+    monkeypatch.setattr(benchmark, "paired_arguments", lambda *_: ["--paired-study"])
+    campaign = benchmark.current_study("b64-4x")
+    called = []
+
+    def tune(argv):
+        called.append(argv)
+        folder = benchmark.paired_folder("b64-4x", "surface-6")
+        (folder / "tune.json").write_text((campaign / "tune.json").read_text())
+        return 0
+
+    monkeypatch.setattr(benchmark, "torch_mars", tune)
+    assert benchmark.main(["--paired", "b64-4x", "--design", "surface-6"]) == 0
+    assert called == [["tune", "--paired-study"]]  # every winner the campaign's: no sweep
+    copied = tmp_path / "b64-4x" / "campaign-3-as-surface-6" / "b64-4x" / "study.log"
+    assert copied.is_file() and copied.stat().st_size > 0
+    assert benchmark.changed_winners("b64-4x", "surface-6") == {}
+
+
+def test_the_pattern_move_screen_reads_both_designs_on_toys_whose_floor_is_on_the_ladder():
+    """The toys of ``--pattern-move``: each valley's floor on its dimension's ladder (clipped
+    to its end), and the sixth design no worse than the third on any of them."""
+    for optimizer in benchmark.TOY_OPTIMIZERS:
+        for dimension, far in benchmark.TOY_VALLEYS:
+            start, floor, true_loss = benchmark.valley(optimizer, dimension, far)
+            assert benchmark.LADDERS[dimension].has(start[dimension] + floor)
+            assert (
+                0 < abs(floor) <= abs(far)
+                and true_loss({**start, dimension: start[dimension] + floor}) == 2.0
+            )
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in benchmark.toy_table().splitlines()[2:]
+    ]
+    assert len(rows) == len(benchmark.TOY_OPTIMIZERS) * len(benchmark.TOY_VALLEYS)
+    assert all(float(row[4]) <= float(row[2]) for row in rows)

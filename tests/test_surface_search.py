@@ -26,13 +26,21 @@ from torch_mars.train.study.surface import (
     SurfaceSearch3,
     SurfaceSearch4,
     SurfaceSearch5,
+    SurfaceSearch6,
     joint_screen_plan,
 )
 from torch_mars.train.study.tune import DEFAULT_SEARCH, DEFAULT_TRIALS, SEARCHES, TunePlan
 from torch_mars.train.trainer import TrainConfig
 
 FIVE = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
-DESIGNS = [SurfaceSearch, SurfaceSearch2, SurfaceSearch3, SurfaceSearch4, SurfaceSearch5]
+DESIGNS = [
+    SurfaceSearch,
+    SurfaceSearch2,
+    SurfaceSearch3,
+    SurfaceSearch4,
+    SurfaceSearch5,
+    SurfaceSearch6,
+]
 
 
 def five_optimizer_plan(**settings) -> TunePlan:
@@ -58,7 +66,9 @@ def test_the_default_is_the_surface_search_at_40_trials_on_one_selection_seed():
     assert SEARCHES["lr-profiled"] is ProfiledSearch
 
 
-@pytest.mark.parametrize("search", ["surface-5", "surface-4", "surface-3", "surface-2", "surface"])
+@pytest.mark.parametrize(
+    "search", ["surface-6", "surface-5", "surface-4", "surface-3", "surface-2", "surface"]
+)
 @pytest.mark.parametrize("order_seed", [0, 1, 2])
 def test_every_dimension_of_every_optimizer_moves_within_12_trials(search, order_seed):
     plan = five_optimizer_plan(trials=12, order_seed=order_seed, search=search)

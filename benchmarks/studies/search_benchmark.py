@@ -40,6 +40,18 @@ did not run (AdamW), from the first study's recorded starts (a copy of its journ
 ``search-benchmark/POINT/second-reference-rest/``), then sweeps its winner on the same 24
 pairs, so that the reference against itself reads all five.
 
+``--pattern-move`` screens one more idea without training (``search-benchmark/pattern-move.md``):
+the sixth design (``surface-6``: the third, where a step that gained is taken once more the
+same way before the fit chooses the next, Hooke and Jeeves' pattern move), on toys whose
+valley lies several steps along one dimension, replayed on the current campaign's stored
+studies (where it would leave their path), and on the surrogate at b64-4x and b16-4x.
+
+``--paired POINT --design NAME`` runs a candidate design in a copy of the current campaign's
+study at POINT (``search-benchmark/POINT/CAMPAIGN-as-NAME/``): the campaign's starts, its runs
+taken wherever the two searches agree, the design's own runs where it asks for others, and each
+winner that changes swept on the further 12 pairs; the report reads it paired with the
+campaign's search, against the first reference and against both where a second ran.
+
 A candidate design not yet any campaign's runs as its own study, on the campaign's protocol
 with ``--search NAME``: ``--design NAME --run POINT`` (``search-benchmark/POINT/design-NAME/``,
 resumable, landed like a campaign's); the table reads it beside the campaigns'.
@@ -53,6 +65,8 @@ resumable, landed like a campaign's); the table reads it beside the campaigns'.
     python benchmarks/studies/search_benchmark.py --warm b64-4x --jobs 2
     python benchmarks/studies/search_benchmark.py --second-reference b64-4x --jobs 1
     python benchmarks/studies/search_benchmark.py --second-reference-rest b64-4x --jobs 1
+    python benchmarks/studies/search_benchmark.py --pattern-move --replicates 24
+    python benchmarks/studies/search_benchmark.py --paired b64-4x --design surface-6 --jobs 2
     python benchmarks/studies/search_benchmark.py --report b64-4x
 """
 
@@ -66,12 +80,13 @@ import math
 import shlex
 import shutil
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from torch_mars.atomic_files import write_text_atomically
+from torch_mars.bench.table import markdown_table
 from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.campaign import (
     CAMPAIGN_TRIALS,
@@ -86,8 +101,16 @@ from torch_mars.train.study.fight_map import OPTIMIZERS, POINTS, FightMap
 from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.reuse import runs_train_alike
 from torch_mars.train.study.selection import PROTOCOL, Selection, badness
-from torch_mars.train.study.space import dimensions_of, parse_point_key, point_key
+from torch_mars.train.study.space import (
+    LADDERS,
+    Point,
+    dimensions_of,
+    parse_point_key,
+    point_key,
+    start_point,
+)
 from torch_mars.train.study.store import restore_journals, stored_study
+from torch_mars.train.study.surface import SurfaceSearch3, SurfaceSearch6
 from torch_mars.train.study.tune import SEARCHES, plan_of_identity
 from torch_mars.train.study.verdict import PairedGap, crossed_gap, student_t_two_sided_p
 
@@ -205,7 +228,15 @@ def stored_runs(point: str) -> dict[tuple, float]:
     return runs
 
 
-def surrogate_table(point: str, replicates: int) -> str:
+def surrogate_table(
+    point: str,
+    replicates: int,
+    designs: Mapping[str, tuple[type[ProfiledSearch], Selection]] | None = None,
+) -> str:
+    """The surrogate screen at ``point`` of ``designs`` (name -> search class and selection;
+    every one of :data:`DESIGNS` unless given)."""
+    if designs is None:
+        designs = {name: (SEARCHES[s], selection) for name, (s, selection) in DESIGNS.items()}
     trials, identity, history = stored_study(MAP.study_folder(point))
     # every optimizer the study ran, those its latest protocol left out (b16-4x's Shampoo pair) too
     ran = {o: None for o in OPTIMIZERS if any(r[0] == o for r in finished_results(trials))}
@@ -237,7 +268,7 @@ def surrogate_table(point: str, replicates: int) -> str:
     def answer(run: tuple, rng: np.random.Generator) -> float:
         return stored[run] if run in stored else lands[run[0]].draw(run[1], rng)
 
-    for name, (search_name, selection) in DESIGNS.items():
+    for name, (search_class, selection) in designs.items():
         for budget in BUDGETS:
             cells, runs = [], []
             for optimizer, starts in ((o, plan.starts_of(o)) for o in plan.optimizers):
@@ -246,7 +277,7 @@ def surrogate_table(point: str, replicates: int) -> str:
                 gaps, moved = [], []
                 for replicate in range(replicates):
                     rng = np.random.default_rng(replicate)
-                    search = SEARCHES[search_name](
+                    search = search_class(
                         optimizer, starts, selection, budget, order_seed=replicate
                     )
                     state, results = search.run_to_the_end(lambda run, rng=rng: answer(run, rng))
@@ -264,6 +295,121 @@ def surrogate_table(point: str, replicates: int) -> str:
                 f"| {name} | {budget} | " + " | ".join(cells) + f" | {statistics.fmean(runs):.0f} |"
             )
     return "\n".join(lines)
+
+
+# The pattern move's toys: (dimension, ladder steps from the start to the valley's floor), the
+# optimizers, and the screen orders each reads.
+TOY_VALLEYS = (("weight_decay", 4), ("weight_decay_1d", -4), ("lr_1d_ratio", 5))
+TOY_OPTIMIZERS = ("adamw", "mars-adamw")
+TOY_ORDERS = range(8)
+
+
+def valley(optimizer: str, dimension: str, far: int) -> tuple[Point, int, Callable]:
+    """The toy loss: a straight-sided valley ``far`` steps along ``dimension`` from the start
+    (at the ladder's end where that is nearer), a shallow bowl around the start in every other
+    dimension; its start, its floor's offset from the start along ``dimension``, and its
+    noise-free value at a point."""
+    start = start_point(optimizer, "tiny")
+    ladder = LADDERS[dimension]
+    floor = start[dimension] + far
+    while not ladder.has(floor):
+        floor -= 1 if far > 0 else -1
+
+    def true_loss(point: Point) -> float:
+        away = abs(point[dimension] - floor)
+        bowl = sum((point[d] - start[d]) ** 2 for d in point if d != dimension)
+        return 2.0 + 0.004 * away + 0.002 * bowl
+
+    return start, floor - start[dimension], true_loss
+
+
+def toy_table() -> str:
+    """The pattern move against the third design on the toys (:func:`valley`): per optimizer
+    and valley, the winner's mean regret over :data:`TOY_ORDERS` and the steps each order's
+    winner went along the valley's dimension."""
+    rows = []
+    for optimizer in TOY_OPTIMIZERS:
+        for dimension, far in TOY_VALLEYS:
+            start, floor, true_loss = valley(optimizer, dimension, far)
+            cells = [optimizer, f"{dimension} {floor:+d}"]
+            for design in (SurfaceSearch3, SurfaceSearch6):
+                regrets, reached = [], []
+                for order in TOY_ORDERS:
+                    search = design(
+                        optimizer, (start,), PROTOCOL, CAMPAIGN_TRIALS, order_seed=order
+                    )
+                    state, _ = search.run_to_the_end(
+                        lambda run, f=true_loss: f(parse_point_key(run[1])) + 1e-4 * run[2]
+                    )
+                    regrets.append(true_loss(state.point) - 2.0)
+                    reached.append(state.point[dimension] - start[dimension])
+                cells += [
+                    f"{statistics.fmean(regrets):.4f}",
+                    " ".join(f"{r:+d}" for r in reached),
+                ]
+            rows.append(cells)
+    header = [
+        "optimizer",
+        "valley floor (steps)",
+        "surface-3: regret",
+        f"surface-3: steps reached, orders {TOY_ORDERS.start}-{TOY_ORDERS.stop - 1}",
+        "surface-6: regret",
+        "surface-6: steps reached",
+    ]
+    return markdown_table(header, rows)
+
+
+def replay_table() -> str:
+    """The current campaign's studies replayed with the sixth design on the runs they stored:
+    per search, the campaign's path and winner, or the trial where it would ask for a run the
+    campaign did not train."""
+    rows = []
+    folder = campaign_folder(MAP.root, CURRENT)
+    for model in ("tiny", "tiny-w64"):
+        for study in sorted((folder / model).glob("*")):
+            if not (study / "study.log.gz").is_file():
+                continue
+            trials, identity, history = stored_study(study)
+            plan = plan_of_identity(identity, study, None, study.name, history)
+            results = finished_results(trials)
+            for search in plan.searches():
+                fields = dataclasses.fields(search)
+                pattern = SurfaceSearch6(**{f.name: getattr(search, f.name) for f in fields})
+                state = pattern.replay(results)
+                where = (
+                    f"leaves the campaign's path at trial {len(state.trials) + 1}"
+                    if state.needed
+                    else "the campaign's path and winner"
+                )
+                rows.append([f"{model}/{study.name}", search.optimizer, where])
+    return markdown_table(["point", "optimizer", "surface-6, replayed"], rows)
+
+
+def pattern_move_report(replicates: int) -> str:
+    """The sixth design, a pattern move, screened beside the third (toys, the current
+    campaign's studies replayed, the surrogate at b64-4x and b16-4x), in
+    ``search-benchmark/pattern-move.md``."""
+    designs = {
+        "surface-3, 1 seed": (SurfaceSearch3, PROTOCOL),
+        "surface-6, 1 seed": (SurfaceSearch6, PROTOCOL),
+    }
+    parts = [
+        "The sixth design (surface-6, a pattern move) screened beside the third "
+        "(`python benchmarks/studies/search_benchmark.py --pattern-move`; no training).",
+        "",
+        "Toys: regret of the winner (noise-free loss above the valley floor's) at 40 trials, "
+        f"mean over screen orders {TOY_ORDERS.start}-{TOY_ORDERS.stop - 1}, and the steps each "
+        "went along the valley's dimension.",
+        "",
+        toy_table(),
+        "",
+        f"{CURRENT}'s studies replayed with the sixth design on the runs they stored:",
+        "",
+        replay_table(),
+    ]
+    for point in ("b64-4x", "b16-4x"):
+        parts += ["", surrogate_table(point, replicates, designs)]
+    return "\n".join(parts)
 
 
 def current_study(point: str) -> Path:
@@ -362,24 +508,35 @@ def second_reference_arguments(
     return MAP.winners_sweep_arguments(point, winners, folder, name, seeds, jobs, data_seed)
 
 
+def second_finals(point: str) -> dict[str, list[float]]:
+    """The second 80-trial study's winners' finals on all 24 held-out pairs at ``point``, per
+    optimizer (the map's second study's, then those of its rest); empty where no second study
+    ran or until every swept run has finished."""
+    if not second_reference_file(point).is_file():
+        return {}
+    pairs = PROTOCOL.heldout_pairs() + more_pairs()
+    folder = OUT / point / "second-reference"
+    swept = swept_finals(folder / "second", pairs)
+    rest = swept_finals(folder / "second-rest", pairs)
+    second = {o["optimizer"]: swept[o["optimizer"]] for o in second_reference_report(point)}
+    for name in OPTIMIZERS:
+        if name not in second and not any(math.isnan(v) for v in rest[name]):
+            second[name] = rest[name]
+    if any(math.isnan(v) for values in second.values() for v in values):
+        return {}
+    return second
+
+
 def second_reference_table(point: str) -> str:
     """The reference against itself (the rule in docs/harness.md, written before the runs):
     the second 80-trial study's winners minus the first's on all 24 held-out pairs, beside the
     current campaign's gap to the first; empty where no second study ran or until every swept
     run has finished."""
-    if not second_reference_file(point).is_file():
+    second = second_finals(point)
+    if not second:
         return ""
     pairs = PROTOCOL.heldout_pairs() + more_pairs()
-    folder = OUT / point / "second-reference"
-    second = swept_finals(folder / "second", pairs)
-    names = [o["optimizer"] for o in second_reference_report(point)]
-    rest = swept_finals(folder / "second-rest", pairs)
-    for name in OPTIMIZERS:
-        if name not in names and not any(math.isnan(v) for v in rest[name]):
-            names.append(name)
-            second[name] = rest[name]
-    if any(math.isnan(v) for name in names for v in second[name]):
-        return ""
+    names = list(second)
     ours, references = finals_on_24_pairs(point)
     lines = [
         f"The reference against itself at {point}: the map's second 80-trial study (another "
@@ -735,6 +892,129 @@ def warm_arguments(point: str, jobs: int) -> list[str]:
     return reusing_runs(arguments, point, study)
 
 
+def paired_folder(point: str, design: str) -> Path:
+    """Where the candidate ``design`` runs in a copy of the current campaign's study at
+    ``point`` (the folder's name is the study's, as in the campaign)."""
+    return OUT / point / f"{CURRENT}-as-{design}" / point
+
+
+def paired_arguments(point: str, design: str, jobs: int) -> list[str]:
+    """``torch-mars tune`` of the current campaign's study at ``point`` (a copy of its journal
+    in :func:`paired_folder`) with the search ``design``: the study keeps the campaign's starts
+    and protocol, takes the campaign's runs wherever the two searches agree, and trains only
+    where ``design`` asks for another run, so that its winners read paired with the
+    campaign's."""
+    if design not in candidate_designs():
+        raise SystemExit(
+            f"--paired: {design!r} is no candidate design ({', '.join(candidate_designs())})"
+        )
+    protocol = f"--search {design} {SELECTION_FLAGS}"
+    study = paired_folder(point, design)
+    arguments = MAP.tune_arguments(
+        point, jobs, CAMPAIGN_TRIALS, report=False, study=study, protocol=protocol
+    )
+    return reusing_runs(arguments, point, study)
+
+
+def changed_winners(point: str, design: str) -> dict[str, dict]:
+    """The paired ``design``'s winners at ``point`` that differ from the current campaign's:
+    harness hyperparameters by optimizer."""
+    campaign = {
+        o["optimizer"]: o["hyperparams"]
+        for o in reported(current_study(point) / "tune.json")["optimizers"]
+    }
+    ran = reported(paired_folder(point, design) / "tune.json")["optimizers"]
+    return {
+        o["optimizer"]: o["hyperparams"]
+        for o in ran
+        if o["hyperparams"] != campaign.get(o["optimizer"])
+    }
+
+
+def paired_sweep_arguments(point: str, design: str, data_seed: int, jobs: int) -> list[str] | None:
+    """A ``torch-mars sweep`` of the paired ``design``'s changed winners
+    (:func:`changed_winners`) on :data:`MORE_HELDOUT` x data order ``data_seed`` (a winner the
+    campaign's search chose too reads the campaign's sweep); None where none changed."""
+    winners = changed_winners(point, design)
+    if not winners:
+        return None
+    seeds = tuple(str(s) for s in MORE_HELDOUT)
+    folder = OUT / point / "more-pairs"
+    name = f"{CURRENT}-as-{design}-data{data_seed}"
+    return MAP.winners_sweep_arguments(point, winners, folder, name, seeds, jobs, data_seed)
+
+
+def paired_table(point: str, design: str) -> str:
+    """The paired ``design`` against the current campaign's search (the rule in
+    docs/harness.md, written before its runs): per optimizer its winner where it changed, and
+    each search's winner minus the first 80-trial reference, and minus both references where
+    a second ran, on all 24 held-out pairs. Empty until every run it needs has finished."""
+    study = paired_folder(point, design)
+    if not (study / "tune.json").is_file():
+        return ""
+    ran = reported(study / "tune.json")["optimizers"]
+    if not all(o["finished"] for o in ran):
+        return ""
+    changed = changed_winners(point, design)
+    swept = swept_finals(OUT / point / "more-pairs" / f"{CURRENT}-as-{design}", more_pairs())
+    campaign, references = finals_on_24_pairs(point)
+    second = second_finals(point)
+    pairs = PROTOCOL.heldout_pairs() + more_pairs()
+    ours = {}
+    for entry in ran:
+        name = entry["optimizer"]
+        first_12 = [math.nan if v is None else v for v in entry["heldout_finals"]]
+        ours[name] = first_12 + swept[name] if name in changed else campaign[name]
+    if any(math.isnan(v) for values in ours.values() for v in values):
+        return ""
+    lines = [
+        f"{design} in a copy of {CURRENT}'s study at {point} (search-benchmark/POINT/"
+        f"{CURRENT}-as-{design}/): the campaign's starts and runs, {design}'s search; a "
+        "changed winner swept on the further 12 pairs (search-benchmark/POINT/more-pairs/). "
+        "Each search's winner minus the first 80-trial reference"
+        + (
+            " and minus both (on each pair the mean of the two references' finals)"
+            if second
+            else ""
+        )
+        + " on all 24 held-out pairs, with crossed intervals.",
+        "",
+        f"| optimizer | {design}'s winner | {design} - first | {CURRENT} - first"
+        + (f" | {design} - both | {CURRENT} - both |" if second else " |"),
+        "|---|---|---:|---:|" + ("---:|---:|" if second else ""),
+    ]
+    read, to_firsts = [], []
+    for entry in ran:
+        name = entry["optimizer"]
+        winner = (
+            ", ".join(f"{k} {v}" for k, v in entry["winner"].items())
+            if name in changed
+            else f"{CURRENT}'s"
+        )
+        to_first = crossed_gap(ours[name], references[name], pairs)
+        was_first = crossed_gap(campaign[name], references[name], pairs)
+        cells = [winner, to_first.text(), was_first.text()]
+        if second:
+            both = [(a + b) / 2 for a, b in zip(references[name], second[name], strict=True)]
+            to_both = crossed_gap(ours[name], both, pairs)
+            cells += [to_both.text(), crossed_gap(campaign[name], both, pairs).text()]
+            read.append((name, to_both))
+        else:
+            read.append((name, to_first))
+        to_firsts.append(to_first)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    against = "both references" if second else "the first reference"
+    over = [name for name, gap in read if gap.mean > BAR]
+    lines += [
+        "",
+        f"- Against the first reference: {bar_reading(to_firsts)}.",
+        f"- Against {against}: {len(read) - len(over)} of {len(read)} within {BAR}"
+        + (f" (over it: {', '.join(over)})" if over else "")
+        + f"; winners changed: {', '.join(changed) or 'none'}.",
+    ]
+    return "\n".join(lines)
+
+
 def candidate_designs() -> list[str]:
     """The searches no campaign was declared on: each runs at a point as its own study."""
     return [design for design in SEARCHES if design not in CAMPAIGNS.values()]
@@ -760,6 +1040,14 @@ def design_reports(point: str) -> list[tuple[str, str, dict]]:
             warm_folder(point) / "tune.json",
         )
     )
+    found += [
+        (
+            f"{design} in {CURRENT}'s study",
+            f"{CURRENT}-as-{design}",
+            paired_folder(point, design) / "tune.json",
+        )
+        for design in candidate_designs()
+    ]
     orders = ",".join(map(str, REFINAL_ORDERS))
     found.append(
         (
@@ -833,7 +1121,8 @@ def real_table(point: str) -> str:
         *together,
     ]
     further = [more_pairs_table(point), *(more_pairs_table(point, d) for d in candidate_designs())]
-    for table in (*further, median_table(point), second_reference_table(point)):
+    paired = [paired_table(point, d) for d in candidate_designs()]
+    for table in (*further, median_table(point), second_reference_table(point), *paired):
         lines += ["", table] if table else []
     return "\n".join(lines)
 
@@ -924,6 +1213,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--run", choices=list(POINTS), help="run --design at POINT")
     parser.add_argument(
+        "--paired",
+        choices=list(POINTS),
+        help="run --design in a copy of the current campaign's study at POINT (its starts and "
+        "runs), then sweep its changed winners on the further 12 held-out pairs",
+    )
+    parser.add_argument(
         "--refinal",
         choices=list(POINTS),
         help="re-final the current campaign's study at POINT on other data orders",
@@ -933,12 +1228,17 @@ def main(argv: list[str] | None = None) -> int:
         choices=list(POINTS),
         help=f"run tune's default at POINT from the recipe ({WARM_FROM}'s winners)",
     )
+    parser.add_argument(
+        "--pattern-move",
+        action="store_true",
+        help="screen the pattern move (toys, replays, surrogate; no training)",
+    )
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
-    if args.run and not args.design:
-        parser.error("--run needs --design")
-    if args.design and not (args.run or args.more_pairs):
-        parser.error("--design goes with --run or --more-pairs")
+    if (args.run or args.paired) and not args.design:
+        parser.error("--run and --paired need --design")
+    if args.design and not (args.run or args.paired or args.more_pairs):
+        parser.error("--design goes with --run, --paired or --more-pairs")
     runs: list[tuple[str, list[str]]] = []
     if args.run:
         runs.append(("tune", design_arguments(args.run, args.design, args.jobs, report=False)))
@@ -992,11 +1292,29 @@ def main(argv: list[str] | None = None) -> int:
         code = code or run_commands(sweeps)
         if code:
             return code
+    if args.paired:
+        point, design = args.paired, args.design
+        arguments = paired_arguments(point, design, args.jobs)
+        copy_study(current_study(point) / "study.log.gz", paired_folder(point, design))
+        code = run_commands([("tune", arguments)])
+        sweeps = [
+            ("sweep", sweep)
+            for data_seed in PROTOCOL.heldout_data_seeds
+            if (sweep := paired_sweep_arguments(point, design, data_seed, args.jobs))
+        ]
+        code = code or run_commands(sweeps)
+        if code:
+            return code
     if args.report:
         table = real_table(args.report)
         OUT.mkdir(parents=True, exist_ok=True)
         write_text_atomically(OUT / f"{args.report}.md", table + "\n")
         print(table)
+    if args.pattern_move:
+        text = pattern_move_report(args.replicates)
+        print(text)
+        OUT.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(OUT / "pattern-move.md", text + "\n")
     for point in args.surrogate:
         table = surrogate_table(point, args.replicates)
         print(table)

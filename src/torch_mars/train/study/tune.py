@@ -66,6 +66,7 @@ from torch_mars.train.study.surface import (
     SurfaceSearch3,
     SurfaceSearch4,
     SurfaceSearch5,
+    SurfaceSearch6,
 )
 from torch_mars.train.task import task_of
 from torch_mars.train.trainer import TrainConfig
@@ -87,6 +88,7 @@ SEARCHES: dict[str, type[ProfiledSearch]] = {
     "surface-3": SurfaceSearch3,
     "surface-4": SurfaceSearch4,
     "surface-5": SurfaceSearch5,
+    "surface-6": SurfaceSearch6,
     "surface-2": SurfaceSearch2,
     "surface": SurfaceSearch,
     "lr-profiled": ProfiledSearch,
