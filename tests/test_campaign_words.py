@@ -164,6 +164,11 @@ def test_the_lead_tallies_the_words_and_names_the_decisions_and_the_pending_poin
                 "trials": 40,
                 "protocol": "--search surface-3 --seeds 0",
                 "heldout": "seeds 3-6 x data orders 1-3 (12 crossed pairs); crossed",
+                "points": [
+                    {"model": m, "point": p}
+                    for m, p in (("tiny", "b64-4x"), ("tiny", "b128-4x"), ("tiny-w64", "b16-4x"))
+                ],
+                "first_stage": ["tiny/b64-4x"],
             }
         )
     )
@@ -181,10 +186,12 @@ def test_the_lead_tallies_the_words_and_names_the_decisions_and_the_pending_poin
     assert lead.endswith(
         "Read so far: 1 win (mars-adamw at tiny/b64-4x), 1 loss (mars-adamw at tiny/b16-4x), "
         "1 tie; pending: 1 (tiny-w64/b64-4x); a provisional word can only move from tie to a "
-        "decision as the pending ones arrive."
+        "decision as the pending ones arrive. Declared for later stages, not run: "
+        "tiny/b128-4x, tiny-w64/b16-4x."
     )
     final = format_lead([rows[2]], declaration)
-    assert final.endswith("Read: 0 wins, 0 losses, 1 tie.")
+    assert final.endswith("Read: 0 wins, 0 losses, 1 tie. Declared for later stages, not run: "
+                          "tiny/b128-4x, tiny-w64/b16-4x.")  # fmt: skip
 
 
 def test_results_carries_the_winners_each_report_stored():

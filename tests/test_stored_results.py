@@ -58,7 +58,9 @@ def test_the_stored_results_stay_small():
     files): 510. Then AdamW's second 80-trial study at b64-4x (its journal, summary and report,
     and three sweep journals): 516. Its journal is a copy of the first study's with 96 runs
     more (0.17 MB), which, with the second model's point grown to its end, takes the total past
-    the 8 MB it had been held to: 8.5 MB."""
+    the 8 MB it had been held to: 8.5 MB. Then the sixth search design's screen (its table)
+    and its two paired studies (five files each, copies of campaign-3's journals with the few
+    runs it added), the second model's figure: 527."""
     files = tracked("benchmarks/results")
-    assert len(files) <= 516
+    assert len(files) <= 527
     assert sum((ROOT / f).stat().st_size for f in files) <= 8_500_000

@@ -56,6 +56,7 @@ from torch_mars.train.study.campaign import (
     format_campaign_table,
     format_lead,
     format_winners_table,
+    later_stage_points,
     plot_campaign,
     replace_block,
     tune_studies_at,
@@ -266,11 +267,7 @@ def state_text(name: str, campaign: dict[str, Any]) -> str:
     held = stored_study_folders(folder)
     begun = [p for p in campaign["first_stage"] if folder / p in held]
     waiting = [p for p in campaign["first_stage"] if p not in begun]
-    later = [
-        f"{e['model']}/{e['point']}"
-        for e in campaign["points"]
-        if f"{e['model']}/{e['point']}" not in campaign["first_stage"]
-    ]
+    later = later_stage_points(campaign)
     closed = [] if name == CURRENT else [f"Closed: campaign {CURRENT} supersedes it.", ""]
     return "\n".join(
         [
@@ -340,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = campaign_rows(declaration)
         table = format_campaign_table(rows)
         write_text_atomically(folder / "verdicts.md", table + "\n")
-        plot_campaign(rows, folder / "map.png")
+        plot_campaign(rows, folder / "map.png", later_stage_points(campaign))
         if name == CURRENT:
             for document in (ROOT / "README.md", ROOT / "docs" / "results.md"):
                 text = replace_block(document.read_text(), format_lead(rows, declaration))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +132,13 @@ def format_lead_table(rows: list[CampaignRow]) -> str:
     return "\n".join(lines)
 
 
+def later_stage_points(campaign: dict) -> list[str]:
+    """The declared points of ``campaign`` (a declaration as read) outside its first stage,
+    ``model/point``, in the declaration's order: the points a later stage runs."""
+    scopes = [f"{e['model']}/{e['point']}" for e in campaign["points"]]
+    return [scope for scope in scopes if scope not in campaign["first_stage"]]
+
+
 def format_lead(rows: list[CampaignRow], declaration: Path) -> str:
     """The campaign's answer as README and docs/results.md carry it between the block markers:
     a caption read from the declaration (held-out design, trials, search, family size), the
@@ -166,6 +174,9 @@ def format_lead(rows: list[CampaignRow], declaration: Path) -> str:
         )
     else:
         tally += "."
+    later = later_stage_points(declared)
+    if later:
+        tally += f" Declared for later stages, not run: {', '.join(later)}."
     return f"{caption}\n\n{format_lead_table(rows)}\n\n{tally}"
 
 
@@ -243,10 +254,11 @@ def figure_panels(rows: list[CampaignRow]) -> dict[str, list[tuple[str, Campaign
     return panels
 
 
-def plot_campaign(rows: list[CampaignRow], out_path: Path) -> Path:
+def plot_campaign(rows: list[CampaignRow], out_path: Path, later: Sequence[str] = ()) -> Path:
     """The campaign's map: per MARS rule, each declared point's gap to its strongest control
     with its 95% interval (crossed effects) and its word, in the declaration's order; a point
-    not read yet is marked "pending" on the zero line. Below zero the rule is ahead."""
+    not read yet is marked "pending" on the zero line; ``later``, the declared points of later
+    stages, named in the title as not run. Below zero the rule is ahead."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -275,9 +287,12 @@ def plot_campaign(rows: list[CampaignRow], out_path: Path) -> Path:
         axis.set_xticks(range(len(points)), [scope.replace("/", "\n") for scope, _ in points])
         axis.set_ylabel("held-out gap (nats), 95% interval")
         axis.set_title(f"{rule} - strongest control")
-    figure.suptitle(
+    title = (
         f"Holm over the declared family of {len(rows)}; "
-        f"{sum(row.gap is None for row in rows)} pending",
-        fontsize=9,
+        f"{sum(row.gap is None for row in rows)} pending"
     )
+    if later:
+        title += f"\ndeclared for later stages, not run: {', '.join(later)}"
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
     return save_figure(figure, out_path)
