@@ -33,14 +33,8 @@ from torch_mars.train.study.tune import DEFAULT_SEARCH, DEFAULT_TRIALS, SEARCHES
 from torch_mars.train.trainer import TrainConfig
 
 FIVE = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
-DESIGNS = [
-    SurfaceSearch,
-    SurfaceSearch2,
-    SurfaceSearch3,
-    SurfaceSearch4,
-    SurfaceSearch5,
-    SurfaceSearch6,
-]
+# every surface design tune can run, the default first
+DESIGNS = [search for name, search in SEARCHES.items() if name.startswith("surface")]
 
 
 def five_optimizer_plan(**settings) -> TunePlan:
@@ -245,7 +239,7 @@ def valley(point: dict[str, int], seed: int) -> float:
     return 2.0 + 0.05 * across**2 + 0.01 * (along - 2) ** 2 + 0.02 * lr**2 + 1e-4 * seed
 
 
-@pytest.mark.parametrize("design", [SurfaceSearch3, SurfaceSearch4, SurfaceSearch5])
+@pytest.mark.parametrize("design", [SurfaceSearch3, SurfaceSearch4, SurfaceSearch5, SurfaceSearch6])
 @pytest.mark.parametrize("order_seed", [0, 1, 2])
 def test_a_beta1_gamma_valley_is_followed_by_the_pair_probe(design, order_seed):
     state, _ = run_search(
