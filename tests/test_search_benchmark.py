@@ -308,3 +308,21 @@ def test_the_pattern_move_screen_reads_both_designs_on_toys_whose_floor_is_on_th
     ]
     assert len(rows) == len(benchmark.TOY_OPTIMIZERS) * len(benchmark.TOY_VALLEYS)
     assert all(float(row[4]) <= float(row[2]) for row in rows)
+
+
+def test_the_sixth_design_changes_no_winner_at_either_point_and_is_not_adopted():
+    """The rule written before the sixth design's paired runs: adopted only if AdamW's gap to
+    both references at b64-4x falls within 0.005 (and b16-4x stays within the bar). Its walk in
+    campaign-3's studies chose every winner the third design chose, so AdamW stays +0.0069 and
+    the third design stays tune's default."""
+    for point in ("b64-4x", "b16-4x"):
+        assert benchmark.changed_winners(point, "surface-6") == {}
+    at_64 = benchmark.paired_table("b64-4x", "surface-6")
+    assert "| adamw | campaign-3's | +0.0055 [-0.0113, +0.0222] |" in at_64
+    assert "+0.0069 [-0.0070, +0.0209] | +0.0069 [-0.0070, +0.0209] |" in at_64
+    assert "- Against both references: 4 of 5 within 0.005 (over it: adamw)" in at_64
+    at_16 = benchmark.paired_table("b16-4x", "surface-6")
+    assert "- Against the first reference: 5 of 5 within 0.005; winners changed: none." in at_16
+    from torch_mars.train.study.tune import DEFAULT_SEARCH
+
+    assert DEFAULT_SEARCH == "surface-3"
