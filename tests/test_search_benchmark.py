@@ -270,8 +270,6 @@ def test_a_paired_design_runs_in_a_copy_of_the_campaigns_study_and_sweeps_only_c
     assert "--search surface-6 --seeds 0" in arguments
     assert "search-benchmark/b64-4x/campaign-3-as-surface-6/b64-4x/study.log" in arguments
     assert "--name b64-4x" in arguments and "--reuse-runs" in arguments
-    with pytest.raises(SystemExit, match="no candidate design"):
-        benchmark.paired_arguments("b64-4x", "surface-3", 2)  # the campaign's own
     monkeypatch.setattr(benchmark, "OUT", tmp_path)
     monkeypatch.setattr(benchmark, "paired_arguments", lambda *_: ["--paired-study"])
     campaign = benchmark.current_study("b64-4x")
@@ -289,6 +287,34 @@ def test_a_paired_design_runs_in_a_copy_of_the_campaigns_study_and_sweeps_only_c
     copied = tmp_path / "b64-4x" / "campaign-3-as-surface-6" / "b64-4x" / "study.log"
     assert copied.is_file() and copied.stat().st_size > 0
     assert benchmark.changed_winners("b64-4x", "surface-6") == {}
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--paired", "b64-4x", "--design", "surface-3"], "is no candidate design"),  # the default
+        (["--paired", "b128-4x", "--design", "surface-6"], "has no landed study there"),
+        (["--paired", "b64-4x"], "--run and --paired need --design"),
+    ],
+)
+def test_a_paired_run_a_user_gets_wrong_is_one_line_and_exit_2(monkeypatch, capsys, argv, said):
+    monkeypatch.setattr(benchmark, "torch_mars", lambda argv: pytest.fail("nothing may run"))
+    with pytest.raises(SystemExit) as refused:
+        benchmark.main(argv)
+    assert refused.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said in error and ": error: " in error
+
+
+def test_a_paired_run_whose_tune_fails_stops_with_its_code_before_reading_a_report(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setattr(benchmark, "OUT", tmp_path)
+    monkeypatch.setattr(benchmark, "paired_arguments", lambda *_: ["--paired-study"])
+    called = []
+    monkeypatch.setattr(benchmark, "torch_mars", lambda argv: called.append(argv) or 3)
+    assert benchmark.main(["--paired", "b64-4x", "--design", "surface-6"]) == 3
+    assert called == [["tune", "--paired-study"]]  # no tune.json read, no sweep
 
 
 def test_the_pattern_move_screen_reads_both_designs_on_toys_whose_floor_is_on_the_ladder():

@@ -527,6 +527,12 @@ def second_finals(point: str) -> dict[str, list[float]]:
     return second
 
 
+def mean_of_references(first: list[float], second: list[float]) -> list[float]:
+    """Both 80-trial references read as one: on each held-out pair the mean of the two
+    winners' finals."""
+    return [(a + b) / 2 for a, b in zip(first, second, strict=True)]
+
+
 def second_reference_table(point: str) -> str:
     """The reference against itself (the rule in docs/harness.md, written before the runs):
     the second 80-trial study's winners minus the first's on all 24 held-out pairs, beside the
@@ -553,7 +559,7 @@ def second_reference_table(point: str) -> str:
     gaps, to_boths = [], []
     for name in names:
         first, campaign = references[name], ours[name]
-        both = [(a + b) / 2 for a, b in zip(first, second[name], strict=True)]
+        both = mean_of_references(first, second[name])
         gap = crossed_gap(second[name], first, pairs)
         to_first = crossed_gap(campaign, first, pairs)
         to_second = crossed_gap(campaign, second[name], pairs)
@@ -904,10 +910,6 @@ def paired_arguments(point: str, design: str, jobs: int) -> list[str]:
     and protocol, takes the campaign's runs wherever the two searches agree, and trains only
     where ``design`` asks for another run, so that its winners read paired with the
     campaign's."""
-    if design not in candidate_designs():
-        raise SystemExit(
-            f"--paired: {design!r} is no candidate design ({', '.join(candidate_designs())})"
-        )
     protocol = f"--search {design} {SELECTION_FLAGS}"
     study = paired_folder(point, design)
     arguments = MAP.tune_arguments(
@@ -995,7 +997,7 @@ def paired_table(point: str, design: str) -> str:
         was_first = crossed_gap(campaign[name], references[name], pairs)
         cells = [winner, to_first.text(), was_first.text()]
         if second:
-            both = [(a + b) / 2 for a, b in zip(references[name], second[name], strict=True)]
+            both = mean_of_references(references[name], second[name])
             to_both = crossed_gap(ours[name], both, pairs)
             cells += [to_both.text(), crossed_gap(campaign[name], both, pairs).text()]
             read.append((name, to_both))
@@ -1239,6 +1241,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--run and --paired need --design")
     if args.design and not (args.run or args.paired or args.more_pairs):
         parser.error("--design goes with --run, --paired or --more-pairs")
+    if args.paired and args.design not in candidate_designs():
+        parser.error(
+            f"--paired: --design {args.design} is no candidate design (one of "
+            f"{', '.join(candidate_designs())})"
+        )
+    if args.paired and not (current_study(args.paired) / "study.log.gz").is_file():
+        parser.error(f"--paired {args.paired}: campaign {CURRENT} has no landed study there")
     runs: list[tuple[str, list[str]]] = []
     if args.run:
         runs.append(("tune", design_arguments(args.run, args.design, args.jobs, report=False)))
@@ -1285,11 +1294,13 @@ def main(argv: list[str] | None = None) -> int:
         point = args.second_reference_rest
         copy_study(MAP.study_folder(point) / "study.log.gz", second_rest_folder(point))
         code = run_commands([("tune", second_rest_arguments(point, args.jobs))])
+        if code:
+            return code
         sweeps = [
             ("sweep", second_reference_arguments(point, data_seed, args.jobs, rest=True))
             for data_seed in PROTOCOL.heldout_data_seeds
         ]
-        code = code or run_commands(sweeps)
+        code = run_commands(sweeps)
         if code:
             return code
     if args.paired:
@@ -1297,12 +1308,14 @@ def main(argv: list[str] | None = None) -> int:
         arguments = paired_arguments(point, design, args.jobs)
         copy_study(current_study(point) / "study.log.gz", paired_folder(point, design))
         code = run_commands([("tune", arguments)])
+        if code:
+            return code
         sweeps = [
             ("sweep", sweep)
             for data_seed in PROTOCOL.heldout_data_seeds
             if (sweep := paired_sweep_arguments(point, design, data_seed, args.jobs))
         ]
-        code = code or run_commands(sweeps)
+        code = run_commands(sweeps)
         if code:
             return code
     if args.report:
