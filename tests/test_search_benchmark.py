@@ -96,7 +96,7 @@ def test_the_refinaled_design_is_the_campaigns_study_with_finalists_on_other_ord
     assert live.read_text() == "a journal this study has written since\n"
 
 
-def test_tunes_default_runs_at_a_point_from_the_neighbouring_points_winners():
+def test_tunes_default_runs_at_a_point_from_the_neighbouring_points_winners(capsys):
     arguments = benchmark.warm_arguments("b64-4x", jobs=2)
     text = " ".join(arguments)
     # the campaign's design and protocol; no --search-seeds or order seed of its own
@@ -105,6 +105,10 @@ def test_tunes_default_runs_at_a_point_from_the_neighbouring_points_winners():
     assert "benchmarks/results/campaign-3/tiny/b64-4x" in arguments  # its runs are taken
     with pytest.raises(SystemExit, match="--warm b16-4x: the recipe is b16-4x's own winners"):
         benchmark.warm_arguments("b16-4x", jobs=2)
+    with pytest.raises(SystemExit) as stopped:  # from the command line: one line, exit 2
+        benchmark.main(["--warm", "b16-4x"])
+    assert stopped.value.code == 2
+    assert "--warm b16-4x: the recipe is b16-4x's own winners" in capsys.readouterr().err
 
 
 def test_the_warm_started_default_is_read_beside_the_campaigns_design():

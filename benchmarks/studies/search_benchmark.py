@@ -1246,6 +1246,8 @@ def main(argv: list[str] | None = None) -> int:
             f"--paired: --design {args.design} is no candidate design (one of "
             f"{', '.join(candidate_designs())})"
         )
+    if args.warm == WARM_FROM:
+        parser.error(f"--warm {args.warm}: the recipe is {args.warm}'s own winners, no warm start")
     if args.paired and not (current_study(args.paired) / "study.log.gz").is_file():
         parser.error(f"--paired {args.paired}: campaign {CURRENT} has no landed study there")
     runs: list[tuple[str, list[str]]] = []
