@@ -4,6 +4,7 @@ candidate design runs on the campaign's protocol with only the search changed.""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,12 @@ def test_the_gaps_together_and_the_bars_reach_under_noise_alone():
     ]
     text = benchmark.bar_reading(gaps)
     assert "mean gap +0.0030 (standard error 0.0035)" in text and "probability 0.71" in text
+    # the mean's upper bound: 0.003 + 1.960 x 0.005 / sqrt(2) = 0.00993
+    assert "at most +0.0099 at 95% (20000 degrees of freedom)" in text
+    # on 4 degrees of freedom each, Welch-Satterthwaite gives (2 s^2)^2 / (2 s^4 / 4) = 8, and
+    # 0.003 + t(8) 2.306 x 0.003536 = 0.01115
+    few = [dataclasses.replace(g, dof=4) for g in gaps]
+    assert "at most +0.0112 at 95% (8 degrees of freedom)" in benchmark.bar_reading(few)
     table = benchmark.real_table("b64-4x")
     assert "- surface-3: mean gap +0.0042 (standard error 0.0016)" in table
 

@@ -112,7 +112,12 @@ from torch_mars.train.study.space import (
 from torch_mars.train.study.store import restore_journals, stored_study
 from torch_mars.train.study.surface import SurfaceSearch3, SurfaceSearch6
 from torch_mars.train.study.tune import SEARCHES, plan_of_identity
-from torch_mars.train.study.verdict import PairedGap, crossed_gap, student_t_two_sided_p
+from torch_mars.train.study.verdict import (
+    PairedGap,
+    crossed_gap,
+    student_t_quantile,
+    student_t_two_sided_p,
+)
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
 OUT = MAP.root / "benchmarks" / "results" / "search-benchmark"
@@ -1145,15 +1150,20 @@ def design_row(design: str, gaps: Mapping[str, PairedGap], runs: int, hours: flo
 
 def bar_reading(gaps: list[PairedGap]) -> str:
     """The optimizers' gaps together: their mean with its standard error (the optimizers' runs
-    independent), and the chance that a design level with every reference (each true gap 0)
-    reads every gap at most :data:`BAR`, from each gap's own standard error and degrees of
-    freedom: the bar's reach under noise alone."""
+    independent) and the mean's upper 95% bound (Student's t at the Welch-Satterthwaite degrees
+    of freedom of the gaps' errors), and the chance that a design level with every reference
+    (each true gap 0) reads every gap at most :data:`BAR`, from each gap's own standard error
+    and degrees of freedom: the bar's reach under noise alone."""
     mean = statistics.fmean(g.mean for g in gaps)
-    error = math.sqrt(math.fsum(g.error**2 for g in gaps)) / len(gaps)
+    variances = [g.error**2 for g in gaps]
+    error = math.sqrt(math.fsum(variances)) / len(gaps)
+    dof = int(math.fsum(variances) ** 2 / math.fsum(g.error**4 / g.dof for g in gaps))
     chance = math.prod(1 - student_t_two_sided_p(BAR / g.error, g.dof) / 2 for g in gaps)
     return (
-        f"mean gap {mean:+.4f} (standard error {error:.4f}); a design level with every "
-        f"reference would read every gap at most {BAR} here with probability {chance:.2f}"
+        f"mean gap {mean:+.4f} (standard error {error:.4f}), at most "
+        f"{mean + student_t_quantile(0.05, dof) * error:+.4f} at 95% ({dof} degrees of "
+        f"freedom); a design level with every reference would read every gap at most {BAR} "
+        f"here with probability {chance:.2f}"
     )
 
 
