@@ -270,6 +270,22 @@ def test_the_80_trial_reference_does_not_reproduce_itself_within_the_bar_at_b64_
     assert table in benchmark.real_table("b64-4x")
 
 
+def test_by_the_five_gaps_mean_the_third_and_fifth_designs_pass_both_points_on_24_pairs():
+    """The bar docs/harness.md sets beside the issue's (the mean gap over the five at most
+    0.003, its upper 95% bound under 0.006): on all 24 held-out pairs both designs meet it at
+    b64-4x and at b16-4x, where the issue's bar (every gap at most 0.005) is missed at one
+    point each."""
+    b64, b16 = benchmark.real_table("b64-4x"), benchmark.real_table("b16-4x")
+    third = "On all 24 pairs: mean gap +0.0026 (standard error 0.0014), at most +0.0056 at 95% "
+    assert third + "(11 degrees of freedom)" in b64
+    fifth = "On all 24 pairs: mean gap +0.0009 (standard error 0.0013), at most +0.0036 at 95% "
+    assert fifth + "(27 degrees of freedom)" in b64
+    third = "On all 24 pairs: mean gap +0.0020 (standard error 0.0009), at most +0.0039 at 95% "
+    assert third + "(17 degrees of freedom)" in b16
+    fifth = "On all 24 pairs: mean gap +0.0006 (standard error 0.0010), at most +0.0027 at 95% "
+    assert fifth + "(14 degrees of freedom)" in b16
+
+
 def test_a_paired_design_runs_in_a_copy_of_the_campaigns_study_and_sweeps_only_changed_winners(
     monkeypatch, tmp_path
 ):
