@@ -1150,8 +1150,8 @@ def design_row(design: str, gaps: Mapping[str, PairedGap], runs: int, hours: flo
 
 def bar_reading(gaps: list[PairedGap]) -> str:
     """The optimizers' gaps together: their mean with its standard error (the optimizers' runs
-    independent) and the mean's upper 95% bound (Student's t at the Welch-Satterthwaite degrees
-    of freedom of the gaps' errors), and the chance that a design level with every reference
+    independent) and the upper end of its 95% interval (Student's t at the Welch-Satterthwaite
+    degrees of freedom of the gaps' errors), and the chance that a design level with every reference
     (each true gap 0) reads every gap at most :data:`BAR`, from each gap's own standard error
     and degrees of freedom: the bar's reach under noise alone."""
     mean = statistics.fmean(g.mean for g in gaps)
@@ -1160,10 +1160,10 @@ def bar_reading(gaps: list[PairedGap]) -> str:
     dof = int(math.fsum(variances) ** 2 / math.fsum(g.error**4 / g.dof for g in gaps))
     chance = math.prod(1 - student_t_two_sided_p(BAR / g.error, g.dof) / 2 for g in gaps)
     return (
-        f"mean gap {mean:+.4f} (standard error {error:.4f}), at most "
-        f"{mean + student_t_quantile(0.05, dof) * error:+.4f} at 95% ({dof} degrees of "
-        f"freedom); a design level with every reference would read every gap at most {BAR} "
-        f"here with probability {chance:.2f}"
+        f"mean gap {mean:+.4f} (standard error {error:.4f}), its 95% interval's upper end "
+        f"{mean + student_t_quantile(0.05, dof) * error:+.4f} ({dof} degrees of freedom); a "
+        f"design level with every reference would read every gap at most {BAR} here with "
+        f"probability {chance:.2f}"
     )
 
 
