@@ -5,6 +5,7 @@ candidate design runs on the campaign's protocol with only the search changed.""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -51,8 +52,13 @@ def test_the_gaps_together_and_the_bars_reach_under_noise_alone():
     # on 4 degrees of freedom each, Welch-Satterthwaite gives (2 s^2)^2 / (2 s^4 / 4) = 8, and
     # 0.003 + t(8) 2.306 x 0.003536 = 0.01115
     few = [dataclasses.replace(g, dof=4) for g in gaps]
-    assert "its 95% interval's upper end +0.0112 (8 degrees of freedom)" in benchmark.bar_reading(
-        few
+    upper = "its 95% interval's upper end +0.0112 (8 degrees of freedom)"
+    assert upper in benchmark.bar_reading(few)
+    # a diverged held-out run's gap is infinite, without a standard error: said, not a traceback
+    diverged = [gaps[0], PairedGap(math.inf, math.inf, math.inf, 0.0, 12)]
+    assert benchmark.bar_reading(diverged) == (
+        "mean gap +inf; no interval and no reach: 1 of 2 gaps have no standard error (a "
+        "held-out run diverged)"
     )
     table = benchmark.real_table("b64-4x")
     assert "- surface-3: mean gap +0.0042 (standard error 0.0016)" in table

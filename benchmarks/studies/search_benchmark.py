@@ -1151,10 +1151,17 @@ def design_row(design: str, gaps: Mapping[str, PairedGap], runs: int, hours: flo
 def bar_reading(gaps: list[PairedGap]) -> str:
     """The optimizers' gaps together: their mean with its standard error (the optimizers' runs
     independent) and the upper end of its 95% interval (Student's t at the Welch-Satterthwaite
-    degrees of freedom of the gaps' errors), and the chance that a design level with every reference
-    (each true gap 0) reads every gap at most :data:`BAR`, from each gap's own standard error
-    and degrees of freedom: the bar's reach under noise alone."""
+    degrees of freedom of the gaps' errors), and the chance that a design level with every
+    reference (each true gap 0) reads every gap at most :data:`BAR`, from each gap's own
+    standard error and degrees of freedom: the bar's reach under noise alone. A gap without a
+    standard error (an infinite one, from a diverged held-out run) leaves both unread."""
     mean = statistics.fmean(g.mean for g in gaps)
+    unread = [g for g in gaps if g.dof < 1 or not math.isfinite(g.error)]
+    if unread:
+        return (
+            f"mean gap {mean:+.4f}; no interval and no reach: {len(unread)} of {len(gaps)} "
+            "gaps have no standard error (a held-out run diverged)"
+        )
     variances = [g.error**2 for g in gaps]
     error = math.sqrt(math.fsum(variances)) / len(gaps)
     dof = int(math.fsum(variances) ** 2 / math.fsum(g.error**4 / g.dof for g in gaps))
