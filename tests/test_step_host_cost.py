@@ -11,6 +11,7 @@ from torch_mars import MARS, mars_param_groups
 from torch_mars.bench.op_count import count_aten_ops, count_python_calls, matmul_ops
 from torch_mars.kernels import TRITON_AVAILABLE
 from torch_mars.models import GPT, gpt_config
+from torch_mars.optim.functional import CPU_FOREACH_MAX_ELEMENTS
 from torch_mars.optim.step_math import matrix_shape
 
 
@@ -49,7 +50,7 @@ def test_mars_shampoo_multiplies_matrices_once_per_shape_and_iteration():
     assert matmuls <= 3 * 5 * len(shapes), (matmuls, len(shapes))
 
 
-def test_the_default_path_is_triton_on_cuda_when_it_imports_and_foreach_or_loop_elsewhere(
+def test_the_default_path_is_triton_on_cuda_foreach_on_small_cpu_models_and_loop_on_large(
     monkeypatch,
 ):
     """Where each device's default step goes (docs/algorithm.md's table), decided in one
@@ -69,7 +70,13 @@ def test_the_default_path_is_triton_on_cuda_when_it_imports_and_foreach_or_loop_
     on_cpu = [torch.zeros(2, 2)]
     monkeypatch.setattr(step_plan, "TRITON_AVAILABLE", True)
     assert step_plan.step_path(group, on_cuda) == "triton"
-    assert step_plan.step_path(group, on_cpu) == "single_tensor"
+    assert step_plan.step_path(group, on_cpu) == "foreach"  # small on CPU: fewer ops win
+    big_on_cpu = [
+        SimpleNamespace(
+            is_cuda=False, device=torch.device("cpu"), numel=lambda: CPU_FOREACH_MAX_ELEMENTS + 1
+        )
+    ]
+    assert step_plan.step_path(group, big_on_cpu) == "single_tensor"
     assert step_plan.step_path({**group, "fused": True}, on_cuda) == "triton"
     assert step_plan.step_path({**group, "fused": True}, on_cpu) == "compiled"
     assert step_plan.step_path({**group, "foreach": True}, on_cuda) == "foreach"

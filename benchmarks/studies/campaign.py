@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import shlex
 import sys
 from pathlib import Path
@@ -64,7 +65,7 @@ from torch_mars.train.study.campaign import (
 from torch_mars.train.study.fight_map import BLOCK, POINTS, FightMap, steps_at
 from torch_mars.train.study.map_report import format_progress, progress_rows
 from torch_mars.train.study.profiled import planned_runs
-from torch_mars.train.study.selection import PROTOCOL
+from torch_mars.train.study.selection import PROTOCOL, Selection
 from torch_mars.train.study.store import (
     restore_journals,
     snapshot_journals,
@@ -92,11 +93,104 @@ def declaration_of(name: str) -> Path:
 
 
 def protocol_of(name: str) -> str:
+    if name == "campaign-4":
+        return declared_second_stage()["protocol"]
     return f"--search {CAMPAIGNS[name]} {SELECTION_FLAGS}"
+
+
+# campaign-4 (issues #82, #83): every pair of a verdict its own seed and data order, drawn
+# once from these ranges (disjoint from the selection's seed 0 and order 0 and the finalists'
+# 1-5), by a generator seeded with PAIR_DRAW_SEED; a point's first stage reads the first
+# FIRST_PAIRS, its second stage the next ones, up to PAIR_CAP in all.
+PAIR_RANGE = (1000, 9999)
+PAIR_DRAW_SEED = 4
+FIRST_PAIRS = 12
+PAIR_CAP = 64
+SECOND_STAGE_POINTS = (
+    "tiny/b16-1x",
+    "tiny/b256-4x",
+    "tiny/b128-4x",
+    "tiny-w64/b16-4x",
+    "tiny/b128-16x",
+    "tiny/b16-8x",
+)
+
+
+def declared_pairs() -> list[list[int]]:
+    """campaign-4's :data:`PAIR_CAP` pairs ``[seed, data order]``, in the order they are read:
+    seeds and orders each drawn without replacement from :data:`PAIR_RANGE`."""
+    draw = random.Random(PAIR_DRAW_SEED)
+    population = range(PAIR_RANGE[0], PAIR_RANGE[1] + 1)
+    seeds = draw.sample(population, PAIR_CAP)
+    orders = draw.sample(population, PAIR_CAP)
+    return [[s, o] for s, o in zip(seeds, orders, strict=True)]
+
+
+def declared_second_stage() -> dict[str, Any]:
+    """campaign-4, declared whole before its first run: the map's eleven points on tune's
+    default search (selection seed 0 on order 0; 4 finalists each re-read on 5 more seeds, each
+    on its own order: a 1-in-5 divergence shows among 6 runs with probability 0.74), every
+    winner read on independent pairs (the first FIRST_PAIRS in tune, more in a second stage
+    where the first cannot decide), and a family of 44 comparisons: at each point each rule
+    against its strongest same-cost control and against itself at gamma = 0 (the correction's
+    worth, lr re-profiled)."""
+    first = " ".join(f"{s}:{o}" for s, o in declared_pairs()[:FIRST_PAIRS])
+    third = declared("campaign-3")
+    family = []
+    for entry in third["points"]:
+        for rule, controls in PAIRS:
+            ran = [c for c in controls if c in entry["optimizers"]]
+            if rule in entry["optimizers"] and ran:
+                family.append(
+                    {"model": entry["model"], "point": entry["point"], "rule": rule, "controls": ran}
+                )
+        for rule, _ in PAIRS:
+            family.append(
+                {
+                    "model": entry["model"],
+                    "point": entry["point"],
+                    "rule": rule,
+                    "controls": [f"{rule}@gamma=0"],
+                }
+            )
+    return {
+        "campaign": "the map, second stage: verdicts that decide",
+        "trials": CAMPAIGN_TRIALS,
+        "protocol": f"--search {CAMPAIGNS['campaign-4']} --seeds 0 --data-seed 0 --finalists 4 "
+        f"--final-seeds 1 2 3 4 5 --final-data-seeds 1 2 3 4 5 --pairs {first}",
+        "pairs": {
+            "range": list(PAIR_RANGE),
+            "draw_seed": PAIR_DRAW_SEED,
+            "first_stage": FIRST_PAIRS,
+            "cap": PAIR_CAP,
+            "declared": declared_pairs(),
+            "machine": "both sides of a pair on one machine type (the owner record's device)",
+        },
+        "verdict": {
+            "alpha": 0.05,
+            "margin": 0.005,
+            "multiplicity": "Holm over the whole family",
+            "looks": "two: the first pairs, then (inconclusive comparisons only) more pairs; "
+            "inverse-normal combination of the stages' paired t, weights sqrt(first/cap) and "
+            "sqrt(1 - first/cap), Pocock boundaries (torch_mars.train.study.two_stage)",
+            "words": "win / loss: the adjusted interval excludes 0; equivalent: inside "
+            "+-margin; else inconclusive",
+            "opponent": "each side at its best-known setting at the point, chosen on reads "
+            "disjoint from the pairs",
+            "diverged": "a run whose loss is not finite, or more than 0.05 above its side's "
+            "median on the comparison's pairs; counted and shown, never dropped from a mean",
+        },
+        "points": third["points"],
+        "first_stage_reread": third["first_stage"],
+        "second_stage": list(SECOND_STAGE_POINTS),
+        "family": family,
+    }
 
 
 def declared(name: str = CURRENT) -> dict[str, Any]:
     """The campaign ``name`` as this script declares it."""
+    if name == "campaign-4":
+        return declared_second_stage()
     tiny = [
         {"model": "tiny", "data": "stdlib", "point": p, "optimizers": list(ALL_FIVE)}
         for p in POINTS
@@ -228,6 +322,23 @@ def earlier_estimate(label: str, runs: int) -> str:
     return unknown
 
 
+def selection_of(name: str) -> Selection:
+    """The selection protocol campaign ``name`` declares (tune's default for the first three)."""
+    if name != "campaign-4":
+        return PROTOCOL
+    first = [tuple(p) for p in declared_pairs()[:FIRST_PAIRS]]
+    finals = (1, 2, 3, 4, 5)
+    return Selection(
+        seeds=(0,),
+        heldout=(),
+        heldout_data_seeds=(),
+        finalists=4,
+        final_seeds=finals,
+        final_data_seeds=finals,
+        pairs=tuple(first),
+    )
+
+
 def waiting_text(name: str, campaign: dict[str, Any], begun: list[str], waiting: list[str]) -> str:
     """The first stage's points not begun: their planned runs and their run hours as
     estimated from the points of the same model begun (:func:`fit_run_cost` on each begun
@@ -245,7 +356,7 @@ def waiting_text(name: str, campaign: dict[str, Any], begun: list[str], waiting:
             typical = median_run_seconds(stored_study(folder / done)[0])
             if typical is not None:
                 measured.append((*run_budget(done), typical))
-        runs = planned_runs(CAMPAIGN_TRIALS, PROTOCOL) * len(optimizers[label])
+        runs = planned_runs(CAMPAIGN_TRIALS, selection_of(name)) * len(optimizers[label])
         fit = fit_run_cost(measured)
         if fit is None:
             lines.append(f"| {label} | {runs} | {earlier_estimate(label, runs)}")
@@ -265,16 +376,23 @@ def state_text(name: str, campaign: dict[str, Any]) -> str:
     with its planned runs and estimated run hours (:func:`waiting_text`)."""
     folder = folder_of(name)
     held = stored_study_folders(folder)
-    begun = [p for p in campaign["first_stage"] if folder / p in held]
-    waiting = [p for p in campaign["first_stage"] if p not in begun]
-    later = later_stage_points(campaign)
-    closed = [] if name == CURRENT else [f"Closed: campaign {CURRENT} supersedes it.", ""]
+    stage, which = (
+        (campaign["first_stage"], "First stage")
+        if "first_stage" in campaign
+        else (campaign["second_stage"], "Second stage")
+    )
+    begun = [p for p in stage if folder / p in held]
+    waiting = [p for p in stage if p not in begun]
+    later = [p for p in later_stage_points(campaign) if p not in stage]
+    names = list(CAMPAIGNS)
+    older = names.index(name) < names.index(CURRENT)
+    closed = [f"Closed: campaign {CURRENT} supersedes it.", ""] if older else []
     return "\n".join(
         [
             *closed,
-            f"First stage: {len(begun)} of {len(campaign['first_stage'])} points begun "
+            f"{which}: {len(begun)} of {len(stage)} points begun "
             f"({', '.join(begun) or 'none'}); not begun: {', '.join(waiting) or 'none'}. "
-            f"Declared for later stages: {', '.join(later)}.",
+            f"Declared for other stages: {', '.join(later) or 'none'}.",
             "",
             format_progress(progress_rows(folder)),
             *(["", waiting_text(name, campaign, begun, waiting)] if waiting else []),
@@ -288,7 +406,12 @@ def main(argv: list[str] | None = None) -> int:
         "--campaign", choices=list(CAMPAIGNS), default=CURRENT, help=f"default {CURRENT}"
     )
     parser.add_argument("--declare", action="store_true", help="write campaign.json (once)")
-    parser.add_argument("--stage", type=int, choices=[1], help="run the first stage's points")
+    parser.add_argument(
+        "--stage",
+        type=int,
+        choices=[1, 2],
+        help="run the first stage's points (campaign-4: 2, the second stage's six)",
+    )
     parser.add_argument("--points", nargs="+", default=[], help="MODEL/POINT labels to run")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--snapshot", action="store_true")
@@ -308,7 +431,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     campaign = check_declaration(name)
     by_label = {f"{e['model']}/{e['point']}": e for e in campaign["points"]}
-    labels = campaign["first_stage"] if args.stage == 1 or args.report else args.points
+    stages = {1: "first_stage", 2: "second_stage"}
+    if args.stage and stages[args.stage] not in campaign:
+        raise SystemExit(f"--stage {args.stage}: campaign {name} declares no such stage")
+    if args.stage:
+        labels = campaign[stages[args.stage]]
+    elif args.report:
+        labels = campaign.get("first_stage") or campaign["second_stage"]
+    else:
+        labels = args.points
     unknown = [label for label in labels if label not in by_label]
     if unknown:
         raise SystemExit(f"--points: {unknown} are not declared ({', '.join(by_label)})")

@@ -213,6 +213,13 @@ def _nonnegative_int(text: str) -> int:
     return _whole_number(text, 0)
 
 
+def _seed_order_pair(text: str) -> tuple[int, int]:
+    seed, sep, order = text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not SEED:ORDER (two integers >= 0)")
+    return _nonnegative_int(seed), _nonnegative_int(order)
+
+
 def _step_count(text: str) -> int:
     return _whole_number(text, 1, MAX_STEPS)
 
@@ -665,16 +672,25 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "--heldout-seeds",
         nargs="+",
         type=_nonnegative_int,
-        default=list(PROTOCOL.heldout),
-        help="seeds each winner is read on (the table's figures)",
+        help="seeds each winner is read on (the table's figures; default "
+        f"{' '.join(map(str, PROTOCOL.heldout))})",
     )
     group.add_argument(
         "--heldout-data-seeds",
         nargs="+",
         type=_nonnegative_int,
-        default=list(PROTOCOL.heldout_data_seeds),
         help="data orders each winner is read on, with every held-out seed (--data-seed is the "
-        "selection's data order)",
+        f"selection's data order; default {' '.join(map(str, PROTOCOL.heldout_data_seeds))})",
+    )
+    group.add_argument(
+        "--pairs",
+        nargs="+",
+        type=_seed_order_pair,
+        default=(),
+        metavar="SEED:ORDER",
+        help="read each winner on independent pairs instead of the crossed held-out seeds and "
+        "data orders: each pair its own seed and data order, none shared (a paired t on n - 1 "
+        "degrees of freedom)",
     )
     group.add_argument(
         "--finalists",
@@ -893,6 +909,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
                 finalists=args.finalists,
                 final_seeds=args.final_seeds,
                 final_data_seeds=args.final_data_seeds,
+                pairs=args.pairs,
             ),
             study_dir=folder,
             trials=args.trials,

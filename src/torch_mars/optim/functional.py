@@ -40,16 +40,28 @@ IMPLEMENTATIONS: tuple[str, ...] = ("single_tensor", "foreach", "fused", "compil
 
 # Device types with native multi-tensor kernels; elsewhere ``_foreach_*`` falls back to a loop.
 _FOREACH_DEVICE_TYPES = frozenset({"cuda", "xpu", "mtia", "privateuseone"})
+# On CPU the multi-tensor path is the faster one up to this many elements in all (measured in
+# docs/benchmarks.md: faster on tiny, tiny-w64 and mini, 34K-7.2M elements, where a step's
+# cost is the ops it dispatches; twice slower on GPT-2 small, 124M, where its temporaries'
+# memory traffic is).
+CPU_FOREACH_MAX_ELEMENTS = 1 << 24
 
 
 def default_foreach(tensors: Sequence[Tensor]) -> bool:
     """Whether ``foreach=None`` should pick the multi-tensor path for ``tensors``.
 
     True when every tensor lives on a device type with native ``_foreach`` kernels (CUDA, XPU,
-    ...), the rule of ``torch.optim``. On CPU those kernels fall back to a per-tensor loop and
-    allocate more temporaries; ``docs/benchmarks.md`` has the measured step times of both.
+    ...), the rule of ``torch.optim``; on CPU, where those kernels fall back to a per-tensor
+    loop with more temporaries, only while the tensors hold at most
+    :data:`CPU_FOREACH_MAX_ELEMENTS` elements in all (fewer ops dispatched wins there).
     """
-    return bool(tensors) and all(t.device.type in _FOREACH_DEVICE_TYPES for t in tensors)
+    if not tensors:
+        return False
+    if all(t.device.type in _FOREACH_DEVICE_TYPES for t in tensors):
+        return True
+    return all(t.device.type == "cpu" for t in tensors) and (
+        sum(t.numel() for t in tensors) <= CPU_FOREACH_MAX_ELEMENTS
+    )
 
 
 def fused_backend(tensors: Sequence[Tensor]) -> Literal["triton", "compiled"]:

@@ -18,8 +18,15 @@ from torch_mars.train.study.family import Comparison, Decision, campaign_family,
 from torch_mars.train.study.verdict import PairedGap
 
 # Each campaign's folder name -> its search design, oldest first; the newest is the current one.
-CAMPAIGNS = {"campaign": "surface", "campaign-2": "surface-2", "campaign-3": "surface-3"}
-CURRENT = list(CAMPAIGNS)[-1]
+CAMPAIGNS = {
+    "campaign": "surface",
+    "campaign-2": "surface-2",
+    "campaign-3": "surface-3",
+    "campaign-4": "surface-3",
+}
+# The newest campaign with read points, whose words the README and docs/results.md print;
+# campaign-4 (the map's second stage on independent pairs, issue #83) takes over when read.
+CURRENT = "campaign-3"
 # Every campaign's protocol: its trials per optimizer, and its selection's seeds and finalists.
 CAMPAIGN_TRIALS = 40
 SELECTION_FLAGS = (
@@ -136,7 +143,7 @@ def later_stage_points(campaign: dict) -> list[str]:
     """The declared points of ``campaign`` (a declaration as read) outside its first stage,
     ``model/point``, in the declaration's order: the points a later stage runs."""
     scopes = [f"{e['model']}/{e['point']}" for e in campaign["points"]]
-    return [scope for scope in scopes if scope not in campaign["first_stage"]]
+    return [scope for scope in scopes if scope not in campaign.get("first_stage", ())]
 
 
 def format_lead(rows: list[CampaignRow], declaration: Path) -> str:

@@ -495,9 +495,14 @@ def _pid_namespace() -> str:
         return ""
 
 
+# The revision of the optimizers' default step paths a run trained on: 2 since MARS groups on
+# CPU of at most 2**24 elements take foreach (same maths, other last digits; absent before).
+STEP_DEFAULTS = 2
+
+
 def owner_record(device: str) -> dict[str, Any]:
-    """Who claims a trial: this process, on this host, boot and PID namespace, and its
-    device."""
+    """Who claims a trial: this process, on this host, boot and PID namespace, its device (the
+    machine: GPU name, or CPU model and vector instructions) and the step defaults it runs."""
     return {
         "host": socket.gethostname(),
         "boot": _boot_id(),
@@ -507,6 +512,7 @@ def owner_record(device: str) -> dict[str, Any]:
         "started": time.time(),
         "device": device,
         "threads": torch.get_num_threads(),
+        "step_defaults": STEP_DEFAULTS,
     }
 
 
@@ -639,7 +645,11 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
                 _remove_work_dir(spec.work_dir(trial.number))
         identity = spec.identity() if spec.donors else {}
         device = describe_device(resolve_device(spec.base.device))
-        trainer = {"device": device, "threads": torch.get_num_threads()}
+        trainer = {
+            "device": device,
+            "threads": torch.get_num_threads(),
+            "step_defaults": STEP_DEFAULTS,
+        }
         while True:
             needed = needed_runs(spec.searches, finished_results(trials))
             if not needed:

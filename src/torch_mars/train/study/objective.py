@@ -353,6 +353,7 @@ def tune(
     finalists: int | None = None,
     final_seeds: Sequence[int] | None = None,
     final_data_seeds: Sequence[int] = (),
+    pairs: Sequence[tuple[int, int]] = (),
     search: str | None = None,
     fixed: Mapping[str, float] | None = None,
     ladders: Mapping[str, Sequence[float]] | None = None,
@@ -371,7 +372,8 @@ def tune(
     ``seeds`` (data order ``data_seed``; the ``finalists`` best points of each search also on
     ``final_seeds``, on ``final_data_seeds`` where given, one data order per final seed, the
     best mean over all of them winning), each winner read on
-    ``heldout_seeds`` x ``heldout_data_seeds``, paired intervals, tuning curves, and the report
+    ``heldout_seeds`` x ``heldout_data_seeds`` (or on ``pairs``, independent
+    ``(seed, data order)`` pairs), paired intervals, tuning curves, and the report
     files in ``out_dir/name`` (``name``: the function's name). ``fixed`` holds dimensions at a
     value for every optimizer that has them, never tuned (``{"weight_decay": 0.05}``; not the
     lr; each in its range, :data:`~torch_mars.train.study.space.FIXED_RANGES`). ``ladders``:
@@ -419,6 +421,7 @@ def tune(
         finalists,
         final_seeds,
         final_data_seeds,
+        pairs,
     )
     plan = TunePlan(
         base=base,  # type: ignore[arg-type]

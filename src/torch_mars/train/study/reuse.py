@@ -117,8 +117,9 @@ def donated_run(
     trainer: Mapping[str, Any],
 ) -> tuple[Path, optuna.trial.FrozenTrial] | None:
     """The first donor's finished trial of ``run`` whose parameters equal ``params`` (the
-    values this study would record), that trained where this worker would (``trainer``: the
-    ``device`` and ``threads`` of its owner record) and that kept its curve where
+    values this study would record), that trained where and as this worker would (``trainer``:
+    the ``device``, ``threads`` and ``step_defaults`` of its owner record; a donor run from
+    before ``step_defaults`` was recorded ran the older defaults) and that kept its curve where
     ``needs_curve``; None where no donor has one."""
     wanted = json.dumps(
         {"task": identity["task"], "budget": identity["budget"], "data": identity["data"]},
@@ -129,7 +130,7 @@ def donated_run(
         if trial is None or trial.params != dict(params):
             continue
         owner = trial.system_attrs.get(OWNER_ATTR) or {}
-        if any(owner.get(k) != trainer[k] for k in ("device", "threads")):
+        if any(owner.get(k) != trainer[k] for k in trainer):
             continue
         if needs_curve and "curve" not in trial.user_attrs:
             continue

@@ -71,7 +71,7 @@ def announce(plan: TunePlan, url: str) -> str:
     return (
         f"tune {', '.join(plan.optimizers)} on {what}; {plan.trials} trials each "
         f"({plan.search} search); selection seeds {list(sel.seeds)}{finalists}, held out "
-        f"{list(sel.heldout)} x data orders {list(sel.heldout_data_seeds)}; study "
+        f"{sel.heldout_text()}; study "
         f"{plan.study_name!r} in {describe(url)}; {plan.jobs} worker(s)"
     )
 

@@ -48,7 +48,9 @@ class Selection:
     mean over all those runs wins: a second look that a point which ranked first on three
     seeds, or on one data order, by luck does not survive; the winner is read on every pair
     of ``heldout`` seeds and ``heldout_data_seeds`` (new initialisations and new data
-    orders)."""
+    orders), or, with ``pairs``, on independent pairs: each ``(seed, data order)`` its own
+    seed and its own order, none shared with another pair or with the selection (the verdict's
+    design, docs/harness.md: a paired t on n - 1 degrees of freedom)."""
 
     seeds: tuple[int, ...] = (0, 1, 2)
     heldout: tuple[int, ...] = (3, 4, 5)
@@ -57,10 +59,13 @@ class Selection:
     finalists: int = 0
     final_seeds: tuple[int, ...] = ()
     final_data_seeds: tuple[int, ...] = ()
+    pairs: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.seeds:
             raise ValueError("selection needs at least one seed")
+        if self.pairs:
+            self._check_pairs()
         _distinct("--seeds", self.seeds)
         _distinct("--heldout-seeds", self.heldout)
         _distinct("--heldout-data-seeds", self.heldout_data_seeds)
@@ -99,6 +104,45 @@ class Selection:
                 f"seeds {self.heldout_data_seeds}"
             )
 
+    def _check_pairs(self) -> None:
+        """Independent pairs: each its own seed and data order, none the selection's."""
+        if self.heldout or self.heldout_data_seeds:
+            raise ValueError(
+                "pairs replace the crossed held-out seeds and data orders: give no "
+                f"heldout seeds ({list(self.heldout)}) or data orders "
+                f"({list(self.heldout_data_seeds)}) beside them"
+            )
+        seeds = [s for s, _ in self.pairs]
+        orders = [o for _, o in self.pairs]
+        _distinct("pairs' seeds", seeds)
+        _distinct("pairs' data orders", orders)
+        chosen = set(self.seeds) | set(self.final_seeds)
+        if chosen & set(seeds):
+            raise ValueError(
+                f"pairs' seeds {sorted(chosen & set(seeds))} are selection or final seeds: a "
+                "pair is unseen by selection"
+            )
+        orders_chosen = {self.data_seed, *self.final_data_seeds}
+        if orders_chosen & set(orders):
+            raise ValueError(
+                f"pairs' data orders {sorted(orders_chosen & set(orders))} are the selection's "
+                "or the finalists': a pair is unseen by selection"
+            )
+
+    @property
+    def read_seeds(self) -> tuple[int, ...]:
+        """The seeds the winners are read on: the held-out seeds, or the pairs'."""
+        return tuple(s for s, _ in self.pairs) if self.pairs else self.heldout
+
+    def heldout_text(self) -> str:
+        """How the winners are read, in the words of every report."""
+        if self.pairs:
+            return f"{len(self.pairs)} independent pairs (seed:order {self.pairs_text()})"
+        return f"{list(self.heldout)} x data orders {list(self.heldout_data_seeds)}"
+
+    def pairs_text(self) -> str:
+        return " ".join(f"{s}:{o}" for s, o in self.pairs)
+
     @property
     def choosing_seeds(self) -> tuple[int, ...]:
         """Every seed a winner is chosen on: the selection's, then the finalists'."""
@@ -132,6 +176,8 @@ class Selection:
         record = dataclasses.asdict(self)
         if not self.final_data_seeds:
             del record["final_data_seeds"]
+        if not self.pairs:
+            del record["pairs"]
         return record
 
     @classmethod
@@ -140,12 +186,18 @@ class Selection:
         defaults, the protocol of the studies that lacked them; ``screen_top``, a field of an
         earlier search, is dropped)."""
         fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in fields}
-        )
+        values = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in fields
+        }
+        if "pairs" in values:
+            values["pairs"] = tuple(tuple(p) for p in values["pairs"])
+        return cls(**values)
 
     def heldout_pairs(self) -> list[tuple[int, int]]:
-        """The held-out ``(seed, data seed)`` pairs, data orders outer."""
+        """The held-out ``(seed, data seed)`` pairs: the independent ``pairs``, or every
+        held-out seed crossed with every held-out data order, data orders outer."""
+        if self.pairs:
+            return list(self.pairs)
         return [(s, d) for d in self.heldout_data_seeds for s in self.heldout]
 
     def need_heldout(
@@ -162,11 +214,20 @@ def protocol_selection(
     finalists: int | None = None,
     final_seeds: Sequence[int] | None = None,
     final_data_seeds: Sequence[int] = (),
+    pairs: Sequence[tuple[int, int]] = (),
 ) -> Selection:
     """:data:`PROTOCOL` with what a caller gave in place of its defaults. Without
     ``final_seeds`` the finalists are read on as many seeds as the protocol's, the smallest
     that neither choose nor are held out (1 2 by default; 2 3 beside ``seeds=(0,)`` and
-    ``heldout=(1,)``), and none with ``finalists=0``."""
+    ``heldout=(1,)``), and none with ``finalists=0``. With ``pairs`` (independent
+    ``(seed, data order)`` pairs) the crossed held-out seeds and data orders are none."""
+    pairs = tuple((int(s), int(o)) for s, o in pairs)
+    if pairs:
+        if heldout or heldout_data_seeds:
+            raise ValueError(
+                "pairs replace the held-out seeds and data orders: give one or the other"
+            )
+        heldout, heldout_data_seeds = (), ()
     seeds = PROTOCOL.seeds if seeds is None else tuple(seeds)
     heldout = PROTOCOL.heldout if heldout is None else tuple(heldout)
     finalists = PROTOCOL.finalists if finalists is None else finalists
@@ -184,6 +245,7 @@ def protocol_selection(
         finalists=finalists,
         final_seeds=tuple(final_seeds),
         final_data_seeds=tuple(final_data_seeds),
+        pairs=pairs,
     )
 
 

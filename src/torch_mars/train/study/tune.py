@@ -170,7 +170,7 @@ class TunePlan:
         pairs = len(self.selection.heldout_pairs())
         if pairs < 2 and study_family(self.optimizers):
             raise ValueError(
-                f"--heldout-seeds x --heldout-data-seeds give {pairs} held-out pair; a verdict "
+                f"the held-out reads give {pairs} pair; a verdict "
                 "needs at least 2 (refused before any run trains)"
             )
 
@@ -227,7 +227,7 @@ class TunePlan:
         return StudySpec(
             base=self.base,
             searches=tuple(self.searches()),
-            curve_seeds=self.selection.heldout,
+            curve_seeds=self.selection.read_seeds,
             study_dir=self.study_dir,
             settings=json.loads(json.dumps(settings)),
             optimizer_choices=tunable_optimizers(),

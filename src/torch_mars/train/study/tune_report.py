@@ -59,6 +59,7 @@ from torch_mars.train.study.tune import (
 from torch_mars.train.study.verdict import (
     PairedGap,
     crossed_gap,
+    independent_pairs,
     paired_gap,
     student_t_quantile,
 )
@@ -293,7 +294,7 @@ def verdicts(
         )
         gaps[comparison] = (
             crossed_gap(rule_finals, control_finals, pairs)
-            if pairs is not None
+            if pairs is not None and not independent_pairs(pairs)
             else paired_gap(rule_finals, control_finals)
         )
         controls[comparison] = control.optimizer
@@ -321,7 +322,9 @@ def format_tune_table(
     study's own family); the tuning curves."""
     sel = plan.selection
     heldout = (
-        f"held out: seeds {','.join(map(str, sel.heldout))} x data orders "
+        f"held out: {sel.heldout_text()}"
+        if sel.pairs
+        else f"held out: seeds {','.join(map(str, sel.heldout))} x data orders "
         f"{','.join(map(str, sel.heldout_data_seeds))}"
     )
     ranked = sorted(found, key=lambda o: (math.isnan(o.heldout_mean), o.heldout_mean))

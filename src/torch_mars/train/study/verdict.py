@@ -103,6 +103,18 @@ def paired_gap(rule: Sequence[float], control: Sequence[float], level: float = 0
     return PairedGap(mean, mean - half, mean + half, p, len(differences), error, dof)
 
 
+def independent_pairs(pairs: Sequence[tuple[int, int]]) -> bool:
+    """Whether every pair has a seed and a data order no other pair has (read by
+    :func:`paired_gap`; a crossed design by :func:`crossed_gap`).
+
+    >>> independent_pairs([(1000, 1003), (1001, 1007)]), independent_pairs([(3, 1), (4, 1)])
+    (True, False)
+    """
+    seeds = [s for s, _ in pairs]
+    orders = [o for _, o in pairs]
+    return len(set(seeds)) == len(seeds) and len(set(orders)) == len(orders)
+
+
 def crossed_gap(
     rule: Sequence[float],
     control: Sequence[float],
