@@ -142,7 +142,12 @@ def declared_second_stage() -> dict[str, Any]:
             ran = [c for c in controls if c in entry["optimizers"]]
             if rule in entry["optimizers"] and ran:
                 family.append(
-                    {"model": entry["model"], "point": entry["point"], "rule": rule, "controls": ran}
+                    {
+                        "model": entry["model"],
+                        "point": entry["point"],
+                        "rule": rule,
+                        "controls": ran,
+                    }
                 )
         for rule, _ in PAIRS:
             family.append(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torch_mars.train.study.family import Comparison, Decision, campaign_family, decide
-from torch_mars.train.study.verdict import PairedGap
+from torch_mars.train.study.verdict import PairedGap, gap_of_pairs
 
 # Each campaign's folder name -> its search design, oldest first; the newest is the current one.
 CAMPAIGNS = {
@@ -67,16 +67,33 @@ def stored_verdicts(
 ) -> dict[Comparison, tuple[PairedGap, str]]:
     """Each comparison of ``family`` read where its point's study reported it
     (``root/SCOPE/tune.json``): its gap and the control it was read against; a point with no
-    report yet, or one that read no gap, is left out (pending), and so is ``skip_scope``."""
+    report yet, or one that read no gap, is left out (pending), and so is ``skip_scope``. The
+    gap is read again from the report's held-out finals and pairs (:func:`gap_of_pairs`), so
+    that a report written before it stored the gap's standard error reads at any level."""
     read: dict[Comparison, tuple[PairedGap, str]] = {}
     for comparison in family:
         report = Path(root) / comparison.scope / "tune.json"
         if comparison.scope == skip_scope or not report.is_file():
             continue
-        for entry in json.loads(report.read_text()).get("verdicts", []):
-            if entry["rule"] == comparison.rule and entry.get("pairs"):
+        stored = json.loads(report.read_text())
+        finals = {
+            o["optimizer"]: (o.get("heldout_finals") or [], o.get("heldout_pairs") or [])
+            for o in stored.get("optimizers", [])
+        }
+        for entry in stored.get("verdicts", []):
+            if entry["rule"] != comparison.rule or not entry.get("pairs"):
+                continue
+            rule_finals, pairs = finals.get(entry["rule"], ([], []))
+            control_finals, _ = finals.get(entry["control"], ([], []))
+            usable = (
+                len(rule_finals) == len(control_finals) == len(pairs) >= 2
+                and None not in rule_finals + control_finals
+            )
+            if usable:
+                gap = gap_of_pairs(rule_finals, control_finals, [tuple(p) for p in pairs])
+            else:
                 gap = PairedGap(entry["gap"], *entry["interval"], entry["p"], entry["pairs"])
-                read[comparison] = (gap, entry["control"])
+            read[comparison] = (gap, entry["control"])
     return read
 
 

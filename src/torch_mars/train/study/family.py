@@ -7,9 +7,14 @@ its storage when it opens for its first run (``family.json`` beside its report i
 read), a campaign in its declaration file (``--family FILE``: every comparison of every point,
 each with its scope ``MODEL/POINT``), and a command line that would add a comparison to a
 declared family is refused. A comparison that has not been read yet is *pending*: Holm runs
-over the whole family with each pending p value taken as 1, so the words of the finished ones
-can only move from tie to a decision as the rest arrive, and are marked provisional until
-then.
+over the whole family with each pending p value taken as 1, and the words of the finished
+ones are marked provisional until the rest arrive (a pending comparison holds a Holm step, so
+the others' levels can only loosen as it is read).
+
+The words (:func:`~torch_mars.train.study.verdict.holm_words`): win or loss where the
+comparison's Holm-adjusted interval excludes 0, equivalent where it lies inside the declared
+margin, inconclusive otherwise; the interval printed beside a word is the one it was read
+from.
 
 Every file that prints a decision (a study's ``summary.md``, the campaign's ``map.md``,
 docs/results.md, the README) takes it from :func:`decide` over the same family and gaps, so
@@ -19,13 +24,14 @@ the same comparison reads the same word everywhere.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from torch_mars.train.compare import SAME_COST_CONTROLS
-from torch_mars.train.study.verdict import PairedGap, holm_decisions
+from torch_mars.train.study.verdict import EQUIVALENCE_MARGIN, PairedGap, holm_words
 
 
 @dataclass(frozen=True)
@@ -52,14 +58,25 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Decision:
-    """A comparison's word: ``win`` (the rule ahead), ``tie``, ``loss``, or ``pending`` (not
-    read yet); ``provisional`` while another comparison of the family is pending."""
+    """A comparison's word: ``win`` (the rule ahead), ``loss``, ``equivalent``,
+    ``inconclusive``, or ``pending`` (not read yet); ``provisional`` while another comparison of
+    the family is pending; ``low``, ``high``: the adjusted interval the word is read from, at
+    ``level`` (NaN where none)."""
 
     word: str
     provisional: bool
+    low: float = math.nan
+    high: float = math.nan
+    level: float = math.nan
 
     def text(self) -> str:
         return f"{self.word} (provisional)" if self.provisional else self.word
+
+    def interval_text(self) -> str:
+        """The adjusted interval, ``[low, high] at 99.50%``; empty where none was read."""
+        if math.isnan(self.low):
+            return ""
+        return f"[{self.low:+.4f}, {self.high:+.4f}] at {1 - self.level:.2%}"
 
 
 def study_family(optimizers: Sequence[str]) -> list[Comparison]:
@@ -112,14 +129,27 @@ def check_holds(declared: Sequence[Comparison], wanted: Sequence[Comparison], na
 
 
 def decide(
-    family: Sequence[Comparison], gaps: Mapping[Comparison, PairedGap], alpha: float = 0.05
+    family: Sequence[Comparison],
+    gaps: Mapping[Comparison, PairedGap],
+    alpha: float = 0.05,
+    margin: float = EQUIVALENCE_MARGIN,
 ) -> dict[Comparison, Decision]:
     """Each comparison's word by Holm's step-down correction at ``alpha`` over the whole
-    ``family``, a comparison without a gap pending (its p taken as 1)."""
+    ``family`` (:func:`~torch_mars.train.study.verdict.holm_words`), a comparison without a gap
+    pending (its p taken as 1)."""
+    duplicated = [c.key for c in family if list(family).count(c) > 1]
+    if duplicated:
+        raise ValueError(f"the family lists {sorted(set(duplicated))} more than once")
     pending = [c for c in family if c not in gaps]
     stand_in = PairedGap(0.0, 0.0, 0.0, 1.0, 0)
-    words = holm_decisions([gaps.get(c, stand_in) for c in family], alpha)
+    words = holm_words([gaps.get(c, stand_in) for c in family], alpha, margin)
     return {
-        c: Decision("pending" if c in pending else word, bool(pending) and c not in pending)
-        for c, word in zip(family, words, strict=True)
+        c: Decision(
+            "pending" if c in pending else w.word,
+            bool(pending) and c not in pending,
+            w.low,
+            w.high,
+            w.level,
+        )
+        for c, w in zip(family, words, strict=True)
     }

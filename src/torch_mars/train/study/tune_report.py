@@ -23,6 +23,7 @@ from torch_mars.train.compare import mean_std_text
 from torch_mars.train.study.campaign import stored_verdicts
 from torch_mars.train.study.curves import best_so_far, expected_best_curve
 from torch_mars.train.study.engine import (
+    OWNER_ATTR,
     AskedFor,
     RunId,
     failed_runs,
@@ -36,6 +37,7 @@ from torch_mars.train.study.family import (
     family_records,
     study_family,
 )
+from torch_mars.train.study.pairs import same_machine
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.reuse import COPIED_ATTR
 from torch_mars.train.study.selection import Selection
@@ -58,9 +60,8 @@ from torch_mars.train.study.tune import (
 )
 from torch_mars.train.study.verdict import (
     PairedGap,
-    crossed_gap,
+    gap_of_pairs,
     independent_pairs,
-    paired_gap,
     student_t_quantile,
 )
 from torch_mars.train.task import task_of
@@ -111,6 +112,8 @@ class OptimizerOutcome:
     failures: dict[RunId, str] = dataclasses.field(default_factory=dict)
     # each finished held-out run's evaluation curve: ``(step, metric)`` points in step order
     heldout_curves: list[list[tuple[float, float]]] = dataclasses.field(default_factory=list)
+    # the machine (owner record's device) each held-out run trained on, "" where unknown
+    heldout_machines: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def moved_text(self) -> str:
@@ -151,6 +154,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
     finished = finished_results(trials)
     failed = failed_runs(trials)
     curves = curves_of(trials, task_of(plan.base).metric.key)
+    machines = machines_of(trials)
     found = []
     for search in plan.searches():
         results = AskedFor(finished)
@@ -191,6 +195,12 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                     for seed, data in plan.selection.heldout_pairs()
                     if point and (run := search.run(point, seed, data)) in curves
                 ],
+                heldout_machines=[
+                    machines.get(search.run(point, seed, data), "")
+                    for seed, data in plan.selection.heldout_pairs()
+                ]
+                if point
+                else [],
             )
         )
     return found
@@ -210,6 +220,17 @@ def _selection_score(
     if not point or any(search.run(point, s) not in results for s in search.selection.seeds):
         return math.nan
     return search.score(results, point)
+
+
+def machines_of(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, str]:
+    """The machine each finished run trained on: its owner record's device."""
+    machines = {}
+    for trial in trials:
+        owner, run = trial.system_attrs.get(OWNER_ATTR), run_of(trial)
+        if trial.state == optuna.trial.TrialState.COMPLETE and run and isinstance(owner, dict):
+            device = owner.get("device")
+            machines[run] = device if isinstance(device, str) else ""
+    return machines
 
 
 def curves_of(
@@ -251,10 +272,24 @@ class Verdict:
     gap: PairedGap
     decision: str
     provisional: bool = False
+    low: float = math.nan
+    high: float = math.nan
+    level: float = math.nan
 
     @property
     def decision_text(self) -> str:
         return Decision(self.decision, self.provisional).text()
+
+    @property
+    def read(self) -> Decision:
+        return Decision(self.decision, self.provisional, self.low, self.high, self.level)
+
+    def interval_text(self) -> str:
+        """The gap and the adjusted interval its word is read from, with the pairs' degrees
+        of freedom: ``-0.0132 [-0.0190, -0.0074] at 99.50%, 11 dof``."""
+        adjusted = self.read.interval_text() or "no interval"
+        dof = f", {self.gap.dof} dof" if self.gap.dof else ""
+        return f"{self.gap.mean:+.4f} {adjusted}{dof}"
 
 
 def verdicts(
@@ -288,19 +323,34 @@ def verdicts(
         if comparison.rule not in by_name or len(ran) < len(comparison.controls):
             continue
         control = min(ran, key=lambda o: o.heldout_mean)
-        rule_finals, control_finals = (
+        rule, rule_finals, control_finals = (
+            by_name[comparison.rule],
             by_name[comparison.rule].heldout_finals,
             control.heldout_finals,
         )
-        gaps[comparison] = (
-            crossed_gap(rule_finals, control_finals, pairs)
-            if pairs is not None and not independent_pairs(pairs)
-            else paired_gap(rule_finals, control_finals)
-        )
+        read_pairs = pairs
+        if pairs is not None and independent_pairs(pairs):
+            # a verdict never pairs runs across machines
+            kept = same_machine(rule.heldout_machines, control.heldout_machines)
+            read_pairs = [p for p, k in zip(pairs, kept, strict=True) if k]
+            rule_finals = [v for v, k in zip(rule_finals, kept, strict=True) if k]
+            control_finals = [v for v, k in zip(control_finals, kept, strict=True) if k]
+            if len(rule_finals) < 2:
+                continue
+        gaps[comparison] = gap_of_pairs(rule_finals, control_finals, read_pairs)
         controls[comparison] = control.optimizer
     decided = decide(family, gaps, alpha)
     return [
-        Verdict(c.rule, controls[c], gaps[c], decided[c].word, decided[c].provisional)
+        Verdict(
+            c.rule,
+            controls[c],
+            gaps[c],
+            decided[c].word,
+            decided[c].provisional,
+            decided[c].low,
+            decided[c].high,
+            decided[c].level,
+        )
         for c in mine
         if c in controls
     ]
@@ -362,12 +412,12 @@ def format_tune_table(
     if found_verdicts:
         lines += [
             "",
-            "| rule | strongest control | gap, 95% interval (seed x data order) | p | "
-            "Holm (declared family) |",
+            "| rule | strongest control | gap, Holm-adjusted interval (the word's) | p | "
+            "word (declared family) |",
             "|---|---|---:|---:|---|",
         ]
         lines += [
-            f"| {v.rule} | {v.control} | {v.gap.text()} | {v.gap.p:.3g} | {v.decision_text} |"
+            f"| {v.rule} | {v.control} | {v.interval_text()} | {v.gap.p:.3g} | {v.decision_text} |"
             for v in found_verdicts
         ]
     rows = [k for k in CURVE_ROWS if k <= plan.trials]
@@ -418,18 +468,27 @@ def answer_sentences(
         f"**{best.optimizer}**, {best.heldout_mean:.4f}{lead}."
     ]
     for v in found_verdicts:
-        said = {
-            "win": f"{v.rule} beat {v.control}",
-            "loss": f"{v.control} beat {v.rule}",
-            "tie": f"neither {v.rule} nor {v.control} beat the other",
-        }.get(v.decision, f"{v.rule} against {v.control}: not decided yet")
         caveat = " (provisional: comparisons of the declared family are pending)"
         lines.append(
-            f"- {said} on this model at this budget: {v.rule} - {v.control} = "
-            f"{v.gap.text()} held out, **{v.decision}**"
+            f"- {word_sentence(v.decision, v.rule, v.control)} on this model at this budget: "
+            f"{v.rule} - {v.control} = {v.interval_text()} held out, **{v.decision}**"
             f"{caveat if v.provisional else ''}."
         )
     return lines
+
+
+def word_sentence(word: str, rule: str, control: str) -> str:
+    """What a word says of ``rule`` against ``control``, the one sentence every report uses.
+
+    >>> word_sentence("inconclusive", "mars-adamw", "nadamw")
+    'not shown different nor equivalent: mars-adamw against nadamw'
+    """
+    return {
+        "win": f"{rule} beat {control}",
+        "loss": f"{control} beat {rule}",
+        "equivalent": f"{rule} and {control} equivalent (within the margin)",
+        "inconclusive": f"not shown different nor equivalent: {rule} against {control}",
+    }.get(word, f"{rule} against {control}: not read yet")
 
 
 def failure_sentences(
@@ -688,6 +747,10 @@ def report_json(
                 "interval": [v.gap.low, v.gap.high],
                 "p": v.gap.p,
                 "pairs": v.gap.pairs,
+                "error": number(v.gap.error),
+                "dof": v.gap.dof,
+                "adjusted_interval": [number(v.low), number(v.high)],
+                "level": number(v.level),
                 "decision": v.decision,
                 "provisional": v.provisional,
             }
@@ -802,7 +865,6 @@ def run_cost(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[str, dict[str, 
     """Per device the study's finished runs trained on (most runs first): their count, summed
     cost in hours (:func:`run_seconds`) and the threads a run used (``"?"`` where not
     recorded). Runs taken from other studies are not counted (:func:`trained_runs`)."""
-    from torch_mars.train.study.engine import OWNER_ATTR
 
     runs: dict[str, list[optuna.trial.FrozenTrial]] = collections.defaultdict(list)
     for trial in trained_runs(trials):

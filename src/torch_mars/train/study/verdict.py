@@ -1,7 +1,7 @@
 """Verdicts from paired runs: the gap of a rule to its control as the mean of paired differences
 (a pair: one initialisation seed and one data order, the same for both), its 95% t interval,
-its two-sided p value, and win / tie / loss after Holm's correction over a family of
-comparisons.
+its two-sided p value, and one of four words after Holm's correction over a family of
+comparisons (:func:`holm_words`): win, loss, equivalent, inconclusive.
 
 Student's t distribution is computed in closed form for integer degrees of freedom
 (Abramowitz & Stegun 26.7.3-4), so nothing beyond the standard library is needed.
@@ -115,6 +115,20 @@ def independent_pairs(pairs: Sequence[tuple[int, int]]) -> bool:
     return len(set(seeds)) == len(seeds) and len(set(orders)) == len(orders)
 
 
+def gap_of_pairs(
+    rule: Sequence[float],
+    control: Sequence[float],
+    pairs: Sequence[tuple[int, int]] | None = None,
+    level: float = 0.95,
+) -> PairedGap:
+    """``rule - control`` over held-out runs on ``pairs``: :func:`crossed_gap` where the pairs
+    cross seeds with data orders (the design of the studies before independent pairs), else
+    :func:`paired_gap` (independent pairs, or ``pairs`` not given)."""
+    if pairs is not None and not independent_pairs(pairs):
+        return crossed_gap(rule, control, pairs, level)
+    return paired_gap(rule, control, level)
+
+
 def crossed_gap(
     rule: Sequence[float],
     control: Sequence[float],
@@ -178,19 +192,95 @@ def crossed_gap(
     return PairedGap(mean, mean - half, mean + half, p, len(values), error, dof)
 
 
-def holm_decisions(gaps: Sequence[PairedGap], alpha: float = 0.05) -> list[str]:
-    """``"win"`` (the rule ahead), ``"loss"`` or ``"tie"`` for each gap, by Holm's step-down
-    correction of the family's p values at ``alpha``.
+# The margin inside which a gap of held-out validation loss reads "equivalent" unless a family
+# declares its own (docs/harness.md: finer than our runs repeat across machines, 0.0026 median).
+EQUIVALENCE_MARGIN = 0.005
 
-    >>> gaps = [PairedGap(-0.02, 0, 0, 0.01, 6), PairedGap(0.01, 0, 0, 0.06, 6),
-    ...         PairedGap(0.03, 0, 0, 0.012, 6)]
-    >>> holm_decisions(gaps)
-    ['win', 'tie', 'loss']
+
+@dataclass(frozen=True)
+class Word:
+    """A comparison's word and the interval it is read from: ``rule - control`` at ``level``
+    (its Holm level; the interval ``1 - level``), ``low`` and ``high`` NaN where no interval
+    can be read (a diverged run: an infinite gap)."""
+
+    word: str
+    low: float
+    high: float
+    level: float
+
+    def interval_text(self) -> str:
+        if math.isnan(self.low):
+            return "no interval (a diverged run)"
+        return f"[{self.low:+.4f}, {self.high:+.4f}] at {1 - self.level:.2%}"
+
+
+def read_word(low: float, high: float, margin: float) -> str:
+    """The word an interval ``[low, high]`` of ``rule - control`` reads (lower is better):
+    ``win`` below 0, ``loss`` above, ``equivalent`` inside ``(-margin, margin)``, else
+    ``inconclusive``.
+
+    >>> cases = [(-0.02, -0.01), (0.001, 0.01), (-0.004, 0.003), (-0.01, 0.002)]
+    >>> [read_word(low, high, 0.005) for low, high in cases]
+    ['win', 'loss', 'equivalent', 'inconclusive']
     """
-    order = sorted(range(len(gaps)), key=lambda i: gaps[i].p)
-    decisions = ["tie"] * len(gaps)
+    if high < 0:
+        return "win"
+    if low > 0:
+        return "loss"
+    if -margin < low and high < margin:
+        return "equivalent"
+    return "inconclusive"
+
+
+def adjusted_interval(gap: PairedGap, level: float) -> tuple[float, float]:
+    """``gap``'s two-sided ``1 - level`` t interval (its standard error and degrees of
+    freedom)."""
+    if gap.dof < 1 or math.isnan(gap.error):
+        raise ValueError(f"the gap {gap.text()} carries no standard error to read it at {level}")
+    half = student_t_quantile(level, gap.dof) * gap.error
+    return gap.mean - half, gap.mean + half
+
+
+def holm_words(
+    gaps: Sequence[PairedGap], alpha: float = 0.05, margin: float = EQUIVALENCE_MARGIN
+) -> list[Word]:
+    """Each gap's word by Holm's step-down over the family's p values at ``alpha``: the k-th
+    smallest p is tested at ``alpha / (m - k)``; those that pass read their interval at that
+    level (win or loss: it excludes 0), every other gap at ``alpha / (m - r)``, ``r`` the
+    number that passed (equivalent when that interval lies inside ``+-margin``, else
+    inconclusive). A gap without an error (an infinite one: a diverged run) reads inconclusive
+    with no interval; a gap with no pairs (pending) is ``p = 1``.
+
+    >>> gaps = [PairedGap(-0.02, 0, 0, 0.001, 12, 0.004, 11),
+    ...         PairedGap(0.0005, 0, 0, 0.8, 12, 0.0008, 11),
+    ...         PairedGap(0.01, 0, 0, 0.3, 12, 0.009, 11)]
+    >>> [w.word for w in holm_words(gaps)]
+    ['win', 'equivalent', 'inconclusive']
+    """
+    m = len(gaps)
+    order = sorted(range(m), key=lambda i: gaps[i].p)
+    levels: list[float | None] = [None] * m
     for rank, index in enumerate(order):
-        if gaps[index].p > alpha / (len(gaps) - rank):
+        if gaps[index].p > alpha / (m - rank):
             break
-        decisions[index] = "win" if gaps[index].mean < 0 else "loss"
-    return decisions
+        levels[index] = alpha / (m - rank)
+    passed = sum(level is not None for level in levels)
+    rest = alpha / (m - passed) if passed < m else alpha
+    words = []
+    for gap, level in zip(gaps, levels, strict=True):
+        level = rest if level is None else level
+        if gap.pairs == 0:
+            words.append(Word("pending", math.nan, math.nan, level))
+        elif not math.isfinite(gap.mean) or gap.dof < 1 or math.isnan(gap.error):
+            words.append(Word("inconclusive", math.nan, math.nan, level))
+        else:
+            low, high = adjusted_interval(gap, level)
+            words.append(Word(read_word(low, high, margin), low, high, level))
+    return words
+
+
+def holm_decisions(
+    gaps: Sequence[PairedGap], alpha: float = 0.05, margin: float = EQUIVALENCE_MARGIN
+) -> list[str]:
+    """The words of :func:`holm_words` alone."""
+    return [w.word for w in holm_words(gaps, alpha, margin)]
