@@ -116,17 +116,24 @@ def format_campaign_table(rows: list[CampaignRow]) -> str:
     lines = [
         f"Holm over the declared family of {len(rows)} comparisons ({done} read, "
         f"{len(rows) - done} pending); gaps are rule - control in held-out validation loss "
-        "(negative: the rule ahead), intervals with seed and data order as crossed effects.",
+        "(negative: the rule ahead). Each word is read from the Holm-adjusted interval beside "
+        "it (win / loss: it excludes 0; equivalent: inside the margin; else inconclusive).",
         "",
-        "| point | rule | strongest control | gap, 95% interval | p | decision |",
-        "|---|---|---|---:|---:|---|",
+        "| point | rule | strongest control | gap | adjusted interval (the word's) | dof | p "
+        "| word |",
+        "|---|---|---|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         c = row.comparison
-        gap = row.gap.text() if row.gap else "—"
+        gap = f"{row.gap.mean:+.4f}" if row.gap else "—"
+        adjusted = row.decision.interval_text() or "—"
+        dof = str(row.gap.dof) if row.gap and row.gap.dof else "—"
         p = f"{row.gap.p:.3g}" if row.gap else "—"
         control = row.control or "/".join(c.controls)
-        lines.append(f"| {c.scope} | {c.rule} | {control} | {gap} | {p} | {row.decision.text()} |")
+        lines.append(
+            f"| {c.scope} | {c.rule} | {control} | {gap} | {adjusted} | {dof} | {p} | "
+            f"{row.decision.text()} |"
+        )
     return "\n".join(lines)
 
 
@@ -151,7 +158,10 @@ def format_lead_table(rows: list[CampaignRow]) -> str:
             elif row.gap is None:
                 row_cells.append(f"pending (vs {'/'.join(row.comparison.controls)})")
             else:
-                row_cells.append(f"{row.gap.text()} vs {row.control}: **{row.decision.text()}**")
+                row_cells.append(
+                    f"{row.gap.mean:+.4f} {row.decision.interval_text()} vs {row.control}: "
+                    f"**{row.decision.text()}**"
+                )
         lines.append(f"| {scope} | " + " | ".join(row_cells) + " |")
     return "\n".join(lines)
 
@@ -161,6 +171,15 @@ def later_stage_points(campaign: dict) -> list[str]:
     ``model/point``, in the declaration's order: the points a later stage runs."""
     scopes = [f"{e['model']}/{e['point']}" for e in campaign["points"]]
     return [scope for scope in scopes if scope not in campaign.get("first_stage", ())]
+
+
+# The words a campaign's tally counts, with their plurals.
+TALLY_WORDS = (
+    ("win", "wins"),
+    ("loss", "losses"),
+    ("equivalent", "equivalent"),
+    ("inconclusive", "inconclusive"),
+)
 
 
 def format_lead(rows: list[CampaignRow], declaration: Path) -> str:
@@ -174,19 +193,20 @@ def format_lead(rows: list[CampaignRow], declaration: Path) -> str:
     heldout = declared["heldout"].split(";")[0].split(" (")[0]
     done = [row for row in rows if row.gap is not None]
     caption = (
-        "Held-out validation loss, rule - strongest control (< 0: MARS ahead), 95% interval "
-        f"with seed and data order as crossed effects ({heldout}); each optimizer tuned by "
+        "Held-out validation loss, rule - strongest control (< 0: MARS ahead), each word read "
+        "from the Holm-adjusted interval beside it (seed and data order as crossed effects: "
+        f"{heldout}); each optimizer tuned by "
         f"{declared['trials']} trials of the {search} search, one selection seed a trial; Holm "
         f"over the {len(rows)} comparisons declared before the first run ({len(done)} read, "
         f"{len(rows) - len(done)} pending)."
     )
-    by_word: dict[str, list[str]] = {"win": [], "loss": [], "tie": []}
+    by_word: dict[str, list[str]] = {w: [] for w, _ in TALLY_WORDS}
     for row in done:
         by_word[row.decision.word].append(f"{row.comparison.rule} at {row.comparison.scope}")
     parts = []
-    for word, plural in (("win", "wins"), ("loss", "losses"), ("tie", "ties")):
+    for word, plural in TALLY_WORDS:
         named = by_word[word]
-        listed = f" ({'; '.join(named)})" if named and word != "tie" else ""
+        listed = f" ({'; '.join(named)})" if named and word != "inconclusive" else ""
         parts.append(f"{len(named)} {word if len(named) == 1 else plural}{listed}")
     pending = sorted({row.comparison.scope for row in rows if row.gap is None})
     tally = "Read so far: " if pending else "Read: "
@@ -194,7 +214,7 @@ def format_lead(rows: list[CampaignRow], declaration: Path) -> str:
     if pending:
         tally += (
             f"; pending: {len(rows) - len(done)} ({', '.join(pending)}); a provisional word "
-            "can only move from tie to a decision as the pending ones arrive."
+            "is read at a level the pending ones can only loosen."
         )
     else:
         tally += "."
@@ -299,8 +319,9 @@ def plot_campaign(rows: list[CampaignRow], out_path: Path, later: Sequence[str] 
                 axis.annotate("pending", (x, 0.0), textcoords="offset points", xytext=(0, 6),
                               ha="center", fontsize=7, color="grey")  # fmt: skip
                 continue
-            gap = row.gap
-            axis.errorbar(x, gap.mean, yerr=[[gap.mean - gap.low], [gap.high - gap.mean]],
+            gap, read = row.gap, row.decision
+            low, high = (gap.low, gap.high) if math.isnan(read.low) else (read.low, read.high)
+            axis.errorbar(x, gap.mean, yerr=[[gap.mean - low], [high - gap.mean]],
                           marker="o", capsize=3, color="C0")  # fmt: skip
             axis.annotate(f"{row.decision.text()}\nvs {row.control}", (x, gap.mean),
                           textcoords="offset points", xytext=(6, 0), ha="left", va="center",
