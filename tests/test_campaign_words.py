@@ -176,7 +176,7 @@ def test_the_lead_tallies_the_words_and_names_the_decisions_and_the_pending_poin
     rows = [
         _row("tiny/b64-4x", "mars-adamw", gap, "win", True),
         _row("tiny/b16-4x", "mars-adamw", PairedGap(0.02, 0.01, 0.03, 0.001, 12), "loss", True),
-        _row("tiny/b4-4x", "mars-adamw", PairedGap(0.0, -0.01, 0.01, 0.9, 12), "tie", True),
+        _row("tiny/b4-4x", "mars-adamw", PairedGap(0.0, -0.01, 0.01, 0.9, 12), "inconclusive", True),
         _row("tiny-w64/b64-4x", "mars-adamw", None, "pending", False),
     ]
     lead = format_lead(rows, declaration)
@@ -185,13 +185,13 @@ def test_the_lead_tallies_the_words_and_names_the_decisions_and_the_pending_poin
     assert "Holm over the 4 comparisons declared before the first run (3 read, 1 pending)" in lead
     assert lead.endswith(
         "Read so far: 1 win (mars-adamw at tiny/b64-4x), 1 loss (mars-adamw at tiny/b16-4x), "
-        "1 tie; pending: 1 (tiny-w64/b64-4x); a provisional word can only move from tie to a "
-        "decision as the pending ones arrive. Declared for later stages, not run: "
+        "0 equivalent, 1 inconclusive; pending: 1 (tiny-w64/b64-4x); a provisional word is read "
+        "at a level the pending ones can only loosen. Declared for later stages, not run: "
         "tiny/b128-4x, tiny-w64/b16-4x."
     )
     final = format_lead([rows[2]], declaration)
-    assert final.endswith("Read: 0 wins, 0 losses, 1 tie. Declared for later stages, not run: "
-                          "tiny/b128-4x, tiny-w64/b16-4x.")  # fmt: skip
+    assert final.endswith("Read: 0 wins, 0 losses, 0 equivalent, 1 inconclusive. Declared for "
+                          "later stages, not run: tiny/b128-4x, tiny-w64/b16-4x.")  # fmt: skip
 
 
 def test_results_carries_the_winners_each_report_stored():

@@ -28,19 +28,19 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def gap(mean: float, p: float) -> PairedGap:
-    return PairedGap(mean, mean - 0.01, mean + 0.01, p, 12)
+    return PairedGap(mean, mean - 0.01, mean + 0.01, p, 12, 0.0045, 11)
 
 
 def test_holm_runs_over_the_whole_family_and_pending_comparisons_make_the_rest_provisional():
     a, b, c = (Comparison("mars-adamw", ("nadamw",), s) for s in ("x", "y", "z"))
     # with three comparisons declared, p 0.02 is no win (0.02 > 0.05 / 3) even alone
     decided = decide([a, b, c], {a: gap(-0.01, 0.02)})
-    assert decided[a].word == "tie" and decided[a].provisional
+    assert decided[a].word == "inconclusive" and decided[a].provisional
     assert decided[b].word == decided[c].word == "pending"
     # a family of one would have called it a win: the declared family is what decides
     assert decide([a], {a: gap(-0.01, 0.02)})[a].word == "win"
     final = decide([a, b, c], {a: gap(-0.01, 0.001), b: gap(0.02, 0.01), c: gap(0.0, 0.9)})
-    assert [final[k].text() for k in (a, b, c)] == ["win", "loss", "tie"]
+    assert [final[k].text() for k in (a, b, c)] == ["win", "loss", "inconclusive"]
 
 
 def plan(optimizers: tuple[str, ...], tmp_path: Path, **settings) -> TunePlan:
@@ -118,7 +118,7 @@ def test_each_point_and_the_campaign_table_give_every_comparison_the_same_word(t
         )
         (folder / "tune.json").write_text(json.dumps(report_json(point, found, (), read)))
     rows = campaign_rows(path)
-    assert [row.decision.word for row in rows] == ["win", "tie"]
+    assert [row.decision.word for row in rows] == ["win", "inconclusive"]
     assert not any(row.decision.provisional for row in rows)
     last = json.loads((path.parent / "tiny" / "b16-4x" / "tune.json").read_text())["verdicts"]
     assert [v["decision"] for v in last] == [rows[1].decision.word]

@@ -150,14 +150,14 @@ def test_two_searches_pooled_take_each_optimizers_better_chosen_winner():
     source, (verdict,) = map_report.pooled_verdicts(first, second)  # fmt: skip
     assert source == {"muon": "first", "mars-shampoo": "second"}
     assert verdict.rule == "mars-shampoo" and verdict.control == "muon"
-    assert verdict.decision == "tie"
+    assert verdict.decision == "inconclusive"
     assert abs(verdict.gap.mean + 0.02) < 1e-12
     assert abs(verdict.gap.low - (-0.02 - 4.3027 * 0.0057735)) < 1e-4
     assert abs(verdict.gap.high - (-0.02 + 4.3027 * 0.0057735)) < 1e-4
     text = map_report.format_pooled(source, [verdict])
     assert "muon from the first, mars-shampoo from the second" in text
     assert "(seed x data order)" in text
-    assert "| mars-shampoo | muon | " in text and text.endswith("| tie |")
+    assert "| mars-shampoo | muon | " in text and text.endswith("| inconclusive |")
 
 
 def test_a_second_search_holds_where_its_crossed_interval_holds_zero():

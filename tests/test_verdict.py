@@ -43,11 +43,11 @@ def test_holm_rejects_step_down_and_stops_at_the_first_kept_hypothesis():
     gaps = [
         PairedGap(-0.02, 0, 0, 0.011, 6),  # first: 0.011 <= 0.0125, a win
         PairedGap(0.03, 0, 0, 0.016, 6),  # second: 0.016 <= 0.0167, a loss
-        PairedGap(-0.01, 0, 0, 0.03, 6),  # third: 0.03 > 0.025, kept: a tie
-        PairedGap(0.01, 0, 0, 0.031, 6),  # after the first kept one, a tie however small
+        PairedGap(-0.01, 0, 0, 0.03, 6),  # third: 0.03 > 0.025, kept: inconclusive
+        PairedGap(0.01, 0, 0, 0.031, 6),  # after the first kept one, kept however small
     ]
-    assert holm_decisions(gaps) == ["win", "loss", "tie", "tie"]
-    # unadjusted, the third would have been a win at 0.05: Holm is what makes it a tie
+    assert holm_decisions(gaps) == ["win", "loss", "inconclusive", "inconclusive"]
+    # unadjusted, the third would have been a win at 0.05: Holm is what keeps it
     assert holm_decisions(gaps[2:3]) == ["win"]
 
 

@@ -267,12 +267,16 @@ def holm_words(
     passed = sum(level is not None for level in levels)
     rest = alpha / (m - passed) if passed < m else alpha
     words = []
-    for gap, level in zip(gaps, levels, strict=True):
-        level = rest if level is None else level
+    for gap, step in zip(gaps, levels, strict=True):
+        level = rest if step is None else step
         if gap.pairs == 0:
             words.append(Word("pending", math.nan, math.nan, level))
-        elif not math.isfinite(gap.mean) or gap.dof < 1 or math.isnan(gap.error):
+        elif not math.isfinite(gap.mean):
             words.append(Word("inconclusive", math.nan, math.nan, level))
+        elif gap.dof < 1 or math.isnan(gap.error):
+            # read back without its error: a passed step still says its direction
+            word = "inconclusive" if step is None else ("win" if gap.mean < 0 else "loss")
+            words.append(Word(word, math.nan, math.nan, level))
         else:
             low, high = adjusted_interval(gap, level)
             words.append(Word(read_word(low, high, margin), low, high, level))
