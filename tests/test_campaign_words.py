@@ -176,7 +176,7 @@ def test_the_lead_tallies_the_words_and_names_the_decisions_and_the_pending_poin
     rows = [
         _row("tiny/b64-4x", "mars-adamw", gap, "win", True),
         _row("tiny/b16-4x", "mars-adamw", PairedGap(0.02, 0.01, 0.03, 0.001, 12), "loss", True),
-        _row("tiny/b4-4x", "mars-adamw", PairedGap(0.0, -0.01, 0.01, 0.9, 12), "inconclusive", True),
+        _row("tiny/b4-4x", "mars-adamw", PairedGap(0.0, -0.01, 0.01, 0.9, 12), "inconclusive", 1),
         _row("tiny-w64/b64-4x", "mars-adamw", None, "pending", False),
     ]
     lead = format_lead(rows, declaration)
