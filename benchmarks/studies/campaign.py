@@ -246,7 +246,10 @@ def check_declaration(name: str = CURRENT) -> dict[str, Any]:
     declaration = declaration_of(name)
     if not declaration.is_file():
         raise SystemExit(f"{declaration} is missing: run --declare and commit it before any run")
-    stored = json.loads(declaration.read_text())
+    try:
+        stored = json.loads(declaration.read_text())
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"{declaration}: not a campaign declaration ({error})") from None
     if stored != declared(name):
         raise SystemExit(
             f"{declaration} differs from the campaign this script declares: a declared "

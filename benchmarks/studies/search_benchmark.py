@@ -109,7 +109,7 @@ from torch_mars.train.study.space import (
     point_key,
     start_point,
 )
-from torch_mars.train.study.store import restore_journals, stored_study
+from torch_mars.train.study.store import refuse_link, restore_journals, stored_study
 from torch_mars.train.study.surface import SurfaceSearch3, SurfaceSearch6
 from torch_mars.train.study.tune import SEARCHES, plan_of_identity
 from torch_mars.train.study.verdict import (
@@ -871,7 +871,10 @@ def refinal_arguments(point: str, jobs: int) -> list[str]:
 
 def copy_study(landed: Path, folder: Path) -> None:
     """The landed journal ``landed`` (a ``study.log.gz``) into ``folder``, once (a folder that
-    already holds a journal is left as it is)."""
+    already holds a journal is left as it is; a link there is refused: nothing is written
+    through it)."""
+    for name in ("study.log", "study.log.gz"):
+        refuse_link(folder / name)
     if any((folder / f).is_file() for f in ("study.log", "study.log.gz")):
         return
     folder.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,16 +92,57 @@ def study_family(optimizers: Sequence[str]) -> list[Comparison]:
     return family
 
 
+# A control that is the rule itself without its correction (gamma = 0, lr re-profiled): the
+# correction's worth, a comparison campaign-4 declares at every point.
+WITHOUT_CORRECTION = "@gamma=0"
+
+
+def _check_comparison(index: int, comparison: Comparison, path: Path) -> None:
+    """Refuse a declared comparison whose rule is no MARS rule or whose control is neither a
+    same-cost control of it nor the rule without its correction."""
+    where = f"--family {path}: comparison {index + 1} ({comparison.key})"
+    if comparison.rule not in SAME_COST_CONTROLS:
+        raise ValueError(
+            f"{where} names the rule {comparison.rule!r}, not a MARS rule "
+            f"({', '.join(SAME_COST_CONTROLS)})"
+        )
+    allowed = (*SAME_COST_CONTROLS[comparison.rule], comparison.rule + WITHOUT_CORRECTION)
+    unknown = [c for c in comparison.controls if c not in allowed]
+    if unknown or not comparison.controls:
+        raise ValueError(
+            f"{where} names the control(s) {unknown or 'none'}; {comparison.rule}'s are "
+            f"{', '.join(allowed)}"
+        )
+
+
 def campaign_family(path: Path) -> list[Comparison]:
-    """The family a campaign's declaration file lists (its ``family``: scope, rule, controls)."""
+    """The family a campaign's declaration file lists (its ``family``: scope, rule, controls),
+    checked when read: the file a regular file of JSON, each rule a MARS rule and each control
+    one of its same-cost controls or itself without the correction, every error one line. A
+    comparison listed more than once counts once (Holm's family is a set), said on stderr."""
+    path = Path(path)
+    if not path.is_file():
+        kind = "missing" if not os.path.lexists(path) else "not a regular file (a FIFO, device, "
+        kind += "" if kind == "missing" else "folder or dangling link)"
+        raise ValueError(f"--family {path}: {kind}; a family is a JSON file")
     try:
-        declared = json.loads(Path(path).read_text())
-        return [
+        declared = json.loads(path.read_text())
+        entries = [
             Comparison(e["rule"], tuple(e["controls"]), f"{e['model']}/{e['point']}")
             for e in declared["family"]
         ]
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"--family {path}: not a campaign declaration ({error})") from error
+        raise ValueError(f"--family {path}: not a campaign declaration ({error})") from None
+    for index, comparison in enumerate(entries):
+        _check_comparison(index, comparison, path)
+    family = list(dict.fromkeys(entries))
+    if len(family) < len(entries):
+        twice = sorted({c.key for c in entries if entries.count(c) > 1})
+        print(
+            f"--family {path}: {'; '.join(twice)} listed more than once, counted once",
+            file=sys.stderr,
+        )
+    return family
 
 
 def scope_of(study_dir: Path, family_file: Path) -> str:

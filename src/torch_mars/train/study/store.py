@@ -57,6 +57,16 @@ class StorageError(ValueError):
     """A storage that cannot be opened or used, in one line naming it."""
 
 
+def refuse_link(path: Path, what: str = "a study's file") -> None:
+    """Refuse ``path`` where it is a symbolic link (followed or dangling): a study's files are
+    its own, and a link would make a study read, write or delete outside its folder."""
+    if os.path.islink(path):
+        raise StorageError(
+            f"{path} is a link (to {os.readlink(path)}): {what} must be a file of its own; "
+            "refused (nothing read or written through it)"
+        )
+
+
 def storage_url(spec: str | None, study_dir: Path) -> str:
     """The storage ``spec`` names, as a URL or ``journal:PATH`` (absolute paths)."""
     if not spec:
@@ -108,6 +118,10 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
     starts from that snapshot where ``create``: the study resumes rather than begins anew
     beside its own runs."""
     path = _file_of(url)
+    if path is not None:
+        refuse_link(path, "a study's storage")
+        if url.startswith(JOURNAL_PREFIX):
+            refuse_link(path.with_name(path.name + ".gz"), "a study's snapshot")
     if create and path is not None and url.startswith(JOURNAL_PREFIX):
         _restore_snapshot(path)
     if path is not None:
@@ -383,15 +397,28 @@ def snapshot_journals(folder: Path) -> list[Path]:
     for live in sorted(Path(folder).glob("**/study.log")):
         target = live.with_suffix(".log.gz")
         partial = target.with_suffix(".gz.partial")
+        for path in (live, target, partial):
+            refuse_link(path)
         with (
             live.open("rb") as source,
-            partial.open("wb") as raw,
+            _open_new(partial) as raw,
             gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed,
         ):
             shutil.copyfileobj(source, packed)
         partial.replace(target)
         written.append(target)
     return written
+
+
+def _open_new(path: Path) -> Any:
+    """``path`` opened for writing without following a link planted there (``O_NOFOLLOW``):
+    a link is refused, an old file of ours replaced."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        return os.fdopen(os.open(path, flags, 0o644), "wb")
+    except OSError as error:
+        refuse_link(path)
+        raise StorageError(f"{path}: {error.strerror}") from None
 
 
 def restore_journals(folder: Path) -> None:
@@ -405,6 +432,8 @@ def _restore_snapshot(live: Path) -> None:
     snapshot is there; written whole beside it, then linked into place, so that two workers
     restoring at once leave one whole journal and neither overwrites a live one."""
     snapshot = live.with_name(live.name + ".gz")
+    refuse_link(live, "a study's journal")
+    refuse_link(snapshot, "a study's snapshot")
     if live.exists() or not snapshot.is_file():
         return
     partial = live.with_name(f"{live.name}.restoring-{os.getpid()}")
@@ -439,6 +468,8 @@ def stored_study(study_dir: Path) -> tuple[list[FrozenTrial], dict[str, Any], li
     journal in ``study_dir`` or else its snapshot, through a temporary copy: neither is
     changed."""
     live = Path(study_dir) / "study.log"
+    refuse_link(live)
+    refuse_link(live.with_suffix(".log.gz"))
     with tempfile.TemporaryDirectory() as folder:
         copy = Path(folder) / "study.log"
         if live.is_file():
