@@ -50,6 +50,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--finalists": ["2", "--final-seeds", "9"],  # each needs the other
     "--final-seeds": ["9", "--finalists", "2"],
     "--final-data-seeds": ["7", "8"],
+    "--pairs": ["1000:1000", "1001:1001"],
     "--order-seed": ["1"],
     "--search": ["lr-profiled"],
     "--fixed": ["weight_decay=0.05"],

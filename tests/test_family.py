@@ -21,14 +21,16 @@ from torch_mars.train.study.tune_report import (
     sibling_gaps,
     verdicts,
 )
-from torch_mars.train.study.verdict import PairedGap
+from torch_mars.train.study.verdict import PairedGap, student_t_quantile
 from torch_mars.train.trainer import TrainConfig
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def gap(mean: float, p: float) -> PairedGap:
-    return PairedGap(mean, mean - 0.01, mean + 0.01, p, 12, 0.0045, 11)
+    """A gap on 12 pairs whose standard error agrees with its p value."""
+    error = abs(mean) / student_t_quantile(p, 11) if mean else 0.0045
+    return PairedGap(mean, mean - 0.01, mean + 0.01, p, 12, error, 11)
 
 
 def test_holm_runs_over_the_whole_family_and_pending_comparisons_make_the_rest_provisional():

@@ -116,7 +116,7 @@ def test_the_map_table_gives_each_points_runs_and_run_hours():
            "interval": [-0.0166, 0.0008], "p": 0.0676, "pairs": 6,
            "trials": {"nadamw": 40, "mars-adamw": 40}, "runs": 630, "hours": 4.41}  # fmt: skip
     (line,) = map_report.format_map([row]).splitlines()[2:]
-    assert line.endswith("| tie | 40 | 630 (4.4) |")
+    assert line.endswith("| inconclusive | 40 | 630 (4.4) |")
 
 
 def _outcome(name, winner, finals, finished=True, selection=(1.7, 1.7)):

@@ -52,7 +52,7 @@ def test_a_finished_study_reads_back_without_its_function(tmp_path):
     )  # seeds 1, 2
     assert isinstance(loaded.winners["mars-adamw"]["betas"], tuple)
     assert loaded.answer == ran.answer and loaded.answer.startswith("**Answer** (1 trial each")
-    assert "- neither mars-adamw nor adamw beat the other" in loaded.answer  # one verdict
+    assert "- mars-adamw and adamw equivalent (within the margin)" in loaded.answer  # one verdict
 
 
 def test_a_verdict_with_one_held_out_pair_is_refused_before_any_run(tmp_path):

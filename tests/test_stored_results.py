@@ -60,7 +60,12 @@ def test_the_stored_results_stay_small():
     more (0.17 MB), which, with the second model's point grown to its end, takes the total past
     the 8 MB it had been held to: 8.5 MB. Then the sixth search design's screen (its table)
     and its two paired studies (five files each, copies of campaign-3's journals with the few
-    runs it added), the second model's figure: 527."""
+    runs it added), the second model's figure: 527. Then campaign-4's declaration, the CPU
+    default path's three step tables and the verdict design's page: 532; and room for
+    campaign-4's eleven points (five files each, journals, reports and figures) and its
+    verdicts, state and map: 600."""
     files = tracked("benchmarks/results")
-    assert len(files) <= 527
-    assert sum((ROOT / f).stat().st_size for f in files) <= 8_500_000
+    assert len(files) <= 600
+    # 8.5 MB until campaign-4: its eleven journals (each point's finalists on six seeds and
+    # pairs up to 64) are given 2.5 MB more
+    assert sum((ROOT / f).stat().st_size for f in files) <= 11_000_000

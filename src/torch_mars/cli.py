@@ -1579,6 +1579,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as error:
         print(f"torch-mars {' '.join(command.words)}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # a study's finished runs are stored as they finish; what was training is lost
+        hint = " (a study: the same command resumes it)" if command.words[0] == "tune" else ""
+        print(f"\ntorch-mars {' '.join(command.words)}: interrupted{hint}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

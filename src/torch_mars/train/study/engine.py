@@ -378,10 +378,13 @@ def failed_runs(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, str]:
 
 
 def nothing_trained(trials: Sequence[optuna.trial.FrozenTrial]) -> str | None:
-    """A line saying that no run of the study finished (every one failed, with the first
-    message), or None where one did."""
-    if any(t.state == TrialState.COMPLETE for t in trials):
+    """A line saying that no run of the study finished with a number (every one failed, with the
+    first message, or diverged), or None where one did."""
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    if any(t.user_attrs.get("final") is not None for t in complete):
         return None
+    if complete and not failed_runs(trials):
+        return f"no run finished with a number: all {len(complete)} diverged (NaN or inf)"
     failed = failed_runs(trials)
     first = next(iter(failed.values()), None)
     if first is None:

@@ -136,6 +136,44 @@ class OptimizerOutcome:
         far = sum(abs(v - middle) > 3 * spread for v in finals) if spread else 0
         return worst, far
 
+    def heldout_states(self, pairs: Sequence[tuple[int, int]]) -> list[str]:
+        """Each held-out run's state: ``finished``, ``diverged`` (finished, not finite),
+        ``failed`` (raised; scored worst and not retried) or ``waiting`` (not trained yet)."""
+        if not self.winner:
+            return ["waiting"] * len(pairs)
+        key = point_key(self.winner)
+        states = []
+        for (seed, data), value in zip(pairs, self.heldout_finals, strict=True):
+            run = (self.optimizer, key, seed, data)
+            if run in self.failures:
+                states.append("failed")
+            elif math.isfinite(value):
+                states.append("finished")
+            elif run in self.runs:
+                states.append("diverged")
+            else:
+                states.append("waiting")
+        return states
+
+    def lost_text(self, pairs: Sequence[tuple[int, int]]) -> str:
+        """The held-out runs this winner lost, named: ``1 diverged (seed 3, data order 1); 1
+        failed (seed 4, data order 2: RuntimeError ...)``; empty where none."""
+        states = self.heldout_states(pairs)
+        key = point_key(self.winner) if self.winner else ""
+        parts = []
+        for state in ("diverged", "failed"):
+            named = []
+            for (seed, data), s in zip(pairs, states, strict=True):
+                if s != state:
+                    continue
+                message = self.failures.get((self.optimizer, key, seed, data))
+                named.append(
+                    f"seed {seed}, data order {data}" + (f": {message}" if message else "")
+                )
+            if named:
+                parts.append(f"{len(named)} {state} ({'; '.join(named)})")
+        return "; ".join(parts)
+
     @property
     def heldout_complete(self) -> bool:
         return bool(self.heldout_finals) and not any(math.isnan(v) for v in self.heldout_finals)
@@ -397,9 +435,14 @@ def format_tune_table(
     for o in ranked:
         progress = progress_label(o.finished, len(o.trial_scores))
         status = f" ({progress})" if progress else ""
+        states = o.heldout_states(sel.heldout_pairs())
+        lost = sum(state in ("diverged", "failed") for state in states)
+        note = (
+            f" ({lost} of {len(states)} lost: diverged or failed, not in this mean)" if lost else ""
+        )
         lines.append(
             f"| {o.optimizer}{status} | {len(o.trial_scores)} | "
-            f"{mean_std_text(o.heldout_finals)} | {mean_std_text(o.selection_finals)} | "
+            f"{mean_std_text(o.heldout_finals)}{note} | {mean_std_text(o.selection_finals)} | "
             f"{o.moved_text} |"
         )
     lines += [
@@ -452,9 +495,24 @@ def answer_sentences(
         f"{plan.trials} trial{plural} each, {len(plan.selection.heldout_pairs())} held-out runs"
     )
     read = [o for o in ranked if not math.isnan(o.heldout_mean)]
+    pairs = plan.selection.heldout_pairs()
     if len(read) < len(ranked) or not read:
-        waiting = ", ".join(o.optimizer for o in ranked if o not in read)
-        return [f"**Answer:** not yet: {waiting} still without every held-out run ({budget})."]
+        waiting = [
+            o.optimizer for o in ranked if not o.finished or "waiting" in o.heldout_states(pairs)
+        ]
+        if waiting:
+            return [
+                f"**Answer:** not yet: {', '.join(waiting)} still without every held-out run "
+                f"({budget}); the same command resumes."
+            ]
+        lost = [
+            f"{o.optimizer}'s winner lost {o.lost_text(pairs)}" for o in ranked if o not in read
+        ]
+        return [
+            f"**Answer:** none: the study has finished ({budget}) and no verdict is read from "
+            f"a winner that lost held-out runs: {'; '.join(lost)}. A failed run scores its "
+            "point worst and is not trained again; a diverged run is a result of its setting."
+        ]
     best, *rest = read
     negated = getattr(plan.base, "direction", "minimize") == "maximize"
     quantity = "held-out mean of the score negated" if negated else "held-out mean"
