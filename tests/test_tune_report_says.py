@@ -67,7 +67,7 @@ def test_the_report_answers_first_in_a_sentence_per_comparison():
     assert won[1].endswith("held out, **win**.")
     tied = format_tune_table(PLAN, [nadamw, level]).split("\n")[1]
     assert tied.startswith("- mars-adamw and nadamw equivalent (within the margin)")
-    assert "**equivalent**" in tied and " at 95.00%, 3 dof held out" in tied  # crossed: Satterthwaite
+    assert "**equivalent**" in tied and " at 95.00%, 3 dof held out" in tied  # crossed
     waiting = scored("nadamw", [2.0] * 11 + [float("nan")])
     assert format_tune_table(PLAN, [waiting, ahead]).startswith(
         "**Answer:** not yet: nadamw still without every held-out run"
