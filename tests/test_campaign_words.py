@@ -120,7 +120,8 @@ def test_the_lead_table_gives_each_point_a_row_and_each_comparison_its_gap_and_w
         if row.gap is None:
             assert f"pending (vs {'/'.join(row.comparison.controls)})" in line
         else:
-            assert f"{row.gap.text()} vs {row.control}: **{row.decision.text()}**" in line
+            read = f"{row.gap.mean:+.4f} {row.decision.interval_text()}"
+            assert f"{read} vs {row.control}: **{row.decision.text()}**" in line
 
 
 def _lead_of(text: str, stop: str) -> str:
@@ -181,7 +182,10 @@ def test_the_lead_tallies_the_words_and_names_the_decisions_and_the_pending_poin
     ]
     lead = format_lead(rows, declaration)
     assert lead.startswith("Held-out validation loss")
-    assert "(seeds 3-6 x data orders 1-3)" in lead and "40 trials of the surface-3 search" in lead
+    assert (
+        "crossed effects: seeds 3-6 x data orders 1-3)" in lead
+        and "40 trials of the surface-3 search" in lead
+    )
     assert "Holm over the 4 comparisons declared before the first run (3 read, 1 pending)" in lead
     assert lead.endswith(
         "Read so far: 1 win (mars-adamw at tiny/b64-4x), 1 loss (mars-adamw at tiny/b16-4x), "
