@@ -75,13 +75,18 @@ def stored_verdicts(
         report = Path(root) / comparison.scope / "tune.json"
         if comparison.scope == skip_scope or not report.is_file():
             continue
-        stored = json.loads(report.read_text())
+        try:
+            stored = json.loads(report.read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{report}: not a study's report ({error})") from None
         finals = {
             o["optimizer"]: (o.get("heldout_finals") or [], o.get("heldout_pairs") or [])
             for o in stored.get("optimizers", [])
         }
         for entry in stored.get("verdicts", []):
-            if entry["rule"] != comparison.rule or not entry.get("pairs"):
+            if not isinstance(entry, dict) or entry.get("rule") != comparison.rule:
+                continue
+            if not entry.get("pairs"):
                 continue
             rule_finals, pairs = finals.get(entry["rule"], ([], []))
             control_finals, _ = finals.get(entry["control"], ([], []))
@@ -92,9 +97,22 @@ def stored_verdicts(
             if usable:
                 gap = gap_of_pairs(rule_finals, control_finals, [tuple(p) for p in pairs])
             else:
-                gap = PairedGap(entry["gap"], *entry["interval"], entry["p"], entry["pairs"])
+                gap = _stored_gap(report, entry)
             read[comparison] = (gap, entry["control"])
     return read
+
+
+def _stored_gap(report: Path, entry: dict) -> PairedGap:
+    """A verdict entry's gap as its report stored it, each field checked (one line naming the
+    file and the field where one is missing or not a number)."""
+    for field in ("gap", "interval", "p", "pairs", "control"):
+        if field not in entry:
+            raise ValueError(f"{report}: a verdict without its {field!r}")
+    low_high = entry["interval"]
+    numbers = [entry["gap"], entry["p"], *(low_high if isinstance(low_high, list) else [None])]
+    if len(numbers) != 4 or not all(isinstance(v, int | float) for v in numbers):
+        raise ValueError(f"{report}: a verdict whose gap, interval or p is not numbers")
+    return PairedGap(entry["gap"], *low_high, entry["p"], int(entry["pairs"]))
 
 
 def campaign_rows(declaration: Path) -> list[CampaignRow]:

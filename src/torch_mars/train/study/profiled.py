@@ -296,8 +296,34 @@ class ProfiledSearch:
         random.Random(self.order_seed + 1).shuffle(pairs)
         while True:
             self._rounds(results, state, others)
-            if self._capped(state) or not self._pair_move(results, state, pairs):
+            if self._capped(state):
                 return
+            if not self._pair_move(results, state, pairs):
+                self._spend_on_lr(results, state)
+                return
+
+    def _spend_on_lr(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
+        """Where no move of another dimension is left (every one fixed, or all tried), the
+        trials left go to the lr of the best setting: one ladder step beyond the lrs it was
+        scored at, on the side of its best lr first, then the other, until the trials are
+        spent or the ladder ends both ways. A search never stops with trials unspent while an
+        lr is left to read (an lr at the edge of what was tried is no optimum)."""
+        while not self._capped(state):
+            best = state.point
+            setting = {d: v for d, v in best.items() if d != "lr"}
+            tried = sorted(
+                p["lr"]
+                for p, _ in state.trials
+                if {d: v for d, v in p.items() if d != "lr"} == setting
+            )
+            low, high = tried[0] - 1, tried[-1] + 1
+            near_low = best["lr"] - tried[0] <= tried[-1] - best["lr"]
+            sides = [low, high] if near_low else [high, low]
+            options = [j for j in sides if LADDERS["lr"].has(j)]
+            if not options:
+                return
+            self.score_points(results, state, [{**best, "lr": options[0]}])
+            state.rounds += 1
 
     def _capped(self, state: ProfiledState) -> bool:
         return self.max_rounds is not None and state.rounds >= self.max_rounds

@@ -30,10 +30,10 @@ import optuna
 from optuna.trial import TrialState
 
 from torch_mars.train.study.store import (
-    OWNER_ATTR,
     RunId,
     load_study,
     open_storage,
+    owner_of,
     run_of,
     stored_study,
     study_names,
@@ -129,7 +129,7 @@ def donated_run(
         trial = _donor_trials(folder, wanted).get(run)
         if trial is None or trial.params != dict(params):
             continue
-        owner = trial.system_attrs.get(OWNER_ATTR) or {}
+        owner = owner_of(trial)
         if any(owner.get(k) != trainer[k] for k in trainer):
             continue
         if needs_curve and "curve" not in trial.user_attrs:

@@ -301,6 +301,20 @@ def create_claimed_trial(
     return optuna.Trial(study, trial_id)
 
 
+def owner_of(trial: FrozenTrial) -> dict[str, Any]:
+    """The owner record of ``trial`` (empty where it has none); one that is not a record was
+    edited outside tune, said in one line."""
+    owner = trial.system_attrs.get(OWNER_ATTR)
+    if owner is None:
+        return {}
+    if not isinstance(owner, dict):
+        raise ValueError(
+            f"trial {trial.number} of the study stores its owner record as {owner!r}, not a "
+            "record: the study's data were changed outside tune"
+        )
+    return owner
+
+
 def run_of(trial: FrozenTrial) -> RunId | None:
     """The run a trial trained (None for a trial of no run)."""
     attrs = trial.user_attrs
@@ -475,10 +489,23 @@ def stored_study(study_dir: Path) -> tuple[list[FrozenTrial], dict[str, Any], li
         if live.is_file():
             shutil.copyfile(live, copy)
         else:
-            with gzip.open(live.with_suffix(".log.gz"), "rb") as packed, copy.open("wb") as out:
-                shutil.copyfileobj(packed, out)
+            snapshot = live.with_suffix(".log.gz")
+            try:
+                with gzip.open(snapshot, "rb") as packed, copy.open("wb") as out:
+                    shutil.copyfileobj(packed, out)
+            except (OSError, EOFError) as error:
+                raise StorageError(
+                    f"{snapshot}: not a study's snapshot ({_first_line(error)})"
+                ) from None
         storage = open_storage(f"journal:{copy}", create=False)
-        (name,) = study_names(storage)
-        study = load_study(storage, name)
-        history = list(study.user_attrs.get(PROTOCOL_HISTORY_ATTR, []))
-        return study.get_trials(deepcopy=False), study.user_attrs["identity"], history
+        names = study_names(storage)
+        if len(names) != 1:
+            raise StorageError(f"{study_dir}: its journal holds {len(names)} studies, not one")
+        study = load_study(storage, names.pop())
+        identity = study.user_attrs.get("identity")
+        if not isinstance(identity, dict):
+            raise StorageError(f"{study_dir}: its study stores no identity (not a tune study)")
+        history = study.user_attrs.get(PROTOCOL_HISTORY_ATTR, [])
+        if not isinstance(history, list):
+            raise StorageError(f"{study_dir}: its stored protocol_history is not a list")
+        return study.get_trials(deepcopy=False), identity, list(history)

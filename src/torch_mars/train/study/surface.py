@@ -185,6 +185,7 @@ class SurfaceSearch(ProfiledSearch):
             surface = self._fit(state)
             chosen = follow or self._next_step(surface, state.point, profiled)
             if chosen is None:
+                self._spend_on_lr(results, state)
                 return
             profiled.add(self._setting_key(chosen))
             state.rounds += 1

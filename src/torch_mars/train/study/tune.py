@@ -323,6 +323,13 @@ def stored_starts(
     dropped an optimizer dropped its starts from the identity; the optimizer taken up again
     must resume from them, not from the defaults of the day."""
     recorded: dict[str, tuple[Point, ...]] = {}
+    if not isinstance(history, Sequence) or not all(
+        isinstance(past, dict) and isinstance(past.get("protocol"), dict) for past in history
+    ):
+        raise ValueError(
+            "the study's stored protocol_history is not a list of protocols: the study's data "
+            "were changed outside tune"
+        )
     for starts in [past["protocol"].get("starts") for past in history] + [
         identity["search"].get("starts")
     ]:
@@ -362,10 +369,28 @@ def wanted_family(plan: TunePlan) -> tuple[list[Comparison], str]:
 def declared_family(study: optuna.Study, plan: TunePlan) -> tuple[list[Comparison], str]:
     """The family ``study`` declared (stored when it opened for its first run), or, for a study
     from before families were declared, the one ``plan`` declares."""
+    stored = stored_family(study)
+    return wanted_family(plan) if stored is None else stored
+
+
+def stored_family(study: optuna.Study) -> tuple[list[Comparison], str] | None:
+    """The family and scope ``study`` stored when it opened for its first run (None where it
+    stored none), checked: one that is not a declared family was edited outside tune."""
     stored = study.user_attrs.get(FAMILY_ATTR)
     if stored is None:
-        return wanted_family(plan)
-    return [Comparison.of_record(r) for r in stored["family"]], stored["scope"]
+        return None
+    try:
+        family = [Comparison.of_record(r) for r in stored["family"]]
+        if not isinstance(stored["scope"], str) or not all(
+            isinstance(c.rule, str) and all(isinstance(x, str) for x in c.controls) for c in family
+        ):
+            raise TypeError("not text")
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ValueError(
+            f"the study's stored {FAMILY_ATTR} is not a declared family ({error}): the study's "
+            "data were changed outside tune"
+        ) from None
+    return family, stored["scope"]
 
 
 def declare_family(study: optuna.Study, plan: TunePlan) -> None:
@@ -373,12 +398,10 @@ def declare_family(study: optuna.Study, plan: TunePlan) -> None:
     keeps it, and a plan that would add a comparison to it is refused. A study with runs from
     before families were declared takes its family now, over every optimizer it has runs of,
     and says so on stderr."""
-    stored = study.user_attrs.get(FAMILY_ATTR)
+    stored = stored_family(study)
     if stored is not None:
-        declared = [Comparison.of_record(r) for r in stored["family"]]
-        mine = [
-            dataclasses.replace(c, scope=stored["scope"]) for c in study_family(plan.optimizers)
-        ]
+        declared, scope = stored
+        mine = [dataclasses.replace(c, scope=scope) for c in study_family(plan.optimizers)]
         check_holds(declared, mine, plan.study_name)
         return
     family, scope = wanted_family(plan)

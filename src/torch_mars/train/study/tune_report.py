@@ -23,7 +23,6 @@ from torch_mars.train.compare import mean_std_text
 from torch_mars.train.study.campaign import stored_verdicts
 from torch_mars.train.study.curves import best_so_far, expected_best_curve
 from torch_mars.train.study.engine import (
-    OWNER_ATTR,
     AskedFor,
     RunId,
     failed_runs,
@@ -52,6 +51,7 @@ from torch_mars.train.study.space import (
     point_key,
     values_of,
 )
+from torch_mars.train.study.store import owner_of
 from torch_mars.train.study.tune import (
     DEFAULT_SEARCH,
     SEARCHES,
@@ -264,9 +264,9 @@ def machines_of(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, str]:
     """The machine each finished run trained on: its owner record's device."""
     machines = {}
     for trial in trials:
-        owner, run = trial.system_attrs.get(OWNER_ATTR), run_of(trial)
-        if trial.state == optuna.trial.TrialState.COMPLETE and run and isinstance(owner, dict):
-            device = owner.get("device")
+        run = run_of(trial)
+        if trial.state == optuna.trial.TrialState.COMPLETE and run:
+            device = owner_of(trial).get("device")
             machines[run] = device if isinstance(device, str) else ""
     return machines
 
@@ -282,7 +282,19 @@ def curves_of(
         if not isinstance(curve, dict) or run is None or metric not in curve.get("columns", []):
             continue
         at = curve["columns"].index(metric)
-        points = [(row[0], row[at]) for row in curve.get("rows", []) if row[at] is not None]
+        rows = curve.get("rows", [])
+        numeric = (int, float)
+        if not isinstance(rows, list) or not all(
+            isinstance(row, list)
+            and len(row) == len(curve["columns"])
+            and all(v is None or isinstance(v, numeric) for v in row)
+            for row in rows
+        ):
+            raise ValueError(
+                f"trial {trial.number} of the study stores a curve whose rows are not rows of "
+                f"{len(curve['columns'])} numbers: the study's data were changed outside tune"
+            )
+        points = [(row[0], row[at]) for row in rows if row[at] is not None]
         curves[run] = sorted(points)
     return curves
 
@@ -926,12 +938,11 @@ def run_cost(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[str, dict[str, 
 
     runs: dict[str, list[optuna.trial.FrozenTrial]] = collections.defaultdict(list)
     for trial in trained_runs(trials):
-        owner = trial.system_attrs.get(OWNER_ATTR) or {}
-        runs[owner.get("device", "not recorded")].append(trial)
+        runs[owner_of(trial).get("device", "not recorded")].append(trial)
     cost = {}
     for device, done in sorted(runs.items(), key=lambda item: -len(item[1])):
         seconds = math.fsum(run_seconds(t) for t in done)
-        threads = {str((t.system_attrs.get(OWNER_ATTR) or {}).get("threads", "?")) for t in done}
+        threads = {str(owner_of(t).get("threads", "?")) for t in done}
         cost[device] = {"runs": len(done), "hours": seconds / 3600, "threads": sorted(threads)}
     return cost
 
