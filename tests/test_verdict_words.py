@@ -164,3 +164,12 @@ def test_the_verdict_bias_is_the_searches_shortfall_difference_on_a_toy():
     # the rule's search found its best; the control's stopped 0.013 short of a better setting
     assert verdict_bias(1.730, 1.730, 1.760, 1.747) == pytest.approx(-0.013)
     assert verdict_bias(1.74, 1.73, 1.75, 1.75) == pytest.approx(0.01)
+
+
+def test_each_sides_diverged_runs_on_the_pairs_are_counted_beside_the_word():
+    pairs = [(1000 + k, 2000 + k) for k in range(5)]
+    rule = _outcome("mars-adamw", [1.70, 1.71, 1.69, 1.84, 1.70], ["epyc"] * 5)  # one blew up
+    control = _outcome("nadamw", [1.72, 1.72, 1.71, 1.72, 1.73], ["epyc"] * 5)
+    (verdict,) = verdicts([rule, control], pairs=pairs)
+    assert verdict.diverged == (1, 0)
+    assert verdict.gap.pairs == 5  # counted, never dropped from the mean

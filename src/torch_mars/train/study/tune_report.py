@@ -36,7 +36,7 @@ from torch_mars.train.study.family import (
     family_records,
     study_family,
 )
-from torch_mars.train.study.pairs import same_machine
+from torch_mars.train.study.pairs import diverged, same_machine
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.reuse import COPIED_ATTR
 from torch_mars.train.study.selection import Selection
@@ -325,6 +325,8 @@ class Verdict:
     low: float = math.nan
     high: float = math.nan
     level: float = math.nan
+    # each side's diverged runs on the pairs read (:func:`~.pairs.diverged`)
+    diverged: tuple[int, int] = (0, 0)
 
     @property
     def decision_text(self) -> str:
@@ -368,6 +370,7 @@ def verdicts(
         family = mine
     gaps: dict[Comparison, PairedGap] = dict(others or {})
     controls: dict[Comparison, str] = {}
+    lost: dict[Comparison, tuple[int, int]] = {}
     for comparison in mine:
         ran = [by_name[c] for c in comparison.controls if c in by_name]
         if comparison.rule not in by_name or len(ran) < len(comparison.controls):
@@ -388,6 +391,7 @@ def verdicts(
             if len(rule_finals) < 2:
                 continue
         gaps[comparison] = gap_of_pairs(rule_finals, control_finals, read_pairs)
+        lost[comparison] = (len(diverged(rule_finals)), len(diverged(control_finals)))
         controls[comparison] = control.optimizer
     decided = decide(family, gaps, alpha)
     return [
@@ -400,6 +404,7 @@ def verdicts(
             decided[c].low,
             decided[c].high,
             decided[c].level,
+            lost[c],
         )
         for c in mine
         if c in controls
@@ -468,11 +473,12 @@ def format_tune_table(
         lines += [
             "",
             "| rule | strongest control | gap, Holm-adjusted interval (the word's) | p | "
-            "word (declared family) |",
-            "|---|---|---:|---:|---|",
+            "word (declared family) | diverged runs (rule, control) |",
+            "|---|---|---:|---:|---|---:|",
         ]
         lines += [
-            f"| {v.rule} | {v.control} | {v.interval_text()} | {v.gap.p:.3g} | {v.decision_text} |"
+            f"| {v.rule} | {v.control} | {v.interval_text()} | {v.gap.p:.3g} | "
+            f"{v.decision_text} | {v.diverged[0]}, {v.diverged[1]} |"
             for v in found_verdicts
         ]
     rows = [k for k in CURVE_ROWS if k <= plan.trials]
@@ -821,6 +827,7 @@ def report_json(
                 "dof": v.gap.dof,
                 "adjusted_interval": [number(v.low), number(v.high)],
                 "level": number(v.level),
+                "diverged": list(v.diverged),
                 "decision": v.decision,
                 "provisional": v.provisional,
             }
