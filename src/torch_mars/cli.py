@@ -750,7 +750,9 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "journal:PATH, shared by workers on other machines (default: OUT_DIR/NAME/study.db)",
     )
     group.add_argument(
-        "--name", type=_study_name, default="tune", help="study name, and its folder's"
+        "--name",
+        type=_study_name,
+        help="study name, and its folder's (default: tune; with --objective M:F, M.F)",
     )
     group.add_argument("--out-dir", type=_folder, default=Path("runs"))
     group.add_argument(
@@ -863,6 +865,10 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
     from torch_mars.train.study.reuse import check_donors
     from torch_mars.train.study.tune import TunePlan
 
+    if args.name is None:
+        from torch_mars.train.study.objective import default_study_name
+
+        args.name = default_study_name(args.objective) if args.objective else "tune"
     folder = args.out_dir / args.name
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--out-dir/--name: {folder} is a file, not a folder")

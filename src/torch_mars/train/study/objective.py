@@ -27,6 +27,7 @@ import json
 import math
 import numbers
 import os
+import re
 import statistics
 import sys
 import time
@@ -191,6 +192,15 @@ def function_path(function: Callable[..., Any]) -> str:
         if main_file:
             module = Path(main_file).stem
     return f"{module}:{function.__qualname__}"
+
+
+def default_study_name(path: str) -> str:
+    """The study name a training function gets unless given one: its module's last part and
+    its name, ``digits_cnn.train`` for ``examples.digits_cnn:train``, so that two functions
+    named alike in two modules never share a study folder."""
+    module, _, function = path.partition(":")
+    name = f"{module.rsplit('.', 1)[-1]}.{function}"
+    return re.sub(r"[^A-Za-z0-9_.=+-]", "_", name).lstrip(".-")[:100] or "study"
 
 
 def number_of(value: Any) -> float:
@@ -411,8 +421,9 @@ def tune(
     donors = check_donors(tuple(Path(folder) for folder in reuse_runs))
     _GIVEN[path] = train
     base = ObjectiveConfig(objective=path, model=defaults, direction=direction, version=version)
-    check_study_name(name or train.__name__)
-    folder = Path(os.path.abspath(out_dir)) / (name or train.__name__)  # paths stay absolute
+    name = name or default_study_name(path)
+    check_study_name(name)
+    folder = Path(os.path.abspath(out_dir)) / name  # paths stay absolute
     selection = protocol_selection(
         seeds,
         heldout_seeds,
@@ -433,7 +444,7 @@ def tune(
         fixed=check_fixed(fixed or {}, tuple(optimizers)),
         ladders=check_ladders(ladders or {}, tuple(optimizers)),
         storage=storage,
-        study_name=name or train.__name__,
+        study_name=name,
         jobs=jobs,
         reuse=donors,
     )
