@@ -223,11 +223,11 @@ def test_a_script_run_as_main_records_its_file_so_the_study_reopens(tmp_path, mo
     )
     assert done.returncode == 0, done.stderr[-2000:]
     monkeypatch.chdir(tmp_path)
-    loaded = torch_mars.load_study(tmp_path / "o" / "train")
+    loaded = torch_mars.load_study(tmp_path / "o" / "my_script.train")
     assert loaded.winners["adamw"]
     from torch_mars.cli import main
 
     args = ["tune", "--objective", "my_script:train", "--optimizers", "adamw", "--trials", "1"]
     args += ["--seeds", "0", "--heldout-seeds", "1", "--heldout-data-seeds", "1"]
-    args += ["--finalists", "0", "--out-dir", "o", "--name", "train", "--report"]
+    args += ["--finalists", "0", "--out-dir", "o", "--report"]  # the same default name
     assert main(args) == 0  # the script's study, reopened from the command line

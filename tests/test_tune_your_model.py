@@ -40,7 +40,7 @@ def test_tune_on_a_plain_loop_gives_equal_trials_and_reads_winners_on_new_data(t
         out_dir=tmp_path,
         **{**SMALL, "finalists": 2, "final_seeds": (5,)},
     )
-    report = json.loads((tmp_path / "train" / "tune.json").read_text())
+    report = json.loads((tmp_path / "plain_loop.train" / "tune.json").read_text())
     assert [o["trials"] for o in report["optimizers"]] == [2, 2]
     assert [len(o["finalists"]) for o in report["optimizers"]] == [2, 2]
     assert all(len(o["selection_finals"]) == 2 for o in report["optimizers"])  # seeds 0 and 5
@@ -50,7 +50,7 @@ def test_tune_on_a_plain_loop_gives_equal_trials_and_reads_winners_on_new_data(t
     assert verdict["rule"] == "mars-adamw" and verdict["control"] == "adamw"
     assert set(result.winners) == {"adamw", "mars-adamw"}
     assert "gamma" in result.winners["mars-adamw"]
-    assert tmp_path / "train" / "summary.md" in result.paths
+    assert tmp_path / "plain_loop.train" / "summary.md" in result.paths
     assert "| mars-adamw |" in result.table or "| adamw |" in result.table
     # the bar counts every run against the plan: (2 trials + 2 finalists + 2 held out) x 2
     assert "12/12" in capsys.readouterr().err
@@ -61,7 +61,7 @@ def test_progress_false_hides_the_bar(tmp_path, capsys):
     torch_mars.tune(
         example("plain_loop").train, ["adamw"], out_dir=tmp_path, progress=False, **small
     )
-    assert "tune train" not in capsys.readouterr().err
+    assert "tune plain_loop.train" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["hf_trainer", "lightning_module"])
@@ -70,7 +70,7 @@ def test_the_examples_where_users_already_train_run(tmp_path, name):
     result = torch_mars.tune(
         example(name).train, optimizers=["adamw", "mars-adamw"], out_dir=tmp_path, **SMALL
     )
-    report = json.loads((tmp_path / "train" / "tune.json").read_text())
+    report = json.loads((tmp_path / f"{name}.train" / "tune.json").read_text())
     assert [o["trials"] for o in report["optimizers"]] == [2, 2]
     assert all(v is not None for o in report["optimizers"] for v in o["heldout_finals"])
     assert result.verdicts
@@ -87,7 +87,7 @@ def test_a_library_model_at_a_quick_budget_has_every_dimension_tuned(tmp_path):
         library_vit.train, ["adamw", "mars-adamw"], trials=12, out_dir=tmp_path,
         progress=False, **quick,
     )  # fmt: skip
-    report = json.loads((tmp_path / "train" / "tune.json").read_text())
+    report = json.loads((tmp_path / "library_vit.train" / "tune.json").read_text())
     for entry in report["optimizers"]:
         assert entry["trials"] == 12
         assert set(entry["moved"]) == set(dimensions_of(entry["optimizer"])), entry["optimizer"]
