@@ -100,3 +100,17 @@ def test_the_held_out_runs_keep_their_reported_curves_and_the_figure_draws_them(
     mean = _mean_curve(list(curves.values()))
     assert mean[0] == (1, pytest.approx(2.0 + 0.015)) and mean[-1][0] == 3
     assert folder / "tune.png" in result.paths
+
+
+def test_a_dimension_scored_at_fewer_than_the_declared_depth_is_warned_not_tuned():
+    from torch_mars.train.study.tune_report import TUNED_DEPTH, depth_sentences
+
+    short = dataclasses.replace(
+        outcome("mars-adamw", [{}], [2.0] * 12), values_scored={"lr": 9, "beta1": 3, "gamma": 2}
+    )
+    deep = dataclasses.replace(outcome("nadamw", [{}], [2.0] * 12), values_scored={"lr": 5})
+    lines = depth_sentences([short, deep])
+    assert lines[0] == "- mars-adamw: values scored per dimension: lr 9, beta1 3, gamma 2."
+    assert lines[1].startswith("- WARNING: mars-adamw's search is short: gamma scored at fewer")
+    assert f"than {TUNED_DEPTH} values, not tuned" in lines[1]
+    assert lines[2:] == ["- nadamw: values scored per dimension: lr 5."]  # no warning

@@ -112,6 +112,8 @@ class OptimizerOutcome:
     failures: dict[RunId, str] = dataclasses.field(default_factory=dict)
     # each finished held-out run's evaluation curve: ``(step, metric)`` points in step order
     heldout_curves: list[list[tuple[float, float]]] = dataclasses.field(default_factory=list)
+    # per dimension, how many values its trials scored it at
+    values_scored: dict[str, int] = dataclasses.field(default_factory=dict)
     # the machine (owner record's device) each held-out run trained on, "" where unknown
     heldout_machines: list[str] = dataclasses.field(default_factory=list)
 
@@ -226,6 +228,9 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 winner_score=_selection_score(search, results, point, search_scores),
                 runs=frozenset(results.asked & finished.keys()),
                 moved=moved_dimensions(search.starts[0], [p for p, _ in state.trials]),
+                values_scored={
+                    d: len({p[d] for p, _ in state.trials if d in p}) for d in search.dimensions
+                },
                 dimensions=search.dimensions,
                 failures={r: failed[r] for r in sorted(results.asked & failed.keys())},
                 heldout_curves=[
@@ -467,6 +472,7 @@ def format_tune_table(
         *failure_sentences(ranked, sel.heldout_pairs()),
         *fixed_sentences(plan.fixed, plan.ladders),
         *moved_sentences(ranked),
+        *depth_sentences(ranked),
         *heldout_sentences(ranked, sel.heldout_pairs()),
     ]
     if found_verdicts:
@@ -598,6 +604,31 @@ def fixed_sentences(fixed: Fixed, ladders: Ladders = ()) -> list[str]:
     if ladders:
         yours = "; ".join(f"{d} {', '.join(f'{v:g}' for v in values)}" for d, values in ladders)
         lines.append(f"- Searched on your values: {yours}.")
+    return lines
+
+
+# A dimension is called tuned once its search scored it at this many values (its start and at
+# least one step each way, or two steps one way): one other value scored once is a move, not a
+# tuning (issue "Your model, round 2").
+TUNED_DEPTH = 3
+
+
+def depth_sentences(found: Sequence[OptimizerOutcome]) -> list[str]:
+    """Per optimizer with trials: how many values each dimension was scored at, and a WARNING
+    naming the dimensions scored at fewer than :data:`TUNED_DEPTH` (moved, or left at the
+    start, but not tuned: a short search for them)."""
+    lines = []
+    for o in found:
+        if not o.trial_scores or not o.values_scored:
+            continue
+        counts = ", ".join(f"{d} {n}" for d, n in o.values_scored.items())
+        short = [d for d, n in o.values_scored.items() if n < TUNED_DEPTH]
+        lines.append(f"- {o.optimizer}: values scored per dimension: {counts}.")
+        if short:
+            lines.append(
+                f"- WARNING: {o.optimizer}'s search is short: {', '.join(short)} scored at fewer "
+                f"than {TUNED_DEPTH} values, not tuned (more trials would tune them)."
+            )
     return lines
 
 
@@ -801,6 +832,7 @@ def report_json(
                 "tuning_curve": [number(v) for v in o.curve],
                 "rounds": o.rounds,
                 "moved": list(o.moved),
+                "values_scored": dict(o.values_scored),
                 "failed_runs": len(o.failures),
                 "failures": [
                     {
