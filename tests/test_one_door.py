@@ -19,17 +19,19 @@ def quadratic(make_optimizer, seed, data_seed, report):
 
 
 def stored_starts(folder) -> dict:
-    study = optuna.load_study(study_name="quadratic", storage=f"sqlite:///{folder}/study.db")
+    study = optuna.load_study(
+        study_name="test_one_door.quadratic", storage=f"sqlite:///{folder}/study.db"
+    )
     return tune.stored_starts(study.user_attrs["identity"], [])
 
 
 def test_a_resumed_python_study_keeps_its_starts_when_the_defaults_move(tmp_path, monkeypatch):
     torch_mars.tune(quadratic, ["adamw"], trials=1, out_dir=tmp_path, progress=False, **SMALL)
-    began = stored_starts(tmp_path / "quadratic")["adamw"]
+    began = stored_starts(tmp_path / "test_one_door.quadratic")["adamw"]
     moved = {**began[0], "lr": began[0]["lr"] + 3}
     monkeypatch.setattr(tune, "start_point", lambda optimizer, model: dict(moved))
     torch_mars.tune(quadratic, ["adamw"], trials=2, out_dir=tmp_path, progress=False, **SMALL)
-    assert stored_starts(tmp_path / "quadratic")["adamw"] == began
+    assert stored_starts(tmp_path / "test_one_door.quadratic")["adamw"] == began
 
 
 def test_both_doors_are_the_one_function():
@@ -44,7 +46,7 @@ def test_a_finished_study_reads_back_without_its_function(tmp_path):
     ran = torch_mars.tune(
         quadratic, ["adamw", "mars-adamw"], trials=1, out_dir=tmp_path, progress=False, **two_pairs
     )
-    loaded = torch_mars.load_study(tmp_path / "quadratic")
+    loaded = torch_mars.load_study(tmp_path / "test_one_door.quadratic")
     assert loaded.winners == ran.winners and loaded.verdicts == ran.verdicts
     assert loaded.paths == ran.paths and all(p.is_absolute() for p in loaded.paths)
     assert loaded.heldout_means == pytest.approx(
@@ -58,7 +60,7 @@ def test_a_finished_study_reads_back_without_its_function(tmp_path):
 def test_a_verdict_with_one_held_out_pair_is_refused_before_any_run(tmp_path):
     with pytest.raises(ValueError, match="a verdict needs at least 2"):
         torch_mars.tune(quadratic, ["adamw", "mars-adamw"], trials=1, out_dir=tmp_path, **SMALL)
-    assert not (tmp_path / "quadratic").exists()
+    assert not (tmp_path / "test_one_door.quadratic").exists()
 
 
 def test_help_shows_tunes_real_signature():

@@ -39,9 +39,9 @@ def exits_on_seed_1(make_optimizer, seed, data_seed, report):
 
 def test_sys_exit_in_the_function_fails_that_run_and_the_study_goes_on(tmp_path):
     result = torch_mars.tune(exits_on_seed_1, ["adamw"], out_dir=tmp_path, progress=False, **SMALL)
-    assert (tmp_path / "exits_on_seed_1" / "summary.md").is_file()
+    assert (tmp_path / "test_training_function_contained.exits_on_seed_1" / "summary.md").is_file()
     assert result.winners["adamw"]
-    errors = stored_errors(tmp_path, "exits_on_seed_1")
+    errors = stored_errors(tmp_path, "test_training_function_contained.exits_on_seed_1")
     assert errors == {"the function called sys.exit(0)": 1}  # the held-out run on seed 1
 
 
@@ -56,7 +56,9 @@ def test_a_function_that_changes_folder_moves_nothing(tmp_path, monkeypatch):
     result = torch_mars.tune(wanders_off, ["adamw"], out_dir="runs", progress=False, **SMALL)
     assert os.getcwd() == str(tmp_path)
     assert all(path.is_absolute() and path.is_file() for path in result.paths)
-    assert (tmp_path / "runs" / "wanders_off" / "summary.md") in result.paths
+    assert (
+        tmp_path / "runs" / "test_training_function_contained.wanders_off" / "summary.md"
+    ) in result.paths
 
 
 def test_numbers_are_what_float_takes_and_nothing_else():
@@ -76,10 +78,10 @@ def test_an_int_too_large_fails_its_runs_with_a_message_and_the_study_reports(tm
     with pytest.raises(ObjectiveFailed, match=r"no run finished: all 2 failed \(first: returned"):
         torch_mars.tune(huge, ["adamw"], out_dir=tmp_path, progress=False, **SMALL)
     # the trial's run and the winner's held-out run, each with its message, in the report too
-    assert stored_errors(tmp_path, "huge") == {
+    assert stored_errors(tmp_path, "test_training_function_contained.huge") == {
         "returned an int of 1329 bits, too large for a float": 2
     }
-    summary = (tmp_path / "huge" / "summary.md").read_text()
+    summary = (tmp_path / "test_training_function_contained.huge" / "summary.md").read_text()
     assert "FAILED: 2 of adamw's 2 runs (first, seed 0 data order 0: returned an int" in summary
 
 
@@ -121,7 +123,9 @@ def test_a_run_that_fails_on_one_selection_seed_scores_its_point_failed_and_give
         **{**SMALL, "trials": 2, "seeds": (0, 1), "heldout_seeds": (2, 3)},
     )
     assert result.verdicts == []
-    summary = (tmp_path / "fails_on_seed_1" / "summary.md").read_text()
+    summary = (
+        tmp_path / "test_training_function_contained.fails_on_seed_1" / "summary.md"
+    ).read_text()
     assert "FAILED: 2 of adamw's" in summary and "out of memory on seed 1" in summary
     assert "FAILED: 2 of mars-adamw's" in summary
 
@@ -135,7 +139,9 @@ def returns_a_tensor(make_optimizer, seed, data_seed, report):
 def test_a_function_that_returns_a_tensor_fails_every_run_and_the_study_says_so(tmp_path):
     with pytest.raises(ObjectiveFailed, match="no run finished: all 2 failed"):
         torch_mars.tune(returns_a_tensor, ["adamw"], out_dir=tmp_path, progress=False, **SMALL)
-    summary = (tmp_path / "returns_a_tensor" / "summary.md").read_text()
+    summary = (
+        tmp_path / "test_training_function_contained.returns_a_tensor" / "summary.md"
+    ).read_text()
     assert "returned Tensor tensor(1.), not a number (return float(loss))" in summary
 
 

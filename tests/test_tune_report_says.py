@@ -90,10 +90,8 @@ def test_the_held_out_runs_keep_their_reported_curves_and_the_figure_draws_them(
     result = torch_mars.tune(
         reports_a_falling_curve, ["adamw"], trials=2, out_dir=tmp_path, progress=False, **small
     )
-    folder = tmp_path / "reports_a_falling_curve"
-    study = optuna.load_study(
-        study_name="reports_a_falling_curve", storage=f"sqlite:///{folder}/study.db"
-    )
+    folder = tmp_path / "test_tune_report_says.reports_a_falling_curve"  # module.function
+    study = optuna.load_study(study_name=folder.name, storage=f"sqlite:///{folder}/study.db")
     curves = curves_of(study.get_trials(), "value")
     assert sorted(run[2] for run in curves) == [1, 2]  # the held-out runs only
     assert all([step for step, _ in c] == [1, 2, 3] for c in curves.values())
@@ -106,9 +104,12 @@ def test_a_dimension_scored_at_fewer_than_the_declared_depth_is_warned_not_tuned
     from torch_mars.train.study.tune_report import TUNED_DEPTH, depth_sentences
 
     short = dataclasses.replace(
-        outcome("mars-adamw", [{}], [2.0] * 12), values_scored={"lr": 9, "beta1": 3, "gamma": 2}
+        outcome("mars-adamw", [start_point("mars-adamw", "tiny")], [2.0] * 12),
+        values_scored={"lr": 9, "beta1": 3, "gamma": 2},
     )
-    deep = dataclasses.replace(outcome("nadamw", [{}], [2.0] * 12), values_scored={"lr": 5})
+    deep = dataclasses.replace(
+        outcome("nadamw", [start_point("nadamw", "tiny")], [2.0] * 12), values_scored={"lr": 5}
+    )
     lines = depth_sentences([short, deep])
     assert lines[0] == "- mars-adamw: values scored per dimension: lr 9, beta1 3, gamma 2."
     assert lines[1].startswith("- WARNING: mars-adamw's search is short: gamma scored at fewer")
