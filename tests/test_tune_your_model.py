@@ -91,7 +91,9 @@ def test_a_library_model_at_a_quick_budget_has_every_dimension_tuned(tmp_path):
     for entry in report["optimizers"]:
         assert entry["trials"] == 12
         assert set(entry["moved"]) == set(dimensions_of(entry["optimizer"])), entry["optimizer"]
-    assert "WARNING" not in result.table and "(every dimension)" in result.table
+    assert "moved only the lr" not in result.table and "(every dimension)" in result.table
+    # moved is not tuned: at 12 trials some dimensions are scored at 2 values, and it says so
+    assert "search is short" in result.table
 
 
 OBJECTIVE = ["--optimizers", "adamw", "nadamw", "--trials", "2", "--seeds", "0"]
