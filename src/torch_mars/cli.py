@@ -778,7 +778,7 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "--objective-version",
         metavar="TEXT",
         help="with --objective: the function's version as you declare it; the study knows your "
-        "code by it instead of by its module file's content (bump it when an edit changes "
+        "code by it instead of by its code's content (bump it when an edit changes "
         "results)",
     )
     group.add_argument(

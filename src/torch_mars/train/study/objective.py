@@ -75,7 +75,7 @@ class ObjectiveConfig:
             accuracy, a reward): the run's final metric is the value, or its negative, so that
             lower is better throughout the study and its report.
         version: the function's version as its author declares it: the study knows the code by
-            it instead of by its module file's content (None: by the file), so that an edit
+            it instead of by its code's content (None: by the file), so that an edit
             that changes no result (a comment, a log line) keeps the study, and one that does is
             declared by a new version.
     """
@@ -164,20 +164,97 @@ def check_contract(function: Any, path: str) -> None:
         )
 
 
+def _library_paths() -> tuple[Path, ...]:
+    """The folders of installed and standard-library code: what is not the user's."""
+    import sysconfig
+
+    names = ("stdlib", "platstdlib", "purelib", "platlib")
+    return tuple(Path(p).resolve() for p in {sysconfig.get_path(n) for n in names} if p)
+
+
+def _users_file(obj: Any) -> Path | None:
+    """The file of the user's module that defines ``obj`` (a module, function or class); None
+    for installed, standard-library and built-in code."""
+    module = obj if inspect.ismodule(obj) else sys.modules.get(getattr(obj, "__module__", ""))
+    file = getattr(module, "__file__", None)
+    if not file or not file.endswith(".py"):
+        return None
+    path = Path(file).resolve()
+    if any(part in ("site-packages", "dist-packages") for part in path.parts):
+        return None
+    if any(path.is_relative_to(library) for library in _library_paths()):
+        return None
+    return path
+
+
+def _names_used(code: Any) -> set[str]:
+    """The global names a code object and the code nested in it read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _names_used(const)
+    return names
+
+
+def code_parts(function: Callable[..., Any]) -> list[str]:
+    """What a training function's results depend on in the user's code, as text: its own
+    source; the source of each function or class of its own module it reads, followed through
+    theirs; the value of each plain constant of that module it reads; and the whole file of
+    every other module of the user's it reaches (installed and standard-library code aside).
+    A driver's other lines (a ``print``, a ``__main__`` block) are no part of it."""
+    parts: list[str] = []
+    home = getattr(function, "__module__", None)
+    seen: set[int] = set()
+    files: set[Path] = set()
+    queue: list[Any] = [function]
+    while queue:
+        obj = queue.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if inspect.ismodule(obj):
+            path = _users_file(obj)
+            if path is not None and path not in files:
+                files.add(path)
+                queue += [v for v in vars(obj).values() if inspect.ismodule(v) or callable(v)]
+            continue
+        if getattr(obj, "__module__", None) != home:
+            path = _users_file(obj)
+            if path is not None and (module := sys.modules.get(obj.__module__)) is not None:
+                queue.append(module)
+            continue
+        try:
+            parts.append(inspect.getsource(obj))
+        except (OSError, TypeError):
+            parts.append(f"{home}:{getattr(obj, '__qualname__', obj)!r}")
+        code = getattr(inspect.unwrap(obj), "__code__", None) if callable(obj) else None
+        namespace = getattr(inspect.unwrap(obj), "__globals__", {}) if callable(obj) else {}
+        members = [getattr(obj, "__dict__", {}).values()] if inspect.isclass(obj) else []
+        for value in (v for group in members for v in group):
+            if inspect.isfunction(value):
+                queue.append(value)
+        for name in sorted(_names_used(code)) if code is not None else ():
+            if name not in namespace:
+                continue
+            value = namespace[name]
+            if isinstance(value, bool | int | float | str | bytes | tuple | type(None)):
+                parts.append(f"{name} = {value!r}")
+            elif inspect.ismodule(value) or inspect.isfunction(value) or inspect.isclass(value):
+                queue.append(value)
+    for path in sorted(files):
+        parts.append(f"# {path.name}\n{path.read_text(errors='replace')}")
+    return parts
+
+
 def fingerprint(function: Callable[..., Any]) -> str:
-    """The function by content: the whole file of the module that defines it (a helper it
-    calls, edited, is another study's code), named so that a mismatch says which file changed:
-    ``"train.py sha256:1f2e..."``; its own source where no file is found."""
+    """The function by content (:func:`code_parts`: its source, the helpers and constants of
+    its module it reads, every other module of the user's it reaches), named so that a
+    mismatch says which file: ``"train.py sha256:1f2e..."``."""
     try:
         path = Path(inspect.getsourcefile(function) or "")
-        content = path.read_bytes() if path.is_file() else None
-    except (OSError, TypeError):
-        path, content = Path(""), None
-    if content is None:
-        try:
-            content = inspect.getsource(function).encode()
-        except (OSError, TypeError):
-            content = f"{function.__module__}:{function.__qualname__}".encode()
+    except TypeError:
+        path = Path("")
+    content = "\n".join(code_parts(function)).encode()
     digest = hashlib.sha256(content).hexdigest()[:32]
     return f"{path.name or function.__qualname__} sha256:{digest}"
 
@@ -391,7 +468,7 @@ def tune(
     two or more, ascending, in its range; not the lr or the 1-D lr ratio).
     ``direction="maximize"``: ``train`` returns a score (accuracy, reward); the study and its
     report read its negative, so that lower is better throughout. ``version``: the study knows
-    your code by this declared version rather than by its module file's content (bump it when
+    your code by this declared version rather than by its code's content (bump it when
     an edit changes results). ``time_budget_s``: begin no run after that many seconds (those in
     flight finish); the result is the report as far as the study got, and the same call resumes
     it. A killed study resumes (call it again).
