@@ -54,3 +54,23 @@ def test_a_study_resumes_through_an_edit_of_the_drivers_own_lines(tmp_path, monk
     _write(tmp_path, "driver_b", text + "\nprint('second')\n")
     again = torch_mars.tune(module.train, ["adamw"], out_dir="o", progress=False, **SMALL)
     assert again.winners["adamw"]  # the same study, read back: nothing refused
+
+
+def test_a_refused_command_writes_nothing_into_the_study(tmp_path, monkeypatch):
+    import optuna
+    import pytest
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _write(tmp_path, "driver_c", "def train(make_optimizer, seed, data_seed, report):\n"
+           "    return 1.0 + seed\n")  # fmt: skip
+    module = importlib.import_module("driver_c")
+    torch_mars.tune(module.train, ["adamw", "nadamw"], out_dir="o", progress=False, **SMALL)
+    url = "sqlite:///o/driver_c.train/study.db"
+    before = optuna.load_study(study_name="driver_c.train", storage=url).user_attrs
+    with pytest.raises(ValueError, match="declared its family before its first run"):
+        torch_mars.tune(
+            module.train, ["adamw", "nadamw", "mars-adamw"], out_dir="o", progress=False, **SMALL
+        )
+    after = optuna.load_study(study_name="driver_c.train", storage=url).user_attrs
+    assert after == before  # no optimizer list, no protocol taken

@@ -257,12 +257,18 @@ def _comparable(identity: dict[str, Any], keys: Sequence[str] = ()) -> dict[str,
     return {**identity, "budget": budget, "search": search}
 
 
-def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
+def open_study(
+    spec: StudySpec,
+    read_only: bool = False,
+    before_taking: Callable[[optuna.Study], None] | None = None,
+) -> optuna.Study:
     """Create the study, or open it and check that its identity is the spec's
     (:class:`StudyMismatch` otherwise; ``spec.overwrite`` deletes and recreates it, unless a
     trial of it is training). Where only the protocol differs, the study takes the spec's.
     ``read_only`` (a report) never changes a study that exists: it neither takes a protocol nor
-    deletes; and it never creates one (a name with no study is a ValueError)."""
+    deletes; and it never creates one (a name with no study is a ValueError). ``before_taking``
+    checks the study before it takes a new protocol and may refuse it (raise): a refused
+    command writes nothing."""
     url = spec.url
     storage = open_storage(url)
     identity = spec.identity()
@@ -284,6 +290,8 @@ def open_study(spec: StudySpec, read_only: bool = False) -> optuna.Study:
             if seen is not None and _comparable(seen, keys) == _comparable(wanted, keys):
                 if read_only:
                     return study
+                if before_taking is not None:
+                    before_taking(study)
                 changed = _differences(_protocol_of(seen, keys), _protocol_of(wanted, keys))
                 past = {"protocol": _protocol_of(stored, keys), "until": time.time()}
                 study.set_user_attr(PROTOCOL_HISTORY_ATTR, [*protocol_history(study), past])

@@ -112,7 +112,9 @@ def _run_study(
 
     plan = keep_stored_starts(plan)
     spec = plan.spec()
-    study = open_study(spec, read_only=report_only)
+    study = open_study(
+        spec, read_only=report_only, before_taking=lambda stored: declare_family(stored, plan)
+    )
     trained = 0
     if report_only:
         plan = report_plan(study, plan)
