@@ -77,8 +77,8 @@ def test_the_boundaries_are_pococks_and_a_single_look_is_the_normal_quantile():
 
 def test_the_interval_inverts_the_two_look_test():
     design = Design()
-    first = Stage(tuple(-0.004 + 0.006 * math.sin(k) for k in range(12)))
-    second = Stage(tuple(-0.003 + 0.005 * math.cos(k) for k in range(20)))
+    first = Stage.of(tuple(-0.004 + 0.006 * math.sin(k) for k in range(12)))
+    second = Stage.of(tuple(-0.003 + 0.005 * math.cos(k) for k in range(20)))
     reading = Reading("x", (first, second))
     low, high = interval(reading, design, 0.01)
     c = boundary(0.01, design.weights[0])
@@ -91,9 +91,9 @@ def test_the_interval_inverts_the_two_look_test():
 
 def test_a_second_stage_is_planned_within_the_cap():
     design = Design()
-    noisy = Stage(tuple(0.02 * math.sin(3 * k) for k in range(12)))
+    noisy = Stage.of(tuple(0.02 * math.sin(3 * k) for k in range(12)))
     assert second_stage_pairs(noisy, design, 0.005) == design.cap - design.first
-    clear = Stage(tuple(-0.02 + 0.001 * math.sin(k) for k in range(12)))
+    clear = Stage.of(tuple(-0.02 + 0.001 * math.sin(k) for k in range(12)))
     assert 2 <= second_stage_pairs(clear, design, 0.005) <= 8
 
 
@@ -173,3 +173,27 @@ def test_each_sides_diverged_runs_on_the_pairs_are_counted_beside_the_word():
     (verdict,) = verdicts([rule, control], pairs=pairs)
     assert verdict.diverged == (1, 0)
     assert verdict.gap.pairs == 5  # counted, never dropped from the mean
+
+
+def test_a_campaign_that_declares_two_looks_reads_every_word_from_the_gaps_stages():
+    import json
+    from pathlib import Path
+
+    from torch_mars.train.study.two_stage import design_of
+    from torch_mars.train.study.verdict import gap_of_pairs
+
+    root = Path(__file__).resolve().parents[1]
+    declared = json.loads((root / "benchmarks/results/campaign-4/campaign.json").read_text())
+    design = design_of(declared)
+    assert design == Design(alpha=0.05, margin=0.005, first=12, cap=64)
+    pairs = [(1000 + k, 5000 + k) for k in range(20)]
+    rule = [1.70 + 0.004 * math.sin(k) for k in range(20)]
+    control = [1.71 + 0.004 * math.cos(k) for k in range(20)]
+    gap = gap_of_pairs(rule, control, pairs, first=design.first)
+    assert [n for _, _, n in gap.stages] == [12, 8]
+    a, b = Comparison("mars-adamw", ("nadamw",), "x"), Comparison("mars-shampoo", ("muon",), "x")
+    decided = decide([a, b], {a: gap}, design=design)
+    reading = Reading(a.key, tuple(Stage(*s) for s in gap.stages))
+    (expected, _) = read_family([reading, None], design)
+    assert decided[a].word == expected.word and decided[a].low == pytest.approx(expected.low)
+    assert decided[a].provisional and decided[b].word == "pending"

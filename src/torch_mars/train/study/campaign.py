@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torch_mars.train.study.family import Comparison, Decision, campaign_family, decide
+from torch_mars.train.study.two_stage import design_of
 from torch_mars.train.study.verdict import PairedGap, gap_of_pairs
 
 # Each campaign's folder name -> its search design, oldest first; the newest is the current one.
@@ -63,7 +64,7 @@ class CampaignRow:
 
 
 def stored_verdicts(
-    root: Path, family: list[Comparison], skip_scope: str = ""
+    root: Path, family: list[Comparison], skip_scope: str = "", first: int = 0
 ) -> dict[Comparison, tuple[PairedGap, str]]:
     """Each comparison of ``family`` read where its point's study reported it
     (``root/SCOPE/tune.json``): its gap and the control it was read against; a point with no
@@ -95,7 +96,9 @@ def stored_verdicts(
                 and None not in rule_finals + control_finals
             )
             if usable:
-                gap = gap_of_pairs(rule_finals, control_finals, [tuple(p) for p in pairs])
+                gap = gap_of_pairs(
+                    rule_finals, control_finals, [tuple(p) for p in pairs], first=first
+                )
             else:
                 gap = _stored_gap(report, entry)
             read[comparison] = (gap, entry["control"])
@@ -118,8 +121,10 @@ def _stored_gap(report: Path, entry: dict) -> PairedGap:
 def campaign_rows(declaration: Path) -> list[CampaignRow]:
     """Every comparison of the campaign declared in ``declaration``, in its order."""
     family = campaign_family(declaration)
-    read = stored_verdicts(Path(declaration).parent, family)
-    decided = decide(family, {c: gap for c, (gap, _) in read.items()})
+    design = design_of(json.loads(Path(declaration).read_text()))
+    first = design.first if design is not None else 0
+    read = stored_verdicts(Path(declaration).parent, family, first=first)
+    decided = decide(family, {c: gap for c, (gap, _) in read.items()}, design=design)
     rows = []
     for comparison in family:
         gap, control = read.get(comparison, (None, None))

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from torch_mars.train.compare import SAME_COST_CONTROLS
+from torch_mars.train.study.two_stage import Design, Reading, Stage, read_family
 from torch_mars.train.study.verdict import EQUIVALENCE_MARGIN, PairedGap, holm_words
 
 
@@ -176,14 +177,19 @@ def decide(
     gaps: Mapping[Comparison, PairedGap],
     alpha: float = 0.05,
     margin: float = EQUIVALENCE_MARGIN,
+    design: Design | None = None,
 ) -> dict[Comparison, Decision]:
     """Each comparison's word by Holm's step-down correction at ``alpha`` over the whole
     ``family`` (:func:`~torch_mars.train.study.verdict.holm_words`), a comparison without a gap
-    pending (its p taken as 1)."""
+    pending (its p taken as 1). With a two-look ``design`` (a campaign that declares one) every
+    word is read by :func:`~torch_mars.train.study.two_stage.read_family` from each gap's
+    stages, its alpha and margin the design's."""
     duplicated = [c.key for c in family if list(family).count(c) > 1]
     if duplicated:
         raise ValueError(f"the family lists {sorted(set(duplicated))} more than once")
     pending = [c for c in family if c not in gaps]
+    if design is not None:
+        return _decide_in_looks(family, gaps, design, pending)
     stand_in = PairedGap(0.0, 0.0, 0.0, 1.0, 0)
     words = holm_words([gaps.get(c, stand_in) for c in family], alpha, margin)
     return {
@@ -196,3 +202,36 @@ def decide(
         )
         for c, w in zip(family, words, strict=True)
     }
+
+
+def _reading(comparison: Comparison, gap: PairedGap | None) -> Reading | None:
+    """A gap as a two-look reading: its stages, or its whole as one look; None where it has
+    none to read (pending, or not finite: a diverged run)."""
+    if gap is None or not math.isfinite(gap.mean) or gap.pairs < 2:
+        return None
+    if gap.stages:
+        return Reading(comparison.key, tuple(Stage(*stage) for stage in gap.stages))
+    if math.isnan(gap.error):
+        return None
+    return Reading(comparison.key, (Stage(gap.mean, gap.error, gap.pairs),))
+
+
+def _decide_in_looks(
+    family: Sequence[Comparison],
+    gaps: Mapping[Comparison, PairedGap],
+    design: Design,
+    pending: Sequence[Comparison],
+) -> dict[Comparison, Decision]:
+    readings = [_reading(c, gaps.get(c)) for c in family]
+    verdicts = read_family(readings, design)
+    decided = {}
+    for comparison, verdict in zip(family, verdicts, strict=True):
+        provisional = bool(pending) and comparison not in pending
+        if verdict is None:
+            word = "pending" if comparison in pending else "inconclusive"
+            decided[comparison] = Decision(word, provisional)
+        else:
+            decided[comparison] = Decision(
+                verdict.word, provisional, verdict.low, verdict.high, verdict.level
+            )
+    return decided

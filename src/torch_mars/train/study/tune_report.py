@@ -58,6 +58,7 @@ from torch_mars.train.study.tune import (
     TunePlan,
     declared_family,
 )
+from torch_mars.train.study.two_stage import Design, design_of
 from torch_mars.train.study.verdict import (
     PairedGap,
     gap_of_pairs,
@@ -71,15 +72,15 @@ CURVE_ROWS = (1, 2, 5, 10, 20, 40, 80)
 
 
 def sibling_gaps(
-    study_dir: Path, family: Sequence[Comparison], scope: str
+    study_dir: Path, family: Sequence[Comparison], scope: str, first: int = 0
 ) -> dict[Comparison, PairedGap]:
     """The gaps of the family's comparisons at other scopes, from their studies' reports
     (``ROOT/SCOPE/tune.json``, ROOT the campaign folder ``scope`` is relative to); a scope with
-    no report yet is pending."""
+    no report yet is pending. ``first``: a two-look design's first pairs."""
     if not scope:
         return {}
     root = Path(study_dir).resolve().parents[len(Path(scope).parts) - 1]
-    read = stored_verdicts(root, list(family), skip_scope=scope)
+    read = stored_verdicts(root, list(family), skip_scope=scope, first=first)
     return {comparison: gap for comparison, (gap, _) in read.items()}
 
 
@@ -357,6 +358,7 @@ def verdicts(
     family: Sequence[Comparison] | None = None,
     scope: str = "",
     others: Mapping[Comparison, PairedGap] | None = None,
+    design: Design | None = None,
 ) -> list[Verdict]:
     """Each comparison of ``family`` at ``scope`` (default: the study's own comparisons) whose
     runs have all finished: the rule against the control with the lowest held-out mean, over
@@ -395,10 +397,11 @@ def verdicts(
             control_finals = [v for v, k in zip(control_finals, kept, strict=True) if k]
             if len(rule_finals) < 2:
                 continue
-        gaps[comparison] = gap_of_pairs(rule_finals, control_finals, read_pairs)
+        first = design.first if design is not None else 0
+        gaps[comparison] = gap_of_pairs(rule_finals, control_finals, read_pairs, first=first)
         lost[comparison] = (len(diverged(rule_finals)), len(diverged(control_finals)))
         controls[comparison] = control.optimizer
-    decided = decide(family, gaps, alpha)
+    decided = decide(family, gaps, alpha, design=design)
     return [
         Verdict(
             c.rule,
@@ -885,6 +888,19 @@ def _extremes_record(o: OptimizerOutcome, pairs: Sequence[tuple[int, int]]) -> d
     }
 
 
+def plan_design(plan: TunePlan) -> Design | None:
+    """The two-look design the plan's campaign declares (its ``--family`` file), if any."""
+    if plan.family_file is None:
+        return None
+    try:
+        declared = json.loads(Path(plan.family_file).read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"--family {plan.family_file}: not a campaign declaration ({error})"
+        ) from None
+    return design_of(declared) if isinstance(declared, dict) else None
+
+
 def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
     """``summary.md``, ``tune.json`` and ``tune.png`` in the study folder."""
     found = outcomes(plan, study.get_trials(deepcopy=False))
@@ -892,12 +908,14 @@ def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
     folder = Path(plan.study_dir)
     folder.mkdir(parents=True, exist_ok=True)
     family, scope = declared_family(study, plan)
+    design = plan_design(plan)
     found_verdicts = verdicts(
         found,
         pairs=plan.selection.heldout_pairs(),
         family=family,
         scope=scope,
-        others=sibling_gaps(folder, family, scope),
+        others=sibling_gaps(folder, family, scope, design.first if design else 0),
+        design=design,
     )
     write_text_atomically(
         folder / "family.json",

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -86,35 +87,50 @@ def _z_of_t(t: float, dof: int) -> float:
 
 @dataclass(frozen=True)
 class Stage:
-    """One look's pairs: the differences ``rule - control``, one per pair."""
+    """One look's pairs, as their differences ``rule - control`` summarise: the mean, its
+    standard error and the number of pairs (:meth:`of` builds it from the differences)."""
 
-    differences: tuple[float, ...]
+    mean: float
+    error: float
+    n: int
 
     def __post_init__(self) -> None:
-        if len(self.differences) < 2:
-            raise ValueError(f"a stage needs at least 2 pairs, got {len(self.differences)}")
-        if not all(math.isfinite(d) for d in self.differences):
+        if self.n < 2:
+            raise ValueError(f"a stage needs at least 2 pairs, got {self.n}")
+        if not (math.isfinite(self.mean) and math.isfinite(self.error) and self.error >= 0):
+            raise ValueError("a stage's mean and error must be finite (a diverged run reads none)")
+
+    @classmethod
+    def of(cls, differences: Sequence[float]) -> Stage:
+        if len(differences) < 2:
+            raise ValueError(f"a stage needs at least 2 pairs, got {len(differences)}")
+        if not all(math.isfinite(d) for d in differences):
             raise ValueError("a stage's differences must be finite (a diverged run reads no word)")
-
-    @property
-    def n(self) -> int:
-        return len(self.differences)
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.differences)
-
-    @property
-    def error(self) -> float:
-        """The standard error of the mean difference."""
-        return statistics.stdev(self.differences) / math.sqrt(self.n)
+        error = statistics.stdev(differences) / math.sqrt(len(differences))
+        return cls(statistics.fmean(differences), error, len(differences))
 
     def z(self, delta: float) -> float:
         """The stage's paired t for ``gap = delta``, as a standard normal."""
-        error = self.error
-        if error == 0:
+        if self.error == 0:
             return 0.0 if self.mean == delta else math.copysign(math.inf, self.mean - delta)
-        return _z_of_t((self.mean - delta) / error, self.n - 1)
+        return _z_of_t((self.mean - delta) / self.error, self.n - 1)
+
+
+def design_of(declaration: Mapping[str, Any]) -> Design | None:
+    """The two-look design a campaign's declaration states (its ``verdict`` with ``looks`` and
+    its ``pairs``), or None for a declaration of one look."""
+    verdict, pairs = declaration.get("verdict"), declaration.get("pairs")
+    if not isinstance(verdict, Mapping) or "looks" not in verdict or not isinstance(pairs, Mapping):
+        return None
+    try:
+        return Design(
+            alpha=float(verdict["alpha"]),
+            margin=float(verdict["margin"]),
+            first=int(pairs["first_stage"]),
+            cap=int(pairs["cap"]),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"the declaration's verdict design is incomplete ({error})") from None
 
 
 def _two_look_coverage(c: float, w1: float, points: int = 801) -> float:
@@ -173,7 +189,7 @@ class Reading:
     @property
     def mean(self) -> float:
         """The mean difference over every pair read."""
-        return statistics.fmean(d for s in self.stages for d in s.differences)
+        return math.fsum(s.mean * s.n for s in self.stages) / self.pairs
 
     def statistic(self, delta: float, design: Design) -> float:
         """``z1(delta)`` after one look, ``w1 z1 + w2 z2`` after two."""
@@ -260,11 +276,16 @@ def holm_levels(statistics_at_zero: Sequence[float], design: Design) -> list[tup
     return [o if o[1] else (rest, False) for o in out]
 
 
-def read_family(readings: Sequence[Reading], design: Design) -> list[Verdict]:
-    """Every comparison's word over the declared family, each read at its Holm level."""
-    levels = holm_levels([r.statistic(0.0, design) for r in readings], design)
-    verdicts = []
+def read_family(readings: Sequence[Reading | None], design: Design) -> list[Verdict | None]:
+    """Every comparison's word over the declared family, each read at its Holm level; a
+    comparison not read yet (None) holds its place in the family (it passes no step) and has
+    no verdict."""
+    levels = holm_levels([0.0 if r is None else r.statistic(0.0, design) for r in readings], design)
+    verdicts: list[Verdict | None] = []
     for reading, (level, _) in zip(readings, levels, strict=True):
+        if reading is None:
+            verdicts.append(None)
+            continue
         low, high = interval(reading, design, level)
         verdicts.append(
             Verdict(
@@ -292,7 +313,7 @@ def second_stage_pairs(first: Stage, design: Design, level: float, power: float 
         return 0
     c = boundary(level, design.weights[0])
     target = power * max(abs(first.mean), design.margin - abs(first.mean))
-    sd = statistics.stdev(first.differences)
+    sd = first.error * math.sqrt(first.n)
     wanted = math.ceil((c * sd / target) ** 2) if target > 0 else design.cap
     extra = max(4, 4 * math.ceil(max(0, wanted - first.n) / 4))
     return max(2, min(room, extra))

@@ -13,6 +13,7 @@ Student's t distribution is computed in closed form for integer degrees of freed
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -77,6 +78,8 @@ class PairedGap:
     pairs: int
     error: float = math.nan
     dof: int = 0
+    # a two-look design's stages, ``(mean, error, pairs)`` each: the first pairs, then the rest
+    stages: tuple[tuple[float, float, int], ...] = ()
 
     def text(self) -> str:
         return f"{self.mean:+.4f} [{self.low:+.4f}, {self.high:+.4f}]"
@@ -120,13 +123,24 @@ def gap_of_pairs(
     control: Sequence[float],
     pairs: Sequence[tuple[int, int]] | None = None,
     level: float = 0.95,
+    first: int = 0,
 ) -> PairedGap:
     """``rule - control`` over held-out runs on ``pairs``: :func:`crossed_gap` where the pairs
     cross seeds with data orders (the design of the studies before independent pairs), else
-    :func:`paired_gap` (independent pairs, or ``pairs`` not given)."""
+    :func:`paired_gap` (independent pairs, or ``pairs`` not given). With ``first`` (a two-look
+    design's first pairs) the gap carries its stages: the first ``first`` pairs, then the rest
+    where there are two or more."""
     if pairs is not None and not independent_pairs(pairs):
         return crossed_gap(rule, control, pairs, level)
-    return paired_gap(rule, control, level)
+    gap = paired_gap(rule, control, level)
+    differences = [r - c for r, c in zip(rule, control, strict=True)]
+    if not first or len(differences) < first or not math.isfinite(gap.mean):
+        return gap
+    looks = [differences[:first]] + ([differences[first:]] if len(differences) > first + 1 else [])
+    stages = tuple(
+        (statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d)), len(d)) for d in looks
+    )
+    return dataclasses.replace(gap, stages=stages)
 
 
 def crossed_gap(
