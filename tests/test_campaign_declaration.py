@@ -121,3 +121,36 @@ def test_a_point_of_a_model_not_yet_begun_is_priced_by_its_earlier_study_at_that
     monkeypatch.setattr(campaign, "run_budget", lambda label: (steps + 1, 0))
     assert campaign.earlier_estimate("tiny-w64/b64-4x", 240).startswith("— | fewer than two")
     assert campaign.earlier_estimate("tiny-w64/b16-4x", 240).startswith("— | fewer than two")
+
+
+def test_campaign_4_declares_its_pairs_and_two_looks_before_its_first_run():
+    stored = campaign.check_declaration("campaign-4")
+    pairs = stored["pairs"]["declared"]
+    assert len(pairs) == 64 == stored["pairs"]["cap"] and stored["pairs"]["first_stage"] == 12
+    seeds, orders = [s for s, _ in pairs], [o for _, o in pairs]
+    assert len(set(seeds)) == 64 and len(set(orders)) == 64 and min(seeds + orders) >= 1000
+    assert len(stored["family"]) == 44  # 11 points x (2 controls + 2 without the correction)
+    assert sum("@gamma=0" in e["controls"][0] for e in stored["family"]) == 22
+
+
+def test_a_second_look_extends_the_declared_pairs_and_plans_from_the_spread(monkeypatch):
+    from torch_mars.train.study.campaign import CampaignRow
+    from torch_mars.train.study.family import Comparison, Decision
+    from torch_mars.train.study.verdict import PairedGap
+
+    protocol = campaign.protocol_at("campaign-4", "tiny/b16-8x", 20)
+    listed = protocol.split(" --pairs ")[1].split()
+    assert listed == [f"{s}:{o}" for s, o in campaign.declared_pairs()[:20]]
+    assert campaign.protocol_at("campaign-4", "tiny/b16-8x") == campaign.protocol_of("campaign-4")
+    scope = "tiny/b16-8x"
+    noisy = PairedGap(-0.003, -0.01, 0.004, 0.3, 12, 0.003, 11, ((-0.003, 0.003, 12),))
+    clear = PairedGap(-0.02, -0.03, -0.01, 0.0001, 12, 0.002, 11, ((-0.02, 0.002, 12),))
+    rows = [
+        CampaignRow(Comparison("mars-adamw", ("nadamw",), scope), "nadamw", noisy,
+                    Decision("inconclusive", False, -0.012, 0.006, 0.05 / 44)),
+        CampaignRow(Comparison("mars-shampoo", ("muon",), scope), "muon", clear,
+                    Decision("win", False, -0.03, -0.01, 0.05 / 44)),
+    ]  # fmt: skip
+    monkeypatch.setattr(campaign, "campaign_rows", lambda declaration: rows)
+    planned = campaign.second_look_pairs("campaign-4", scope)
+    assert 12 < planned <= 64  # the inconclusive one plans more pairs, the win none

@@ -73,6 +73,7 @@ from torch_mars.train.study.store import (
     stored_study_folders,
 )
 from torch_mars.train.study.tune_report import median_run_seconds
+from torch_mars.train.study.two_stage import Stage, design_of, second_stage_pairs
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
 ROOT = MAP.root
@@ -258,10 +259,52 @@ def check_declaration(name: str = CURRENT) -> dict[str, Any]:
     return stored
 
 
-def arguments_of(name: str, entry: dict[str, Any], jobs: int, report: bool) -> list[str]:
+def pairs_read(name: str, label: str) -> int:
+    """How many of campaign-4's declared pairs the point ``label`` reads now: the first
+    :data:`FIRST_PAIRS`, or more once a second look took them (its report says)."""
+    report = folder_of(name) / label / "tune.json"
+    if name != "campaign-4" or not report.is_file():
+        return FIRST_PAIRS
+    ran = json.loads(report.read_text()).get("optimizers") or [{}]
+    return max(FIRST_PAIRS, len(ran[0].get("heldout_pairs") or []))
+
+
+def protocol_at(name: str, label: str, pairs: int | None = None) -> str:
+    """The campaign's protocol at ``label``: campaign-4's with its first ``pairs`` declared
+    pairs (default: as many as the point reads now, :func:`pairs_read`)."""
+    protocol = protocol_of(name)
+    if name != "campaign-4":
+        return protocol
+    count = pairs_read(name, label) if pairs is None else pairs
+    head = protocol.split(" --pairs ")[0]
+    return f"{head} --pairs " + " ".join(f"{s}:{o}" for s, o in declared_pairs()[:count])
+
+
+def second_look_pairs(name: str, label: str) -> int:
+    """The pairs the point ``label`` reads after its second look: its first pairs plus the
+    most any of its inconclusive comparisons plans from its measured spread
+    (:func:`~torch_mars.train.study.two_stage.second_stage_pairs`, at the level its word was
+    read at over the whole family), up to the cap; its first pairs where none is inconclusive,
+    a comparison already looked at twice, or the point not read yet."""
+    rows = [r for r in campaign_rows(declaration_of(name)) if r.comparison.scope == label]
+    design = design_of(json.loads(declaration_of(name).read_text()))
+    wanted = FIRST_PAIRS
+    for row in rows:
+        gap = row.gap
+        if gap is None or row.decision.word != "inconclusive" or len(gap.stages) != 1:
+            continue
+        extra = second_stage_pairs(Stage(*gap.stages[0]), design, row.decision.level)
+        wanted = max(wanted, FIRST_PAIRS + extra)
+    return min(wanted, PAIR_CAP)
+
+
+def arguments_of(
+    name: str, entry: dict[str, Any], jobs: int, report: bool, pairs: int | None = None
+) -> list[str]:
     """``torch-mars tune``'s arguments for the point ``entry`` of campaign ``name``: its
-    declared family, the campaign's protocol, and every other tune study stored at the point as
-    a donor of the runs it already trained (``--reuse-runs``; runs repeat exactly on one
+    declared family, the campaign's protocol (campaign-4's with ``pairs`` of its declared
+    pairs, default as many as the point reads), and every other tune study stored at the point
+    as a donor of the runs it already trained (``--reuse-runs``; runs repeat exactly on one
     machine, and the engine takes none trained elsewhere)."""
     label = f"{entry['model']}/{entry['point']}"
     family = ["--family", str(declaration_of(name).relative_to(ROOT))]
@@ -283,7 +326,7 @@ def arguments_of(name: str, entry: dict[str, Any], jobs: int, report: bool) -> l
             model=entry["model"],
             data=entry["data"],
             optimizers=tuple(entry["optimizers"]),
-            protocol=protocol_of(name),
+            protocol=protocol_at(name, label, pairs),
             study=study,
         )
     )
@@ -421,6 +464,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run the first stage's points (campaign-4: 2, the second stage's six)",
     )
     parser.add_argument("--points", nargs="+", default=[], help="MODEL/POINT labels to run")
+    parser.add_argument(
+        "--second-look",
+        action="store_true",
+        help="campaign-4: give the --points whose first look left a comparison inconclusive "
+        "the pairs its spread plans (up to the cap), then read them",
+    )
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--snapshot", action="store_true")
     parser.add_argument("--status", action="store_true")
@@ -460,12 +509,21 @@ def main(argv: list[str] | None = None) -> int:
                 for written in snapshot_journals(folder / model / entry["point"]):
                     print(f"wrote {written.relative_to(ROOT)}")
         return 0
+    if args.second_look and name != "campaign-4":
+        raise SystemExit(f"--second-look: campaign {name} declares one look")
     for label in labels:
         entry = by_label[label]
         restore_journals(folder / entry["model"] / entry["point"])
         if args.report and not (folder / label / "study.log").is_file():
             continue  # not begun: pending in the verdicts
-        arguments = arguments_of(name, entry, args.jobs, args.report)
+        pairs = None
+        if args.second_look:
+            pairs = second_look_pairs(name, label)
+            if pairs <= pairs_read(name, label):
+                print(f"{label}: no comparison wants a second look", flush=True)
+                continue
+            print(f"{label}: a second look on {pairs - FIRST_PAIRS} more pairs", flush=True)
+        arguments = arguments_of(name, entry, args.jobs, args.report, pairs)
         print("torch-mars tune " + shlex.join(arguments), flush=True)
         code = torch_mars(["tune", *arguments])
         if code:
