@@ -154,3 +154,49 @@ def test_a_second_look_extends_the_declared_pairs_and_plans_from_the_spread(monk
     monkeypatch.setattr(campaign, "campaign_rows", lambda declaration: rows)
     planned = campaign.second_look_pairs("campaign-4", scope)
     assert 12 < planned <= 64  # the inconclusive one plans more pairs, the win none
+
+
+def test_the_corrections_worth_reads_the_rule_against_itself_at_gamma_0_on_the_points_pairs(
+    tmp_path, monkeypatch
+):
+    from torch_mars.train.study.campaign import stored_verdicts, without_correction_folder
+    from torch_mars.train.study.family import Comparison
+
+    pairs = [[1000 + k, 2000 + k] for k in range(4)]
+    point = {
+        "optimizers": [
+            {"optimizer": "mars-adamw", "finished": True, "heldout_pairs": pairs,
+             "heldout_finals": [1.70, 1.71, 1.69, 1.70],
+             "winner": {"lr": 0.0865, "beta1": 0.9, "beta2": 0.95, "gamma": 0.1}},
+            {"optimizer": "nadamw", "heldout_pairs": pairs,
+             "heldout_finals": [1.72, 1.72, 1.71, 1.73]},
+        ],
+        "verdicts": [{"rule": "mars-adamw", "control": "nadamw", "pairs": 4}],
+    }  # fmt: skip
+    (tmp_path / "tiny" / "b16-1x").mkdir(parents=True)
+    (tmp_path / "tiny" / "b16-1x" / "tune.json").write_text(json.dumps(point))
+    without = without_correction_folder(tmp_path, "tiny/b16-1x", "mars-adamw")
+    without.mkdir()
+    (without / "tune.json").write_text(json.dumps({"optimizers": [
+        {"optimizer": "mars-adamw", "heldout_pairs": pairs,
+         "heldout_finals": [1.705, 1.716, 1.694, 1.707]}]}))  # fmt: skip
+    control = Comparison("mars-adamw", ("adamw", "nadamw"), "tiny/b16-1x")
+    worth = Comparison("mars-adamw", ("mars-adamw@gamma=0",), "tiny/b16-1x")
+    read = stored_verdicts(tmp_path, [control, worth])
+    assert read[control][1] == "nadamw" and read[control][0].mean == pytest.approx(-0.02)
+    assert read[worth][1] == "mars-adamw@gamma=0"
+    assert read[worth][0].mean == pytest.approx(-0.0055)  # what the correction bought here
+    from torch_mars.train.study.fight_map import FightMap
+
+    monkeypatch.setattr(campaign, "folder_of", lambda name: tmp_path)
+    monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
+    entry = {"model": "tiny", "data": "stdlib", "point": "b16-1x", "optimizers": ["mars-adamw"]}
+    arguments = campaign.gamma0_arguments("campaign-4", entry, "mars-adamw", 1, False)
+    text = " ".join(arguments)
+    assert (
+        "--fixed beta1=0.9 beta2=0.95 gamma=0.0 " in text and "lr=" not in text.split("--model")[0]
+    )
+    assert (
+        "--optimizers mars-adamw --trials 12 " in text
+        and "--name b16-1x.gamma=0.mars-adamw" in text
+    )

@@ -61,6 +61,7 @@ from torch_mars.train.study.campaign import (
     plot_campaign,
     replace_block,
     tune_studies_at,
+    without_correction_folder,
 )
 from torch_mars.train.study.fight_map import BLOCK, POINTS, FightMap, steps_at
 from torch_mars.train.study.map_report import format_progress, progress_rows
@@ -298,6 +299,43 @@ def second_look_pairs(name: str, label: str) -> int:
     return min(wanted, PAIR_CAP)
 
 
+# The correction's worth (campaign-4's RULE vs RULE@gamma=0), set 2026-12-06 before any such
+# run: the rule's winner at the point with gamma fixed at 0 and every other dimension held at
+# the winner's, its lr re-profiled by tune's default search over this many trials (with
+# nothing else free it spends them on the lr), its finalists on the campaign's five more
+# seeds, and read on the point's pairs.
+GAMMA0_TRIALS = 12
+RULES = ("mars-adamw", "mars-shampoo")
+
+
+def gamma0_arguments(
+    name: str, entry: dict[str, Any], rule: str, jobs: int, report: bool
+) -> list[str] | None:
+    """``torch-mars tune``'s arguments for ``rule`` at gamma = 0 at the point ``entry`` of
+    campaign-4 (:data:`GAMMA0_TRIALS`); None until the point's report has the rule's winner."""
+    label = f"{entry['model']}/{entry['point']}"
+    report = folder_of(name) / label / "tune.json"
+    if not report.is_file():
+        return None
+    ran = {o["optimizer"]: o for o in json.loads(report.read_text()).get("optimizers", [])}
+    winner = ran.get(rule, {}).get("winner") or {}
+    if not ran.get(rule, {}).get("finished") or not winner:
+        return None
+    held = {d: v for d, v in winner.items() if d not in ("lr", "gamma")}
+    fixed = ["--fixed", *(f"{d}={v}" for d, v in sorted({**held, "gamma": 0.0}.items()))]
+    return fixed + MAP.tune_arguments(
+        entry["point"],
+        jobs,
+        GAMMA0_TRIALS,
+        report,
+        model=entry["model"],
+        data=entry["data"],
+        optimizers=(rule,),
+        protocol=protocol_at(name, label),
+        study=without_correction_folder(folder_of(name), label, rule),
+    )
+
+
 def arguments_of(
     name: str, entry: dict[str, Any], jobs: int, report: bool, pairs: int | None = None
 ) -> list[str]:
@@ -465,6 +503,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--points", nargs="+", default=[], help="MODEL/POINT labels to run")
     parser.add_argument(
+        "--gamma0",
+        action="store_true",
+        help="campaign-4: read each MARS rule's winner at the --points at gamma = 0, its lr "
+        "re-profiled, on the point's pairs (the correction's worth)",
+    )
+    parser.add_argument(
         "--second-look",
         action="store_true",
         help="campaign-4: give the --points whose first look left a comparison inconclusive "
@@ -509,8 +553,21 @@ def main(argv: list[str] | None = None) -> int:
                 for written in snapshot_journals(folder / model / entry["point"]):
                     print(f"wrote {written.relative_to(ROOT)}")
         return 0
-    if args.second_look and name != "campaign-4":
-        raise SystemExit(f"--second-look: campaign {name} declares one look")
+    if (args.second_look or args.gamma0) and name != "campaign-4":
+        raise SystemExit(f"--second-look, --gamma0: campaign-4's; {name} declares neither")
+    if args.gamma0:
+        for label in labels:
+            entry = by_label[label]
+            for rule in (r for r in RULES if r in entry["optimizers"]):
+                arguments = gamma0_arguments(name, entry, rule, args.jobs, False)
+                if arguments is None:
+                    print(f"{label}: {rule}'s winner not read yet; no gamma = 0 run", flush=True)
+                    continue
+                print("torch-mars tune " + shlex.join(arguments), flush=True)
+                code = torch_mars(["tune", *arguments])
+                if code:
+                    return code
+        return 0
     for label in labels:
         entry = by_label[label]
         restore_journals(folder / entry["model"] / entry["point"])

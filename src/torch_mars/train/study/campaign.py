@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from torch_mars.train.study.family import Comparison, Decision, campaign_family, decide
+from torch_mars.train.study.family import (
+    WITHOUT_CORRECTION,
+    Comparison,
+    Decision,
+    campaign_family,
+    decide,
+)
 from torch_mars.train.study.two_stage import design_of
 from torch_mars.train.study.verdict import PairedGap, gap_of_pairs
 
@@ -63,6 +69,36 @@ class CampaignRow:
     decision: Decision
 
 
+def without_correction_folder(root: Path, scope: str, rule: str) -> Path:
+    """Where a campaign point's ``rule`` is read at gamma = 0 with its lr re-profiled (the
+    control ``RULE@gamma=0`` of the correction's worth): beside the point's study."""
+    return Path(root) / f"{scope}.gamma=0.{rule}"
+
+
+def _report_finals(report: Path) -> tuple[dict, dict[str, tuple[list, list]]]:
+    """A study's report and each optimizer's held-out ``(finals, pairs)`` in it."""
+    try:
+        stored = json.loads(report.read_text())
+        finals = {
+            o["optimizer"]: (o.get("heldout_finals") or [], o.get("heldout_pairs") or [])
+            for o in stored.get("optimizers", [])
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{report}: not a study's report ({error})") from None
+    return stored, finals
+
+
+def _gap_of(rule: tuple[list, list], control: tuple[list, list], first: int) -> PairedGap | None:
+    """The gap of two sides' held-out finals on the same pairs; None where they are not all
+    read or the pairs differ."""
+    (rule_finals, pairs), (control_finals, control_pairs) = rule, control
+    if not (len(rule_finals) == len(control_finals) == len(pairs) >= 2):
+        return None
+    if pairs != control_pairs or None in rule_finals + control_finals:
+        return None
+    return gap_of_pairs(rule_finals, control_finals, [tuple(p) for p in pairs], first=first)
+
+
 def stored_verdicts(
     root: Path, family: list[Comparison], skip_scope: str = "", first: int = 0
 ) -> dict[Comparison, tuple[PairedGap, str]]:
@@ -70,38 +106,34 @@ def stored_verdicts(
     (``root/SCOPE/tune.json``): its gap and the control it was read against; a point with no
     report yet, or one that read no gap, is left out (pending), and so is ``skip_scope``. The
     gap is read again from the report's held-out finals and pairs (:func:`gap_of_pairs`), so
-    that a report written before it stored the gap's standard error reads at any level."""
+    that a report written before it stored the gap's standard error reads at any level. A
+    control ``RULE@gamma=0`` is read from its own study's report
+    (:func:`without_correction_folder`) on the point's pairs."""
     read: dict[Comparison, tuple[PairedGap, str]] = {}
     for comparison in family:
         report = Path(root) / comparison.scope / "tune.json"
         if comparison.scope == skip_scope or not report.is_file():
             continue
-        try:
-            stored = json.loads(report.read_text())
-        except (OSError, ValueError) as error:
-            raise ValueError(f"{report}: not a study's report ({error})") from None
-        finals = {
-            o["optimizer"]: (o.get("heldout_finals") or [], o.get("heldout_pairs") or [])
-            for o in stored.get("optimizers", [])
-        }
+        stored, finals = _report_finals(report)
+        (control,) = comparison.controls[:1] or ("",)
+        if control.endswith(WITHOUT_CORRECTION):
+            other = without_correction_folder(root, comparison.scope, comparison.rule)
+            if not (other / "tune.json").is_file() or comparison.rule not in finals:
+                continue
+            _, without = _report_finals(other / "tune.json")
+            gap = _gap_of(finals[comparison.rule], without.get(comparison.rule, ([], [])), first)
+            if gap is not None:
+                read[comparison] = (gap, control)
+            continue
         for entry in stored.get("verdicts", []):
             if not isinstance(entry, dict) or entry.get("rule") != comparison.rule:
                 continue
-            if not entry.get("pairs"):
+            if not entry.get("pairs") or entry.get("control") not in comparison.controls:
                 continue
-            rule_finals, pairs = finals.get(entry["rule"], ([], []))
-            control_finals, _ = finals.get(entry["control"], ([], []))
-            usable = (
-                len(rule_finals) == len(control_finals) == len(pairs) >= 2
-                and None not in rule_finals + control_finals
+            gap = _gap_of(
+                finals.get(entry["rule"], ([], [])), finals.get(entry["control"], ([], [])), first
             )
-            if usable:
-                gap = gap_of_pairs(
-                    rule_finals, control_finals, [tuple(p) for p in pairs], first=first
-                )
-            else:
-                gap = _stored_gap(report, entry)
-            read[comparison] = (gap, entry["control"])
+            read[comparison] = (gap or _stored_gap(report, entry), entry["control"])
     return read
 
 
