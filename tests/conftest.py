@@ -77,3 +77,39 @@ def postgres_url():
             )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# Tests that start processes, servers or kill loops (each over 15 s on 2 cores): marked slow,
+# so that `pytest -m "not slow"` is the quick loop while working; CI runs every test and
+# prints the slowest (`--durations` in pyproject's addopts).
+SLOW_MODULES = frozenset(
+    {
+        "test_ddp_gloo.py",
+        "test_fsdp2.py",
+        "test_distributed_checkpoint.py",
+        "test_study_engine_holds.py",
+        "test_triton_compile.py",
+    }
+)
+SLOW_TESTS = frozenset(
+    {
+        "test_a_killed_tune_resumes_without_rerunning_a_finished_trial",
+        "test_a_killed_sweep_resumes_without_rerunning_finished_runs",
+        "test_a_sweep_never_touches_a_run_folder_it_did_not_make",
+        "test_parallel_jobs_match_one_process",
+        "test_a_sweep_is_not_reused_with_other_settings",
+        "test_the_command_line_tunes_a_function_and_a_killed_study_resumes_without_a_rerun",
+        "test_the_examples_where_users_already_train_run",
+        "test_two_workers_share_one_postgresql_study_without_a_duplicated_trial",
+        "test_two_workers_share_one_journal_study_without_a_duplicated_trial",
+        "test_a_vision_run_killed_mid_epoch_resumes_bitwise",
+        "test_the_pattern_move_screen_reads_both_designs_on_toys_whose_floor_is_on_the_ladder",
+    }
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = getattr(item, "originalname", "")
+        if item.path.name in SLOW_MODULES or name in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
