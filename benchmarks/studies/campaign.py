@@ -118,6 +118,19 @@ SECOND_STAGE_POINTS = (
 )
 
 
+def control_comparisons(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The declared point ``entry``'s comparisons of each MARS rule against its same-cost
+    controls that the point runs."""
+    out = []
+    for rule, controls in PAIRS:
+        ran = [c for c in controls if c in entry["optimizers"]]
+        if rule in entry["optimizers"] and ran:
+            out.append(
+                {"model": entry["model"], "point": entry["point"], "rule": rule, "controls": ran}
+            )
+    return out
+
+
 def declared_pairs() -> list[list[int]]:
     """campaign-4's :data:`PAIR_CAP` pairs ``[seed, data order]``, in the order they are read:
     seeds and orders each drawn without replacement from :data:`PAIR_RANGE`."""
@@ -140,17 +153,7 @@ def declared_second_stage() -> dict[str, Any]:
     third = declared("campaign-3")
     family = []
     for entry in third["points"]:
-        for rule, controls in PAIRS:
-            ran = [c for c in controls if c in entry["optimizers"]]
-            if rule in entry["optimizers"] and ran:
-                family.append(
-                    {
-                        "model": entry["model"],
-                        "point": entry["point"],
-                        "rule": rule,
-                        "controls": ran,
-                    }
-                )
+        family += control_comparisons(entry)
         for rule, _ in PAIRS:
             family.append(
                 {
@@ -215,19 +218,8 @@ def declared(name: str = CURRENT) -> dict[str, Any]:
     first_stage = ["tiny/b64-4x", "tiny/b16-4x", "tiny/b256-16x", "tiny/b4-4x", "tiny-w64/b64-4x"]
     family = []
     for entry in points:
-        if f"{entry['model']}/{entry['point']}" not in first_stage:
-            continue
-        for rule, controls in PAIRS:
-            ran = [c for c in controls if c in entry["optimizers"]]
-            if rule in entry["optimizers"] and ran:
-                family.append(
-                    {
-                        "model": entry["model"],
-                        "point": entry["point"],
-                        "rule": rule,
-                        "controls": ran,
-                    }
-                )
+        if f"{entry['model']}/{entry['point']}" in first_stage:
+            family += control_comparisons(entry)
     return {
         "campaign": "the map decided",
         "trials": CAMPAIGN_TRIALS,

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from torch_mars.train.study.verdict import student_t_two_sided_p
+from torch_mars.train.study.verdict import read_word, student_t_two_sided_p
 
 WORDS = ("win", "loss", "equivalent", "inconclusive")
 _NORMAL = statistics.NormalDist()
@@ -221,22 +221,6 @@ def interval(reading: Reading, design: Design, level: float) -> tuple[float, flo
     return solve(c), solve(-c)
 
 
-def word_of(low: float, high: float, margin: float) -> str:
-    """The word an interval ``[low, high]`` of ``rule - control`` reads.
-
-    >>> cases = [(-0.02, -0.01), (0.001, 0.01), (-0.004, 0.003), (-0.01, 0.002)]
-    >>> [word_of(low, high, 0.005) for low, high in cases]
-    ['win', 'loss', 'equivalent', 'inconclusive']
-    """
-    if high < 0:
-        return "win"
-    if low > 0:
-        return "loss"
-    if -margin < low and high < margin:
-        return "equivalent"
-    return "inconclusive"
-
-
 @dataclass(frozen=True)
 class Verdict:
     """A comparison's word and the interval it was read from, at ``level`` (its Holm level)."""
@@ -290,7 +274,7 @@ def read_family(readings: Sequence[Reading | None], design: Design) -> list[Verd
         verdicts.append(
             Verdict(
                 reading.key,
-                word_of(low, high, design.margin),
+                read_word(low, high, design.margin),
                 reading.mean,
                 low,
                 high,
