@@ -40,6 +40,34 @@ def test_both_doors_are_the_one_function():
     assert run.run_study.__module__ == "torch_mars.train.study.run"
 
 
+def test_both_doors_resolve_every_default_they_share_alike():
+    """A default planted in one door only (a literal in the parser or in the signature) fails
+    here: each shared setting, left unset, resolves to the same value from both."""
+    import inspect
+
+    from torch_mars.cli import build_parser
+    from torch_mars.train.study.selection import protocol_selection
+    from torch_mars.train.study.tune import DEFAULT_SEARCH, DEFAULT_TRIALS, default_optimizers
+
+    cli = build_parser().parse_args(["tune", "--objective", "fn:train"])
+    py = {k: v.default for k, v in inspect.signature(torch_mars.tune).parameters.items()}
+    assert (cli.optimizers or default_optimizers(True)) == (
+        py["optimizers"] or default_optimizers(True)
+    )
+    assert cli.trials == (py["trials"] or DEFAULT_TRIALS)
+    assert cli.search == (py["search"] or DEFAULT_SEARCH)
+    assert cli.jobs == py["jobs"] and cli.direction == py["direction"]
+    from_cli = protocol_selection(
+        cli.seeds, cli.heldout_seeds, cli.data_seed, cli.heldout_data_seeds, cli.finalists,
+        cli.final_seeds, cli.final_data_seeds, cli.pairs,
+    )  # fmt: skip
+    from_py = protocol_selection(
+        py["seeds"], py["heldout_seeds"], py["data_seed"], py["heldout_data_seeds"],
+        py["finalists"], py["final_seeds"], py["final_data_seeds"], py["pairs"],
+    )  # fmt: skip
+    assert from_cli == from_py
+
+
 def test_a_finished_study_reads_back_without_its_function(tmp_path):
     """#63: load_study reads the report alone: winners, verdicts, held-out means, paths."""
     two_pairs = {**SMALL, "heldout_seeds": (1, 2)}  # a verdict needs two held-out pairs

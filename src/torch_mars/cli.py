@@ -84,7 +84,12 @@ from torch_mars.train.study.sweep import (
     validate_plan,
     write_report,
 )
-from torch_mars.train.study.tune import DEFAULT_SEARCH, DEFAULT_TRIALS, SEARCHES
+from torch_mars.train.study.tune import (
+    DEFAULT_SEARCH,
+    DEFAULT_TRIALS,
+    SEARCHES,
+    default_optimizers,
+)
 from torch_mars.train.task import TaskConfig, task_of
 from torch_mars.train.trainer import TrainConfig
 from torch_mars.train.vision import (
@@ -632,9 +637,10 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "--optimizers",
         nargs="+",
         choices=tunable_optimizers(),
-        default=[n for n in DEFAULT_OPTIMIZERS if n in tunable_optimizers()],
         metavar="NAME",
-        help="optimizers to tune, each over its whole declared space",
+        help="optimizers to tune, each over its whole declared space (default: "
+        f"{' '.join(default_optimizers(False))}; with --objective, "
+        f"{' '.join(default_optimizers(True))})",
     )
     group.add_argument(
         "--search",
@@ -865,6 +871,8 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
     from torch_mars.train.study.reuse import check_donors
     from torch_mars.train.study.tune import TunePlan
 
+    if args.optimizers is None:
+        args.optimizers = list(default_optimizers(args.objective is not None))
     if args.name is None:
         from torch_mars.train.study.objective import default_study_name
 

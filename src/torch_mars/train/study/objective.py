@@ -429,7 +429,7 @@ def heldout_means(record: dict[str, Any]) -> dict[str, float]:
 
 def tune(
     train: Callable[..., Any],
-    optimizers: Sequence[str] = ("adamw", "nadamw", "mars-adamw"),
+    optimizers: Sequence[str] | None = None,
     trials: int | None = None,
     storage: str | None = None,
     *,
@@ -491,8 +491,10 @@ def tune(
         DEFAULT_SEARCH,
         DEFAULT_TRIALS,
         TunePlan,
+        default_optimizers,
     )
 
+    optimizers = default_optimizers(True) if optimizers is None else tuple(optimizers)
     path = function_path(train)
     check_contract(train, path)
     donors = check_donors(tuple(Path(folder) for folder in reuse_runs))

@@ -96,6 +96,18 @@ SEARCHES: dict[str, type[ProfiledSearch]] = {
 DEFAULT_SEARCH = "surface-3"
 # Every optimizer's trials unless told: the surface search's budget (docs/harness.md).
 DEFAULT_TRIALS = 40
+# The optimizers a study tunes unless told, declared once for both doors (`torch-mars tune`,
+# `torch_mars.tune`): on the harness's text task the five of its campaigns; on a user's
+# training function the Adam pair and MARS-AdamW (Muon and MARS-Shampoo orthogonalise every
+# matrix a user's model has, conv kernels too: asked for, not assumed).
+TEXT_OPTIMIZERS = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
+OBJECTIVE_OPTIMIZERS = ("adamw", "nadamw", "mars-adamw")
+
+
+def default_optimizers(objective: bool) -> tuple[str, ...]:
+    """The optimizers a study of a user's function (``objective``) or of the text task tunes
+    unless told."""
+    return OBJECTIVE_OPTIMIZERS if objective else TEXT_OPTIMIZERS
 
 
 @dataclass(frozen=True)
