@@ -871,6 +871,9 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
     from torch_mars.train.study.reuse import check_donors
     from torch_mars.train.study.tune import TunePlan
 
+    given = _given_flags(args, _TUNE_WORKER_OWN) if args.worker else []
+    if given:
+        raise ValueError(f"--worker takes its settings from the study; drop {', '.join(given)}")
     if args.optimizers is None:
         args.optimizers = list(default_optimizers(args.objective is not None))
     if args.name is None:
@@ -881,11 +884,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--out-dir/--name: {folder} is a file, not a folder")
     plan = None
-    if args.worker:
-        given = _given_flags(args, _TUNE_WORKER_OWN)
-        if given:
-            raise ValueError(f"--worker takes its settings from the study; drop {', '.join(given)}")
-    else:
+    if not args.worker:
         if args.objective is not None:
             from torch_mars.train.study.objective import ObjectiveConfig, import_objective
 
