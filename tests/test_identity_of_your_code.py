@@ -74,3 +74,23 @@ def test_a_refused_command_writes_nothing_into_the_study(tmp_path, monkeypatch):
         )
     after = optuna.load_study(study_name="driver_c.train", storage=url).user_attrs
     assert after == before  # no optimizer list, no protocol taken
+
+
+def test_ctrl_c_ends_tune_in_one_line_saying_the_same_command_resumes(monkeypatch, capsys):
+    import dataclasses
+
+    from torch_mars import cli
+
+    def interrupted(config):
+        raise KeyboardInterrupt
+
+    commands = tuple(
+        dataclasses.replace(c, configure=lambda args: None, run=interrupted)
+        if c.words == ("tune",)
+        else c
+        for c in cli.COMMANDS
+    )
+    monkeypatch.setattr(cli, "COMMANDS", commands)
+    assert cli.main(["tune", "--model", "tiny"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["torch-mars tune: interrupted (a study: the same command resumes it)"]
