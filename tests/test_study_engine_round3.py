@@ -220,3 +220,15 @@ def test_r12_a_comparison_listed_twice_counts_once_and_an_unknown_rule_is_refuse
     gamma0 = {**entry, "controls": ["mars-adamw@gamma=0"]}
     (tmp_path / "g.json").write_text(json.dumps({"family": [gamma0]}))
     assert campaign_family(tmp_path / "g.json")[0].controls == ("mars-adamw@gamma=0",)
+
+
+def test_a_report_on_a_missing_storage_makes_nothing_and_a_landed_journal_opens_to_join(tmp_path):
+    missing = tmp_path / "nowhere" / "study.db"
+    with pytest.raises(StorageError, match="no such file"):
+        open_storage(f"sqlite:///{missing}", create=False)
+    assert not missing.parent.exists()
+    live = _journal(tmp_path / "landed")
+    snapshot_journals(tmp_path / "landed")
+    live.unlink()  # a clean checkout holds the snapshot alone
+    storage = open_storage(f"journal:{live}", create=False)  # what a joining worker opens
+    assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["s"]

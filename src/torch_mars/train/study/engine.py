@@ -78,6 +78,7 @@ from torch_mars.train.study.store import (
     delete_study,
     describe,
     fail_trial,
+    is_missing,
     load_study,
     open_storage,
     run_of,
@@ -270,7 +271,9 @@ def open_study(
     checks the study before it takes a new protocol and may refuse it (raise): a refused
     command writes nothing."""
     url = spec.url
-    storage = open_storage(url)
+    if read_only and is_missing(url):  # a report makes no folder or file
+        raise ValueError(f"no study {spec.study_name!r} in {describe(url)} to report (no file)")
+    storage = open_storage(url, create=not read_only)
     identity = spec.identity()
     keys = spec.protocol_keys
     if read_only and spec.study_name not in study_names(storage):

@@ -111,19 +111,28 @@ def _file_of(url: str) -> Path | None:
     return None
 
 
+def is_missing(url: str) -> bool:
+    """Whether ``url`` names a file storage that does not exist (nor its snapshot)."""
+    path = _file_of(url)
+    if path is None:
+        return False
+    snapshot = path.with_name(path.name + ".gz")
+    return not path.exists() and not (url.startswith(JOURNAL_PREFIX) and snapshot.is_file())
+
+
 def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
     """The Optuna storage of ``url`` (from :func:`storage_url`); its folder is made where
     ``create``, and a file storage that does not exist is an error where not. A journal that
     does not exist but has a snapshot beside it (``study.log.gz``, :func:`snapshot_journals`)
-    starts from that snapshot where ``create``: the study resumes rather than begins anew
-    beside its own runs."""
+    starts from that snapshot: the study resumes rather than begins anew beside its own runs,
+    and a worker or a report opens a study that exists only as its snapshot."""
     path = _file_of(url)
     if path is not None:
         refuse_link(path, "a study's storage")
         if url.startswith(JOURNAL_PREFIX):
             refuse_link(path.with_name(path.name + ".gz"), "a study's snapshot")
-    if create and path is not None and url.startswith(JOURNAL_PREFIX):
-        _restore_snapshot(path)
+    if path is not None and url.startswith(JOURNAL_PREFIX):
+        _restore_snapshot(path)  # a landed study opens from its snapshot, to report or join
     if path is not None:
         if path.parent.exists() and not path.parent.is_dir():
             raise StorageError(f"--storage {describe(url)}: {path.parent} is a file, not a folder")
