@@ -232,3 +232,10 @@ def test_a_report_on_a_missing_storage_makes_nothing_and_a_landed_journal_opens_
     live.unlink()  # a clean checkout holds the snapshot alone
     storage = open_storage(f"journal:{live}", create=False)  # what a joining worker opens
     assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["s"]
+
+
+def test_a_donor_run_whose_final_is_no_result_is_trained_here_not_copied_in():
+    from torch_mars.train.study.reuse import _a_result
+
+    assert _a_result(1.73) and _a_result(2) and _a_result(None)  # a number, or diverged
+    assert not _a_result("abc") and not _a_result(True) and not _a_result("absent")

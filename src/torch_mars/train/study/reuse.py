@@ -120,7 +120,8 @@ def donated_run(
     values this study would record), that trained where and as this worker would (``trainer``:
     the ``device``, ``threads`` and ``step_defaults`` of its owner record; a donor run from
     before ``step_defaults`` was recorded ran the older defaults) and that kept its curve where
-    ``needs_curve``; None where no donor has one."""
+    ``needs_curve``, and whose stored ``final`` is a result (a number, or None for a diverged
+    run; anything else is trained here, not copied in); None where no donor has one."""
     wanted = json.dumps(
         {"task": identity["task"], "budget": identity["budget"], "data": identity["data"]},
         sort_keys=True,
@@ -134,8 +135,15 @@ def donated_run(
             continue
         if needs_curve and "curve" not in trial.user_attrs:
             continue
+        if not _a_result(trial.user_attrs.get("final", "absent")):
+            continue  # a donor's record that is no result: trained here instead
         return folder, trial
     return None
+
+
+def _a_result(final: Any) -> bool:
+    """Whether a stored ``final`` is a run's result: a real number, or None (diverged)."""
+    return final is None or (isinstance(final, int | float) and not isinstance(final, bool))
 
 
 def copied_record(folder: Path, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
