@@ -646,8 +646,10 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "--search",
         choices=tuple(SEARCHES),
         default=DEFAULT_SEARCH,
-        help=f"the search that spends the trials (default {DEFAULT_SEARCH}; lr-profiled: the "
-        "coordinate descent of the studies before it, docs/harness.md)",
+        metavar=DEFAULT_SEARCH,
+        help=f"the search that spends the trials ({DEFAULT_SEARCH}, the one to use; the designs "
+        "measured and not adopted, and lr-profiled, are kept so that the studies that ran them "
+        "replay and report: docs/harness-history.md)",
     )
     group.add_argument(
         "--fixed",
