@@ -286,21 +286,31 @@ def read_family(readings: Sequence[Reading | None], design: Design) -> list[Verd
     return verdicts
 
 
-def second_stage_pairs(first: Stage, design: Design, level: float, power: float = 0.8) -> int:
-    """Pairs a comparison inconclusive after ``first`` gets next: enough that an interval at
-    ``level`` of the first stage's spread would have a half-width of ``power`` times the
-    larger of ``|mean|`` (to exclude 0) and ``margin - |mean|`` (to fit inside the margin),
-    rounded up to a multiple of 4, at least 4, at most ``cap - first``. The rule only spends
-    runs: the boundaries hold whatever it returns."""
-    room = design.cap - first.n
-    if room < 2:
+# The planning rule's share of the target a second look aims its half-width at.
+PLANNING_POWER = 0.8
+
+
+def planned_pairs(mean: Any, sd: Any, critical: Any, n1: int, design: Design) -> Any:
+    """The planning rule, on numbers or arrays alike: enough pairs that an interval with
+    critical value ``critical`` at the first stage's per-pair spread ``sd`` would have a
+    half-width of :data:`PLANNING_POWER` times the larger of ``|mean|`` (to exclude 0) and
+    ``margin - |mean|`` (to fit inside the margin); rounded up to a multiple of 4, at least
+    4, at most ``cap - n1``."""
+    # never 0: the larger of |mean| and margin - |mean| is at least half the margin
+    target = PLANNING_POWER * np.maximum(np.abs(mean), design.margin - np.abs(mean))
+    wanted = np.ceil((critical * sd / target) ** 2)
+    extra = np.maximum(4, 4 * np.ceil(np.maximum(0, wanted - n1) / 4))
+    return np.clip(extra, 2, design.cap - n1).astype(int)
+
+
+def second_stage_pairs(first: Stage, design: Design, level: float) -> int:
+    """Pairs a comparison inconclusive after ``first`` gets next (:func:`planned_pairs` at
+    ``level``'s critical value). The rule only spends runs: the boundaries hold whatever it
+    returns."""
+    if design.cap - first.n < 2:
         return 0
     c = boundary(level, design.weights[0])
-    target = power * max(abs(first.mean), design.margin - abs(first.mean))
-    sd = first.error * math.sqrt(first.n)
-    wanted = math.ceil((c * sd / target) ** 2) if target > 0 else design.cap
-    extra = max(4, 4 * math.ceil(max(0, wanted - first.n) / 4))
-    return max(2, min(room, extra))
+    return int(planned_pairs(first.mean, first.error * math.sqrt(first.n), c, first.n, design))
 
 
 # -- simulation: the design's error rate and decided share over simulated families -------------
@@ -416,10 +426,7 @@ def simulate_family(
     final = [z.copy() for z in z1]
     if two_looks:
         more = codes1 == 3
-        target = 0.8 * np.maximum(np.abs(mean1), design.margin - np.abs(mean1))
-        wanted = np.ceil((critical1 * error1 * math.sqrt(n1) / target) ** 2)
-        extra = np.maximum(4, 4 * np.ceil(np.maximum(0, wanted - n1) / 4))
-        extra = np.clip(extra, 2, design.cap - n1).astype(int)
+        extra = planned_pairs(mean1, error1 * math.sqrt(n1), critical1, n1, design)
         w1, w2 = design.weights
         for n2 in np.unique(extra[more]):
             where = more & (extra == n2)
