@@ -355,7 +355,7 @@ def figure_panels(rows: list[CampaignRow]) -> dict[str, list[tuple[str, Campaign
 
 def plot_campaign(rows: list[CampaignRow], out_path: Path, later: Sequence[str] = ()) -> Path:
     """The campaign's map: per MARS rule, each declared point's gap to its strongest control
-    with its 95% interval (crossed effects) and its word, in the declaration's order; a point
+    with the Holm-adjusted interval its word is read from, in the declaration's order; a point
     not read yet is marked "pending" on the zero line; ``later``, the declared points of later
     stages, named in the title as not run. Below zero the rule is ahead."""
     import matplotlib
@@ -385,7 +385,7 @@ def plot_campaign(rows: list[CampaignRow], out_path: Path, later: Sequence[str] 
         axis.set_xlim(-0.5, len(points) - 0.5)
         axis.margins(y=0.15)
         axis.set_xticks(range(len(points)), [scope.replace("/", "\n") for scope, _ in points])
-        axis.set_ylabel("held-out gap (nats), 95% interval")
+        axis.set_ylabel("held-out gap (nats), the word's adjusted interval")
         axis.set_title(f"{rule} - strongest control")
     title = (
         f"Holm over the declared family of {len(rows)}; "
