@@ -234,13 +234,6 @@ class Verdict:
     pairs: int
     looks: int
 
-    def text(self) -> str:
-        return (
-            f"{self.word}: {self.mean:+.4f} [{self.low:+.4f}, {self.high:+.4f}] "
-            f"({self.pairs} pairs, {self.looks} look{'s' if self.looks > 1 else ''}, "
-            f"level {self.level:.4g})"
-        )
-
 
 def holm_levels(statistics_at_zero: Sequence[float], design: Design) -> list[tuple[float, bool]]:
     """Each comparison's ``(level, passed)`` by Holm's step-down over ``|Z(0)|``."""
