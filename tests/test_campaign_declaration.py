@@ -141,7 +141,14 @@ def test_a_second_look_extends_the_declared_pairs_and_plans_from_the_spread(monk
     protocol = campaign.protocol_at("campaign-4", "tiny/b16-8x", 20)
     listed = protocol.split(" --pairs ")[1].split()
     assert listed == [f"{s}:{o}" for s, o in campaign.declared_pairs()[:20]]
-    assert campaign.protocol_at("campaign-4", "tiny/b16-8x") == campaign.protocol_of("campaign-4")
+    declared, pairs = campaign.protocol_of("campaign-4").split(" --pairs ")
+    # the declaration's "opponent": each side at its best-known setting
+    assert campaign.protocol_at("campaign-4", "tiny/b16-8x") == (
+        f"{declared} --peer-winners on --pairs {pairs}"
+    )
+    entry = campaign.declared("campaign-3")["points"][0]
+    old = campaign.arguments_of("campaign-3", entry, 2, report=True)
+    assert old[old.index("--peer-winners") + 1] == "off"  # its winners were its searches' own
     scope = "tiny/b16-8x"
     noisy = PairedGap(-0.003, -0.01, 0.004, 0.3, 12, 0.003, 11, ((-0.003, 0.003, 12),))
     clear = PairedGap(-0.02, -0.03, -0.01, 0.0001, 12, 0.002, 11, ((-0.02, 0.002, 12),))

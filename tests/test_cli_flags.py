@@ -51,6 +51,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--final-seeds": ["9", "--finalists", "2"],
     "--final-data-seeds": ["7", "8"],
     "--pairs": ["1000:1000", "1001:1001"],
+    "--peer-winners": ["off"],
     "--order-seed": ["1"],
     "--search": ["lr-profiled"],
     "--fixed": ["weight_decay=0.05"],

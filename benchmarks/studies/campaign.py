@@ -32,6 +32,7 @@ newest campaign.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import shlex
@@ -262,15 +263,25 @@ def pairs_read(name: str, label: str) -> int:
     return max(FIRST_PAIRS, len(ran[0].get("heldout_pairs") or []))
 
 
+def peer_winners(name: str) -> bool:
+    """Whether campaign ``name`` reads each side at its best-known setting: campaign-4's
+    declaration says so ("opponent": chosen on reads disjoint from the pairs; its peers'
+    winners read on the choosing runs, ``tune --peer-winners on``); the campaigns before read
+    their searches' own winners, as ``tune`` did then."""
+    return name == "campaign-4"
+
+
 def protocol_at(name: str, label: str, pairs: int | None = None) -> str:
-    """The campaign's protocol at ``label``: campaign-4's with its first ``pairs`` declared
-    pairs (default: as many as the point reads now, :func:`pairs_read`)."""
+    """The campaign's protocol at ``label`` as tune's flags: campaign-4's with its first
+    ``pairs`` declared pairs (default: as many as the point reads now, :func:`pairs_read`)
+    and its best-known settings (:func:`peer_winners`)."""
     protocol = protocol_of(name)
-    if name != "campaign-4":
+    if not peer_winners(name):  # the map's arguments read the searches' own winners
         return protocol
     count = pairs_read(name, label) if pairs is None else pairs
     head = protocol.split(" --pairs ")[0]
-    return f"{head} --pairs " + " ".join(f"{s}:{o}" for s, o in declared_pairs()[:count])
+    listed = " ".join(f"{s}:{o}" for s, o in declared_pairs()[:count])
+    return f"{head} --peer-winners on --pairs {listed}"
 
 
 def second_look_pairs(name: str, label: str) -> int:
@@ -406,7 +417,7 @@ def earlier_estimate(label: str, runs: int) -> str:
 def selection_of(name: str) -> Selection:
     """The selection protocol campaign ``name`` declares (tune's default for the first three)."""
     if name != "campaign-4":
-        return PROTOCOL
+        return dataclasses.replace(PROTOCOL, peer_winners=False)
     first = [tuple(p) for p in declared_pairs()[:FIRST_PAIRS]]
     finals = (1, 2, 3, 4, 5)
     return Selection(
@@ -417,6 +428,7 @@ def selection_of(name: str) -> Selection:
         final_seeds=finals,
         final_data_seeds=finals,
         pairs=tuple(first),
+        peer_winners=peer_winners(name),
     )
 
 

@@ -723,6 +723,13 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "--heldout-data-seeds); default: every final seed on --data-seed",
     )
     group.add_argument(
+        "--peer-winners",
+        choices=("on", "off"),
+        help="read each optimizer at its peers' winners moved onto its space too (on its "
+        "choosing runs), and read the best-known setting held out: a search that stopped short "
+        f"is not what a verdict reads (default {'on' if PROTOCOL.peer_winners else 'off'})",
+    )
+    group.add_argument(
         "--trials",
         type=_positive_int,
         default=DEFAULT_TRIALS,
@@ -925,6 +932,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
                 final_seeds=args.final_seeds,
                 final_data_seeds=args.final_data_seeds,
                 pairs=args.pairs,
+                peer_winners=None if args.peer_winners is None else args.peer_winners == "on",
             ),
             study_dir=folder,
             trials=args.trials,

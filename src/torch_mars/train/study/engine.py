@@ -463,7 +463,8 @@ def study_progress(spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial]) 
     for search in spec.searches:
         asked = AskedFor(results)
         needed = search.replay(asked).needed
-        read = len(asked.asked & results.keys())
+        # its own runs: a search that reads its peers' winners replays them too
+        read = len({run for run in asked.asked & results.keys() if run[0] == search.optimizer})
         finished += read
         planned += max(search.planned_runs, read + len(needed)) if needed else read
     return finished, planned

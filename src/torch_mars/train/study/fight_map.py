@@ -130,6 +130,8 @@ class FightMap:
             f"--jobs {jobs} --name {study.name} --order-seed {order_seed} "
             f"--out-dir {out_dir} --storage journal:{study / 'study.log'}"
         )
+        if "--peer-winners" not in protocol:  # the map's read their searches' own winners
+            arguments += " --peer-winners off"
         return shlex.split(arguments) + (["--report"] if report else [])
 
     def winners_sweep_arguments(

@@ -441,6 +441,7 @@ def tune(
     final_seeds: Sequence[int] | None = None,
     final_data_seeds: Sequence[int] = (),
     pairs: Sequence[tuple[int, int]] = (),
+    peer_winners: bool | None = None,
     search: str | None = None,
     fixed: Mapping[str, float] | None = None,
     ladders: Mapping[str, Sequence[float]] | None = None,
@@ -460,7 +461,10 @@ def tune(
     ``final_seeds``, on ``final_data_seeds`` where given, one data order per final seed, the
     best mean over all of them winning), each winner read on
     ``heldout_seeds`` x ``heldout_data_seeds`` (or on ``pairs``, independent
-    ``(seed, data order)`` pairs), paired intervals, tuning curves, and the report
+    ``(seed, data order)`` pairs) at its best-known setting (with ``peer_winners``, on by
+    default, each peer's winner moved onto its space is read on the choosing runs too, and
+    the best mean wins: a search that stopped short is said, and not what a verdict reads),
+    paired intervals, tuning curves, and the report
     files in ``out_dir/name`` (``name``: the function's name). ``fixed`` holds dimensions at a
     value for every optimizer that has them, never tuned (``{"weight_decay": 0.05}``; not the
     lr; each in its range, :data:`~torch_mars.train.study.space.FIXED_RANGES`). ``ladders``:
@@ -512,6 +516,7 @@ def tune(
         final_seeds,
         final_data_seeds,
         pairs,
+        peer_winners,
     )
     plan = TunePlan(
         base=base,  # type: ignore[arg-type]

@@ -50,7 +50,10 @@ class Selection:
     of ``heldout`` seeds and ``heldout_data_seeds`` (new initialisations and new data
     orders), or, with ``pairs``, on independent pairs: each ``(seed, data order)`` its own
     seed and its own order, none shared with another pair or with the selection (the verdict's
-    design, docs/harness.md: a paired t on n - 1 degrees of freedom)."""
+    design, docs/harness.md: a paired t on n - 1 degrees of freedom). With ``peer_winners``
+    each search's winner is its best-known setting: every peer's winner (a study's optimizer
+    with its dimensions but for gamma) moved onto its space is read on its choosing runs too,
+    and the best mean over them all wins (the strongest known opponent, docs/harness.md)."""
 
     seeds: tuple[int, ...] = (0, 1, 2)
     heldout: tuple[int, ...] = (3, 4, 5)
@@ -60,6 +63,7 @@ class Selection:
     final_seeds: tuple[int, ...] = ()
     final_data_seeds: tuple[int, ...] = ()
     pairs: tuple[tuple[int, int], ...] = ()
+    peer_winners: bool = False
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -178,6 +182,8 @@ class Selection:
             del record["final_data_seeds"]
         if not self.pairs:
             del record["pairs"]
+        if not self.peer_winners:
+            del record["peer_winners"]
         return record
 
     @classmethod
@@ -215,12 +221,14 @@ def protocol_selection(
     final_seeds: Sequence[int] | None = None,
     final_data_seeds: Sequence[int] = (),
     pairs: Sequence[tuple[int, int]] = (),
+    peer_winners: bool | None = None,
 ) -> Selection:
     """:data:`PROTOCOL` with what a caller gave in place of its defaults. Without
     ``final_seeds`` the finalists are read on as many seeds as the protocol's, the smallest
     that neither choose nor are held out (1 2 by default; 2 3 beside ``seeds=(0,)`` and
     ``heldout=(1,)``), and none with ``finalists=0``. With ``pairs`` (independent
-    ``(seed, data order)`` pairs) the crossed held-out seeds and data orders are none."""
+    ``(seed, data order)`` pairs) the crossed held-out seeds and data orders are none;
+    ``peer_winners`` (None: the protocol's) reads each search's peers' winners on its space."""
     pairs = tuple((int(s), int(o)) for s, o in pairs)
     if pairs:
         if heldout or heldout_data_seeds:
@@ -246,14 +254,21 @@ def protocol_selection(
         final_seeds=tuple(final_seeds),
         final_data_seeds=tuple(final_data_seeds),
         pairs=pairs,
+        peer_winners=PROTOCOL.peer_winners if peer_winners is None else peer_winners,
     )
 
 
 # The protocol of ``torch-mars tune`` and ``torch_mars.tune`` unless told, declared once: one
 # selection seed a trial (the noise is paid where it decides), each search's 4 best points
 # re-read on two more seeds, each winner read on 4 seeds x 3 data orders, 12 crossed pairs no
-# selection saw. (The field defaults above are the protocol of the studies before it, which
+# selection saw; each winner the best-known setting of its search and its peers' winners. (The
+# field defaults above are the protocol of the studies before it, which
 # a stored record that lacks a field was run under.)
 PROTOCOL = Selection(
-    seeds=(0,), heldout=(3, 4, 5, 6), heldout_data_seeds=(1, 2, 3), finalists=4, final_seeds=(1, 2)
+    seeds=(0,),
+    heldout=(3, 4, 5, 6),
+    heldout_data_seeds=(1, 2, 3),
+    finalists=4,
+    final_seeds=(1, 2),
+    peer_winners=True,
 )

@@ -204,7 +204,9 @@ class TunePlan:
         return tuple({point_key(p): p for p in points}.values())
 
     def searches(self) -> list[ProfiledSearch]:
-        return [
+        """Each optimizer's search; where the selection reads peers' winners, each with the
+        searches of its peers (the study's optimizers that share its space but for gamma)."""
+        own = [
             SEARCHES[self.search](
                 name,
                 self.starts_of(name),
@@ -217,6 +219,19 @@ class TunePlan:
                 ladders=self.ladders,
             )
             for name in self.optimizers
+        ]
+        if not self.selection.peer_winners:
+            return own
+        return [
+            dataclasses.replace(
+                search,
+                peers=tuple(
+                    peer
+                    for peer in own
+                    if peer is not search and shares_space(peer.optimizer, search.optimizer)
+                ),
+            )
+            for search in own
         ]
 
     def spec(self) -> StudySpec:

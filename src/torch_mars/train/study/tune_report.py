@@ -39,7 +39,7 @@ from torch_mars.train.study.family import (
 from torch_mars.train.study.pairs import diverged, same_machine
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.reuse import COPIED_ATTR
-from torch_mars.train.study.selection import Selection
+from torch_mars.train.study.selection import Selection, badness
 from torch_mars.train.study.space import (
     LADDERS,
     Fixed,
@@ -117,6 +117,22 @@ class OptimizerOutcome:
     values_scored: dict[str, int] = dataclasses.field(default_factory=dict)
     # the machine (owner record's device) each held-out run trained on, "" where unknown
     heldout_machines: list[str] = dataclasses.field(default_factory=list)
+    # where peers' winners were read: the search's own winner and its mean over every choosing
+    # run, each ``(peer, point, mean over every choosing run)``, and the peer whose setting is
+    # the best-known (the winner here), None where the search's own is
+    own_winner: Point = dataclasses.field(default_factory=dict)
+    own_score: float = math.nan
+    peer_points: list[tuple[str, Point, float]] = dataclasses.field(default_factory=list)
+    best_known_from: str | None = None
+
+    @property
+    def shortfall(self) -> float:
+        """How far the search's own winner fell short of the best-known setting, on the
+        choosing runs (0 where it is the best-known; NaN where no peer was read)."""
+        if not self.peer_points:
+            return math.nan
+        best = min([self.own_score, *(s for _, _, s in self.peer_points)], key=badness)
+        return self.own_score - best
 
     @property
     def moved_text(self) -> str:
@@ -200,7 +216,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
     for search in plan.searches():
         results = AskedFor(finished)
         state: ProfiledState = search.replay(results)
-        point = state.point
+        point, own = state.point, search.optimizer
         search_scores = {point_key(p): score for p, score in state.trials}
 
         def final(
@@ -227,13 +243,15 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                     for p, final in state.finalists
                 ],
                 winner_score=_selection_score(search, results, point, search_scores),
-                runs=frozenset(results.asked & finished.keys()),
+                runs=frozenset(r for r in results.asked & finished.keys() if r[0] == own),
                 moved=moved_dimensions(search.starts[0], [p for p, _ in state.trials]),
                 values_scored={
                     d: len({p[d] for p, _ in state.trials if d in p}) for d in search.dimensions
                 },
                 dimensions=search.dimensions,
-                failures={r: failed[r] for r in sorted(results.asked & failed.keys())},
+                failures={
+                    r: failed[r] for r in sorted(results.asked & failed.keys()) if r[0] == own
+                },
                 heldout_curves=[
                     curves[run]
                     for seed, data in plan.selection.heldout_pairs()
@@ -245,6 +263,10 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 ]
                 if point
                 else [],
+                own_winner=state.own_point,
+                own_score=state.own_score,
+                peer_points=state.peer_points,
+                best_known_from=state.best_known_from,
             )
         )
     return found
@@ -333,6 +355,13 @@ class Verdict:
     level: float = math.nan
     # each side's diverged runs on the pairs read (:func:`~.pairs.diverged`)
     diverged: tuple[int, int] = (0, 0)
+    # B (:func:`~.pairs.verdict_bias`) on the choosing runs: how far a word read at the two
+    # searches' own winners would have leant the rule's way (negative) or the control's; NaN
+    # where the study read no peer's winner
+    bias: float = math.nan
+
+    def bias_text(self) -> str:
+        return f"{self.bias:+.4f}" if math.isfinite(self.bias) else "—"
 
     @property
     def decision_text(self) -> str:
@@ -378,6 +407,7 @@ def verdicts(
     gaps: dict[Comparison, PairedGap] = dict(others or {})
     controls: dict[Comparison, str] = {}
     lost: dict[Comparison, tuple[int, int]] = {}
+    bias: dict[Comparison, float] = {}
     for comparison in mine:
         ran = [by_name[c] for c in comparison.controls if c in by_name]
         if comparison.rule not in by_name or len(ran) < len(comparison.controls):
@@ -400,6 +430,7 @@ def verdicts(
         first = design.first if design is not None else 0
         gaps[comparison] = gap_of_pairs(rule_finals, control_finals, read_pairs, first=first)
         lost[comparison] = (len(diverged(rule_finals)), len(diverged(control_finals)))
+        bias[comparison] = rule.shortfall - control.shortfall
         controls[comparison] = control.optimizer
     decided = decide(family, gaps, alpha, design=design)
     return [
@@ -413,6 +444,7 @@ def verdicts(
             decided[c].high,
             decided[c].level,
             lost[c],
+            bias[c],
         )
         for c in mine
         if c in controls
@@ -477,19 +509,28 @@ def format_tune_table(
         *moved_sentences(ranked),
         *depth_sentences(ranked),
         *heldout_sentences(ranked, sel.heldout_pairs()),
+        *peer_sentences(ranked, plan.ladders),
     ]
     if found_verdicts:
         lines += [
             "",
             "| rule | strongest control | gap, Holm-adjusted interval (the word's) | p | "
-            "word (declared family) | diverged runs (rule, control) |",
-            "|---|---|---:|---:|---|---:|",
+            "word (declared family) | diverged runs (rule, control) | B |",
+            "|---|---|---:|---:|---|---:|---:|",
         ]
         lines += [
             f"| {v.rule} | {v.control} | {v.interval_text()} | {v.gap.p:.3g} | "
-            f"{v.decision_text} | {v.diverged[0]}, {v.diverged[1]} |"
+            f"{v.decision_text} | {v.diverged[0]}, {v.diverged[1]} | {v.bias_text()} |"
             for v in found_verdicts
         ]
+        if sel.peer_winners:
+            lines += [
+                "",
+                "B: how far a word read at the two searches' own winners would have leant the "
+                "rule's way (negative) or its control's, on the choosing runs: (rule's own "
+                "winner - its best-known setting) - (control's own winner - its best-known). "
+                "Every word above is read at the best-known settings.",
+            ]
     rows = [k for k in CURVE_ROWS if k <= plan.trials]
     lines += [
         "",
@@ -672,6 +713,31 @@ def heldout_sentences(
     return lines
 
 
+def peer_sentences(found: Sequence[OptimizerOutcome], ladders: Ladders = ()) -> list[str]:
+    """Per optimizer whose peers' winners were read on its space: a control beaten by its
+    peer's setting (its search stopped short, and it is read at that setting), or that its own
+    winner held."""
+    lines = []
+    for o in found:
+        if not o.peer_points:
+            continue
+        if o.best_known_from is None:
+            peers = ", ".join(f"{n} {s:.4f}" for n, _, s in o.peer_points)
+            lines.append(
+                f"- {o.optimizer}'s own winner ({o.own_score:.4f} on the choosing runs) held "
+                f"against its peers' winners moved onto its space ({peers})."
+            )
+            continue
+        score = next(s for n, _, s in o.peer_points if n == o.best_known_from)
+        lines.append(
+            f"- {o.optimizer} at {o.best_known_from}'s winner moved onto its space scored "
+            f"{score:.4f} on the choosing runs against its own winner's {o.own_score:.4f}: its "
+            f"search stopped {o.shortfall:.4f} short, and it is read at that setting "
+            f"({_winner_text(o.winner, ladders)})."
+        )
+    return lines
+
+
 def finalists_table(
     sel: Selection,
     found: Sequence[OptimizerOutcome],
@@ -834,6 +900,7 @@ def report_json(
                 "trial_scores": [number(v) for v in o.trial_scores],
                 "tuning_curve": [number(v) for v in o.curve],
                 "rounds": o.rounds,
+                **_peer_record(o, plan.ladders),
                 "moved": list(o.moved),
                 "values_scored": dict(o.values_scored),
                 "failed_runs": len(o.failures),
@@ -863,6 +930,7 @@ def report_json(
                 "adjusted_interval": [number(v.low), number(v.high)],
                 "level": number(v.level),
                 "diverged": list(v.diverged),
+                "bias": number(v.bias),
                 "decision": v.decision,
                 "provisional": v.provisional,
             }
@@ -872,6 +940,23 @@ def report_json(
                 else found_verdicts
             )
         ],
+    }
+
+
+def _peer_record(o: OptimizerOutcome, ladders: Ladders = ()) -> dict[str, Any]:
+    """Where peers' winners were read: the search's own winner and its score, each peer's
+    winner on this space with its score, and the peer whose setting won (absent otherwise)."""
+    if not o.peer_points:
+        return {}
+    finite = math.isfinite
+    return {
+        "own_winner": values_of(o.own_winner, ladders),
+        "own_score": o.own_score if finite(o.own_score) else None,
+        "peer_winners": [
+            {"peer": n, "point": values_of(p, ladders), "score": s if finite(s) else None}
+            for n, p, s in o.peer_points
+        ],
+        "best_known_from": o.best_known_from,
     }
 
 
