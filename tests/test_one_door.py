@@ -4,6 +4,8 @@ command line does (test_tune.py), since both call the same function."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import optuna
 import pytest
 
@@ -40,32 +42,41 @@ def test_both_doors_are_the_one_function():
     assert run.run_study.__module__ == "torch_mars.train.study.run"
 
 
-def test_both_doors_resolve_every_default_they_share_alike():
+def test_both_doors_resolve_every_default_they_share_alike(tmp_path, monkeypatch):
     """A default planted in one door only (a literal in the parser or in the signature) fails
-    here: each shared setting, left unset, resolves to the same value from both."""
-    import inspect
+    here: the plan each door builds from nothing but the function is the same plan."""
+    from torch_mars.cli import _tune_request, build_parser
 
-    from torch_mars.cli import build_parser
-    from torch_mars.train.study.selection import protocol_selection
-    from torch_mars.train.study.tune import DEFAULT_SEARCH, DEFAULT_TRIALS, default_optimizers
+    built = []
 
-    cli = build_parser().parse_args(["tune", "--objective", "fn:train"])
-    py = {k: v.default for k, v in inspect.signature(torch_mars.tune).parameters.items()}
-    assert (cli.optimizers or default_optimizers(True)) == (
-        py["optimizers"] or default_optimizers(True)
+    def capture(plan, **_):
+        built.append(plan)
+        raise KeyboardInterrupt  # stop before anything runs
+
+    monkeypatch.setattr(run, "run_study", capture)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        torch_mars.tune(quadratic)
+    args = build_parser().parse_args(["tune", "--objective", "test_one_door:quadratic"])
+    from_cli = _tune_request(args).plan
+    from_py = built[0]
+    assert from_cli.base.objective.endswith("quadratic") and from_py.study_dir.is_absolute()
+    same = {"study_dir", "study_name", "base"}  # the function's path, spelt by each door
+    for field in dataclasses.fields(from_py):
+        if field.name not in same:
+            assert getattr(from_cli, field.name) == getattr(from_py, field.name), field.name
+    assert from_cli.selection.peer_winners and from_cli.optimizers == (
+        "adamw",
+        "nadamw",
+        "mars-adamw",
     )
-    assert cli.trials == (py["trials"] or DEFAULT_TRIALS)
-    assert cli.search == (py["search"] or DEFAULT_SEARCH)
-    assert cli.jobs == py["jobs"] and cli.direction == py["direction"]
-    from_cli = protocol_selection(
-        cli.seeds, cli.heldout_seeds, cli.data_seed, cli.heldout_data_seeds, cli.finalists,
-        cli.final_seeds, cli.final_data_seeds, cli.pairs,
-    )  # fmt: skip
-    from_py = protocol_selection(
-        py["seeds"], py["heldout_seeds"], py["data_seed"], py["heldout_data_seeds"],
-        py["finalists"], py["final_seeds"], py["final_data_seeds"], py["pairs"],
-    )  # fmt: skip
-    assert from_cli == from_py
+
+
+def test_both_doors_build_their_plan_in_one_function():
+    from torch_mars.cli import _tune_request
+
+    names = {objective.tune.__code__.co_names, _tune_request.__code__.co_names}
+    assert all("tune_plan" in n for n in names) and "TunePlan" not in str(names)
 
 
 def test_a_finished_study_reads_back_without_its_function(tmp_path):

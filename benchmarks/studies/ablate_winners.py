@@ -37,6 +37,7 @@ from torch_mars.train.study.ablation import (
     short_flag_value,
     sweep_study_flags,
 )
+from torch_mars.train.study.tune_record import read_tune_record
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "benchmarks" / "results" / "regime-map"
@@ -48,11 +49,11 @@ def tuned_winner(point: str, rule: str) -> tuple[dict, dict]:
     path = FOLDER / point / "tune.json"
     if not path.is_file():
         raise ValueError(f"no {path.relative_to(ROOT)}: run regime_map.py --report for {point}")
-    report = json.loads(path.read_text())
-    winner = next((o for o in report["optimizers"] if o["optimizer"] == rule), None)
+    report = read_tune_record(path)
+    winner = report.entry(rule)
     if winner is None or not winner["finished"]:
         raise ValueError(f"{rule} has no finished winner at {point}")
-    return report["budget"], winner["hyperparams"]
+    return report.data["budget"], winner["hyperparams"]
 
 
 def sweep_arguments(point: str, rule: str, suffix: str, jobs: int) -> list[str]:

@@ -74,6 +74,7 @@ from torch_mars.train.study.store import (
     stored_study,
     stored_study_folders,
 )
+from torch_mars.train.study.tune_record import read_tune_record
 from torch_mars.train.study.tune_report import median_run_seconds
 from torch_mars.train.study.two_stage import Stage, design_of, second_stage_pairs
 
@@ -259,7 +260,7 @@ def pairs_read(name: str, label: str) -> int:
     report = folder_of(name) / label / "tune.json"
     if name != "campaign-4" or not report.is_file():
         return FIRST_PAIRS
-    ran = json.loads(report.read_text()).get("optimizers") or [{}]
+    ran = read_tune_record(report).optimizers or ({},)
     return max(FIRST_PAIRS, len(ran[0].get("heldout_pairs") or []))
 
 
@@ -320,7 +321,7 @@ def gamma0_arguments(
     report = folder_of(name) / label / "tune.json"
     if not report.is_file():
         return None
-    ran = {o["optimizer"]: o for o in json.loads(report.read_text()).get("optimizers", [])}
+    ran = {o["optimizer"]: o for o in read_tune_record(report).optimizers}
     winner = ran.get(rule, {}).get("winner") or {}
     if not ran.get(rule, {}).get("finished") or not winner:
         return None

@@ -26,14 +26,15 @@ from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.fight_map import EVAL_TOKENS, FightMap
 from torch_mars.train.study.store import restore_journals
+from torch_mars.train.study.tune_record import read_tune_record
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
 SEEDS = ("0", "1", "2")
 
 
 def sweep_arguments(point: str, jobs: int) -> list[str]:
-    old = json.loads((MAP.root / "benchmarks/results/regime-map" / point / "tune.json").read_text())
-    winners = {entry["optimizer"]: entry["hyperparams"] for entry in old["optimizers"]}
+    old = read_tune_record(MAP.root / "benchmarks/results/regime-map" / point)
+    winners = {entry["optimizer"]: entry["hyperparams"] for entry in old.optimizers}
     return MAP.winners_sweep_arguments(
         point, winners, MAP.folder / point, "first-map-winners", SEEDS, jobs
     )
@@ -41,7 +42,7 @@ def sweep_arguments(point: str, jobs: int) -> list[str]:
 
 def compare(point: str) -> str:
     """The first map's winners against the new search's, on the selection seeds."""
-    new = json.loads((MAP.folder / point / "tune.json").read_text())
+    new = read_tune_record(MAP.folder / point).data
     old = json.loads((MAP.folder / point / "first-map-winners" / "sweep.json").read_text())
     old_means = {s["optimizer"]: s["final"] for s in old["summaries"]}
     lines = [

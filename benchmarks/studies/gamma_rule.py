@@ -17,7 +17,6 @@ is one point at one width).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.study.campaign import CURRENT, campaign_folder
 from torch_mars.train.study.fight_map import POINTS, FightMap
 from torch_mars.train.study.space import LADDERS
+from torch_mars.train.study.tune_record import read_tune_record
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
 
@@ -80,9 +80,7 @@ def winner_of(label: str, rule: str) -> Winner | None:
     report = CAMPAIGN / label / "tune.json"
     if not report.is_file():
         return None
-    entry = next(
-        (o for o in json.loads(report.read_text())["optimizers"] if o["optimizer"] == rule), None
-    )
+    entry = read_tune_record(report).entry(rule)
     if entry is None or not entry["finished"]:
         return None
     batch, multiple = POINTS[label.split("/", 1)[1]]

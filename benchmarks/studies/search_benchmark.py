@@ -75,7 +75,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import json
 import math
 import shlex
 import shutil
@@ -112,6 +111,7 @@ from torch_mars.train.study.space import (
 from torch_mars.train.study.store import refuse_link, restore_journals, stored_study
 from torch_mars.train.study.surface import SurfaceSearch3, SurfaceSearch6
 from torch_mars.train.study.tune import SEARCHES, plan_of_identity
+from torch_mars.train.study.tune_record import read_tune_record
 from torch_mars.train.study.verdict import (
     PairedGap,
     crossed_gap,
@@ -424,7 +424,7 @@ def current_study(point: str) -> Path:
 
 def reported(report: Path) -> dict:
     """The ``tune.json`` report ``report``."""
-    return json.loads(report.read_text())
+    return read_tune_record(report).data
 
 
 def reference_report(point: str) -> list[dict]:

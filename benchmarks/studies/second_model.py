@@ -24,7 +24,6 @@ and the Shampoo pair when there is time. Each point is one study,
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -40,6 +39,7 @@ from torch_mars.train.study.map_report import (
     progress_rows,
 )
 from torch_mars.train.study.store import restore_journals, snapshot_journals
+from torch_mars.train.study.tune_record import read_tune_record
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
 FOLDER = MAP.root / "benchmarks" / "results" / "second-model"
@@ -56,7 +56,7 @@ def beside_first_model(point: str, folder: Path = FOLDER, first: Path | None = N
     """Each optimizer's winner at ``point`` on the second model beside its winner on ``tiny``
     (the map's report with the most trials that finished it), dimension by dimension, with the
     trials each search spent: where the tuned values carry across width and corpus."""
-    second = json.loads((folder / point / "tune.json").read_text())
+    second = read_tune_record(folder / point).data
     firsts = point_reports(point, first or MAP.folder)
     lines = [
         f"Winners at {point}: `tiny` on the stdlib corpus (the map) against `{MODEL}` on the "

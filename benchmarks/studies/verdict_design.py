@@ -15,13 +15,13 @@ benchmarks/results/verdict-design/design.md.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.study.campaign import campaign_rows
+from torch_mars.train.study.tune_record import read_tune_record
 from torch_mars.train.study.two_stage import Design, simulate_family
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,8 +33,8 @@ def measured() -> list[tuple[str, float, float]]:
     """Each first-stage comparison's ``(key, mean gap, per-pair spread)`` from its report."""
     out = []
     for row in campaign_rows(CAMPAIGN / "campaign.json"):
-        report = json.loads((CAMPAIGN / row.comparison.scope / "tune.json").read_text())
-        finals = {o["optimizer"]: o["heldout_finals"] for o in report["optimizers"]}
+        report = read_tune_record(CAMPAIGN / row.comparison.scope)
+        finals = {o["optimizer"]: o["heldout_finals"] for o in report.optimizers}
         differences = [
             r - c for r, c in zip(finals[row.comparison.rule], finals[row.control], strict=True)
         ]

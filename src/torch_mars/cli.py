@@ -69,8 +69,8 @@ from torch_mars.train.run_record import RunFolderBusy, RunResult, check_folder_p
 from torch_mars.train.run_shell import train_run
 from torch_mars.train.schedules import TEXT_SCHEDULES
 from torch_mars.train.study.grid import parse_grid, parse_value
-from torch_mars.train.study.selection import PROTOCOL, protocol_selection
-from torch_mars.train.study.space import check_fixed, check_ladders, tunable_optimizers
+from torch_mars.train.study.selection import PROTOCOL
+from torch_mars.train.study.space import tunable_optimizers
 from torch_mars.train.study.store import (
     check_study_name,
     dashboard_hint,
@@ -645,7 +645,6 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--search",
         choices=tuple(SEARCHES),
-        default=DEFAULT_SEARCH,
         metavar=DEFAULT_SEARCH,
         help=f"the search that spends the trials ({DEFAULT_SEARCH}, the one to use; the designs "
         "measured and not adopted, and lr-profiled, are kept so that the studies that ran them "
@@ -673,8 +672,8 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "--seeds",
         nargs="+",
         type=_nonnegative_int,
-        default=list(PROTOCOL.seeds),
-        help="selection seeds: points are compared on their mean",
+        help="selection seeds: points are compared on their mean (default "
+        f"{' '.join(map(str, PROTOCOL.seeds))})",
     )
     group.add_argument(
         "--heldout-seeds",
@@ -703,7 +702,6 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--finalists",
         type=_nonnegative_int,
-        default=PROTOCOL.finalists,
         help="re-read each search's K best points on --final-seeds; the best mean over every "
         f"choosing seed wins (default {PROTOCOL.finalists}; 0: the search's best wins)",
     )
@@ -732,8 +730,8 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--trials",
         type=_positive_int,
-        default=DEFAULT_TRIALS,
-        help="trials every optimizer gets (a trial: one point on every selection seed)",
+        help="trials every optimizer gets (a trial: one point on every selection seed; default "
+        f"{DEFAULT_TRIALS})",
     )
     group.add_argument(
         "--family",
@@ -878,13 +876,11 @@ class TuneRequest:
 
 def _tune_request(args: argparse.Namespace) -> TuneRequest:
     from torch_mars.train.study.reuse import check_donors
-    from torch_mars.train.study.tune import TunePlan
+    from torch_mars.train.study.run import tune_plan
 
     given = _given_flags(args, _TUNE_WORKER_OWN) if args.worker else []
     if given:
         raise ValueError(f"--worker takes its settings from the study; drop {', '.join(given)}")
-    if args.optimizers is None:
-        args.optimizers = list(default_optimizers(args.objective is not None))
     if args.name is None:
         from torch_mars.train.study.objective import default_study_name
 
@@ -920,33 +916,31 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
                     "loss falls, and its code is this package's"
                 )
             base = dataclasses.replace(_text_config(args, DEFAULT_COMPARE), quiet=True, data_seed=0)
-        plan = TunePlan(
-            base=base,
-            optimizers=tuple(args.optimizers),
-            selection=protocol_selection(
-                seeds=args.seeds,
-                heldout=args.heldout_seeds,
-                data_seed=args.data_seed,
-                heldout_data_seeds=args.heldout_data_seeds,
-                finalists=args.finalists,
-                final_seeds=args.final_seeds,
-                final_data_seeds=args.final_data_seeds,
-                pairs=args.pairs,
-                peer_winners=None if args.peer_winners is None else args.peer_winners == "on",
-            ),
+        plan = tune_plan(
+            base,
             study_dir=folder,
+            name=args.name,
+            optimizers=args.optimizers,
             trials=args.trials,
             search=args.search,
-            fixed=check_fixed(dict(args.fixed), args.optimizers),
-            ladders=check_ladders(dict(args.ladder), args.optimizers),
+            seeds=args.seeds,
+            heldout_seeds=args.heldout_seeds,
+            data_seed=args.data_seed,
+            heldout_data_seeds=args.heldout_data_seeds,
+            finalists=args.finalists,
+            final_seeds=args.final_seeds,
+            final_data_seeds=args.final_data_seeds,
+            pairs=args.pairs,
+            peer_winners=None if args.peer_winners is None else args.peer_winners == "on",
+            fixed=dict(args.fixed),
+            ladders=dict(args.ladder),
             family_file=args.family,
             order_seed=args.order_seed,
             max_rounds=args.max_rounds,
             storage=args.storage,
-            study_name=args.name,
             jobs=args.jobs,
             overwrite=args.overwrite,
-            reuse=check_donors(tuple(args.reuse_runs)),
+            reuse_runs=args.reuse_runs,
         )
     return TuneRequest(
         plan,

@@ -21,6 +21,7 @@ from torch_mars.train.study.family import (
     campaign_family,
     decide,
 )
+from torch_mars.train.study.tune_record import TuneRecord, read_tune_record
 from torch_mars.train.study.two_stage import design_of
 from torch_mars.train.study.verdict import PairedGap, gap_of_pairs
 
@@ -75,15 +76,12 @@ def without_correction_folder(root: Path, scope: str, rule: str) -> Path:
     return Path(root) / f"{scope}.gamma=0.{rule}"
 
 
-def _report_finals(report: Path) -> tuple[dict, dict[str, tuple[list, list]]]:
+def _report_finals(report: Path) -> tuple[TuneRecord, dict[str, tuple[list, list]]]:
     """A study's report and each optimizer's held-out ``(finals, pairs)`` in it."""
+    stored = read_tune_record(report)
     try:
-        stored = json.loads(report.read_text())
-        finals = {
-            o["optimizer"]: (o.get("heldout_finals") or [], o.get("heldout_pairs") or [])
-            for o in stored.get("optimizers", [])
-        }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        finals = {o["optimizer"]: stored.heldout(o["optimizer"]) for o in stored.optimizers}
+    except (KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"{report}: not a study's report ({error})") from None
     return stored, finals
 
@@ -125,7 +123,7 @@ def stored_verdicts(
             if gap is not None:
                 read[comparison] = (gap, control)
             continue
-        for entry in stored.get("verdicts", []):
+        for entry in stored.verdicts:
             if not isinstance(entry, dict) or entry.get("rule") != comparison.rule:
                 continue
             if not entry.get("pairs") or entry.get("control") not in comparison.controls:
@@ -301,7 +299,7 @@ def format_winners_table(declaration: Path) -> str:
     pending = []
     for scope in declared["first_stage"]:
         report = Path(declaration).parent / scope / "tune.json"
-        entries = json.loads(report.read_text())["optimizers"] if report.is_file() else []
+        entries = read_tune_record(report).optimizers if report.is_file() else ()
         if not entries or not all(_heldout_read(e) for e in entries):
             pending.append(scope)
             continue

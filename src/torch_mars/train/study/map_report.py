@@ -6,7 +6,6 @@ given; none knows where a checkout keeps its results (:class:`.fight_map.FightMa
 from __future__ import annotations
 
 import collections
-import json
 from pathlib import Path
 
 from torch_mars.train.compare import mean_std_text
@@ -15,6 +14,7 @@ from torch_mars.train.study.fight_map import POINTS
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.store import stored_study, stored_study_folders
+from torch_mars.train.study.tune_record import read_tune_record
 from torch_mars.train.study.tune_report import (
     OptimizerOutcome,
     Verdict,
@@ -89,8 +89,8 @@ def study_reports(study: Path) -> list[tuple[int, dict]]:
     found = []
     for path in paths:
         if path.is_file():
-            record = json.loads(path.read_text())
-            found.append((record["trials"], record))
+            record = read_tune_record(path)
+            found.append((record.trials, record.data))
     return sorted(found, key=lambda item: item[0])
 
 

@@ -393,8 +393,10 @@ class TuneResult:
     def load(cls, folder: str | Path) -> TuneResult:
         """A finished (or begun) study's result from its report in ``folder`` alone: no
         training function, no storage."""
+        from torch_mars.train.study.tune_record import read_tune_record
+
         folder = Path(os.path.abspath(folder))
-        record = json.loads((folder / "tune.json").read_text())
+        record = read_tune_record(folder)
         names = ("summary.md", "tune.json", "family.json", "tune.png")
         return cls(
             table=(folder / "summary.md").read_text(),
@@ -402,12 +404,12 @@ class TuneResult:
                 o["optimizer"]: {
                     k: tuple(v) if isinstance(v, list) else v for k, v in o["hyperparams"].items()
                 }
-                for o in record["optimizers"]
+                for o in record.optimizers
                 if o["hyperparams"]
             },
-            verdicts=record["verdicts"],
+            verdicts=list(record.verdicts),
             paths=[folder / n for n in names if (folder / n).is_file()],
-            heldout_means=heldout_means(record),
+            heldout_means=heldout_means(record.optimizers),
         )
 
 
@@ -417,10 +419,11 @@ def load_study(folder: str | Path) -> TuneResult:
     return TuneResult.load(folder)
 
 
-def heldout_means(record: dict[str, Any]) -> dict[str, float]:
-    """Each optimizer's held-out mean from a ``tune.json`` record (NaN where a run is missing)."""
+def heldout_means(entries: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Each optimizer's held-out mean from its entry of a ``tune.json`` record (NaN where a
+    run is missing)."""
     means = {}
-    for o in record["optimizers"]:
+    for o in entries:
         finals = o["heldout_finals"]
         complete = finals and None not in finals
         means[o["optimizer"]] = statistics.fmean(finals) if complete else math.nan
@@ -454,6 +457,10 @@ def tune(
     jobs: int = 1,
     progress: bool = True,
     reuse_runs: Sequence[str | Path] = (),
+    family_file: str | Path | None = None,
+    order_seed: int = 0,
+    max_rounds: int | None = None,
+    overwrite: bool = False,
 ) -> TuneResult:
     """Tune ``optimizers`` on the training function ``train`` by the protocol of
     ``torch-mars tune``: the declared space per optimizer, ``trials`` trials each, selection on
@@ -482,56 +489,46 @@ def tune(
     instead); False prints neither. ``reuse_runs``: folders of other tune studies whose
     finished runs this study takes instead of training them where they train alike (the same
     budget, data, hyperparameters, seed, data order, device and threads;
-    :mod:`~torch_mars.train.study.reuse`), as ``torch-mars tune --reuse-runs``. A protocol
-    setting left None takes the protocol's default
-    (:func:`~torch_mars.train.study.selection.protocol_selection`; ``trials`` and ``search``:
-    :data:`~torch_mars.train.study.tune.DEFAULT_TRIALS` and ``DEFAULT_SEARCH``)."""
-    from torch_mars.train.study.reuse import check_donors
-    from torch_mars.train.study.run import run_study
-    from torch_mars.train.study.selection import protocol_selection
-    from torch_mars.train.study.space import check_fixed, check_ladders
-    from torch_mars.train.study.store import check_study_name
-    from torch_mars.train.study.tune import (
-        DEFAULT_SEARCH,
-        DEFAULT_TRIALS,
-        TunePlan,
-        default_optimizers,
-    )
+    :mod:`~torch_mars.train.study.reuse`), as ``torch-mars tune --reuse-runs``.
+    ``family_file``: a campaign's declaration, whose family Holm runs over; ``order_seed``:
+    another order of the search's dimensions (a second search); ``max_rounds``: a quick look
+    that spends fewer trials (never a comparison); ``overwrite``: start a study recorded with
+    other settings afresh. The plan is :func:`~torch_mars.train.study.run.tune_plan`'s, the
+    command line's too: a setting left None takes the protocol's default there."""
+    from torch_mars.train.study.run import run_study, tune_plan
 
-    optimizers = default_optimizers(True) if optimizers is None else tuple(optimizers)
     path = function_path(train)
     check_contract(train, path)
-    donors = check_donors(tuple(Path(folder) for folder in reuse_runs))
     _GIVEN[path] = train
     base = ObjectiveConfig(objective=path, model=defaults, direction=direction, version=version)
     name = name or default_study_name(path)
-    check_study_name(name)
-    folder = Path(os.path.abspath(out_dir)) / name  # paths stay absolute
-    selection = protocol_selection(
-        seeds,
-        heldout_seeds,
-        data_seed,
-        heldout_data_seeds,
-        finalists,
-        final_seeds,
-        final_data_seeds,
-        pairs,
-        peer_winners,
-    )
-    plan = TunePlan(
-        base=base,  # type: ignore[arg-type]
-        optimizers=tuple(optimizers),
-        selection=selection,
-        study_dir=folder,
-        trials=DEFAULT_TRIALS if trials is None else trials,
-        search=DEFAULT_SEARCH if search is None else search,
-        fixed=check_fixed(fixed or {}, tuple(optimizers)),
-        ladders=check_ladders(ladders or {}, tuple(optimizers)),
+    plan = tune_plan(
+        base,
+        study_dir=Path(os.path.abspath(out_dir)) / name,  # paths stay absolute
+        name=name,
+        optimizers=optimizers,
+        trials=trials,
+        search=search,
+        seeds=seeds,
+        heldout_seeds=heldout_seeds,
+        data_seed=data_seed,
+        heldout_data_seeds=heldout_data_seeds,
+        finalists=finalists,
+        final_seeds=final_seeds,
+        final_data_seeds=final_data_seeds,
+        pairs=pairs,
+        peer_winners=peer_winners,
+        fixed=fixed,
+        ladders=ladders,
+        family_file=None if family_file is None else Path(family_file),
+        order_seed=order_seed,
+        max_rounds=max_rounds,
         storage=storage,
-        study_name=name,
         jobs=jobs,
-        reuse=donors,
+        overwrite=overwrite,
+        reuse_runs=reuse_runs,
     )
+    folder = plan.study_dir
     show = ("bar" if jobs == 1 else "lines") if progress else "none"
     ran = run_study(plan, time_budget_s=time_budget_s, show=show, announce_to=None)
     if ran.stopped:

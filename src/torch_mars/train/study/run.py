@@ -1,16 +1,18 @@
-"""The one door of a ``tune`` study: ``torch-mars tune`` and ``torch_mars.tune`` both call
-:func:`run_study`, so a study runs the same way whichever door opened it (its stored starts
-kept on a resume, its family declared before its first run, its failures shown as they happen,
-its report written, a study where nothing finished said so)."""
+"""The one door of a ``tune`` study: ``torch-mars tune`` and ``torch_mars.tune`` both build
+their plan with :func:`tune_plan` and run it with :func:`run_study`, so a study runs the same way
+whichever door opened it (its stored starts kept on a resume, its family declared before its
+first run, its failures shown as they happen, its report written, a study where nothing
+finished said so)."""
 
 from __future__ import annotations
 
 import math
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import optuna
 
@@ -21,15 +23,89 @@ from torch_mars.train.study.engine import (
     run_workers,
     study_progress,
 )
-from torch_mars.train.study.store import describe
+from torch_mars.train.study.reuse import check_donors
+from torch_mars.train.study.selection import protocol_selection
+from torch_mars.train.study.space import check_fixed, check_ladders
+from torch_mars.train.study.store import check_study_name, describe
 from torch_mars.train.study.tune import (
+    DEFAULT_SEARCH,
+    DEFAULT_TRIALS,
     TunePlan,
     declare_family,
+    default_optimizers,
     keep_stored_starts,
     report_plan,
 )
 from torch_mars.train.study.tune_report import write_tune_report
 from torch_mars.train.task import task_of
+
+
+def tune_plan(
+    base: Any,
+    *,
+    study_dir: Path,
+    name: str,
+    optimizers: Sequence[str] | None = None,
+    trials: int | None = None,
+    search: str | None = None,
+    seeds: Sequence[int] | None = None,
+    heldout_seeds: Sequence[int] | None = None,
+    data_seed: int = 0,
+    heldout_data_seeds: Sequence[int] | None = None,
+    finalists: int | None = None,
+    final_seeds: Sequence[int] | None = None,
+    final_data_seeds: Sequence[int] = (),
+    pairs: Sequence[tuple[int, int]] = (),
+    peer_winners: bool | None = None,
+    fixed: Mapping[str, float] | None = None,
+    ladders: Mapping[str, Sequence[float]] | None = None,
+    family_file: Path | None = None,
+    order_seed: int = 0,
+    max_rounds: int | None = None,
+    storage: str | None = None,
+    jobs: int = 1,
+    overwrite: bool = False,
+    reuse_runs: Sequence[str | Path] = (),
+) -> TunePlan:
+    """The plan of a ``tune`` study, built here for both doors (``torch-mars tune`` maps its
+    flags onto these keywords, ``torch_mars.tune`` passes its own): one set of defaults. A
+    setting left None takes the protocol's (:func:`~.selection.protocol_selection`; the
+    optimizers :func:`~.tune.default_optimizers` of ``base``'s task, ``trials`` and ``search``
+    :data:`~.tune.DEFAULT_TRIALS` and ``DEFAULT_SEARCH``). ``base``: the budget and task
+    (a :class:`~torch_mars.train.trainer.TrainConfig` or an objective's config); ``study_dir``:
+    the study folder; ``name``: the study's name in its storage."""
+    objective = task_of(base).name == "objective"
+    chosen = default_optimizers(objective) if optimizers is None else tuple(optimizers)
+    selection = protocol_selection(
+        seeds,
+        heldout_seeds,
+        data_seed,
+        heldout_data_seeds,
+        finalists,
+        final_seeds,
+        final_data_seeds,
+        pairs,
+        peer_winners,
+    )
+    return TunePlan(
+        base=base,
+        optimizers=chosen,
+        selection=selection,
+        study_dir=study_dir,
+        trials=DEFAULT_TRIALS if trials is None else trials,
+        search=DEFAULT_SEARCH if search is None else search,
+        fixed=check_fixed(dict(fixed or {}), chosen),
+        ladders=check_ladders(dict(ladders or {}), chosen),
+        family_file=family_file,
+        order_seed=order_seed,
+        max_rounds=max_rounds,
+        storage=storage,
+        study_name=check_study_name(name),
+        jobs=jobs,
+        overwrite=overwrite,
+        reuse=check_donors(tuple(Path(folder) for folder in reuse_runs)),
+    )
+
 
 # How a study shows its progress: a bar on stderr (a failed run's line printed over it), a
 # line per run on stdout, or nothing.

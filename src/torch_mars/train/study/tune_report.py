@@ -58,6 +58,7 @@ from torch_mars.train.study.tune import (
     TunePlan,
     declared_family,
 )
+from torch_mars.train.study.tune_record import write_tune_record
 from torch_mars.train.study.two_stage import Design, design_of
 from torch_mars.train.study.verdict import (
     PairedGap,
@@ -1011,10 +1012,7 @@ def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
         format_tune_table(plan, found, found_verdicts)
         + f"\n\nLadders: {ladder_note(plan.ladders)}.\n\nTrained on: {devices_note(trials)}.\n",
     )
-    write_text_atomically(
-        folder / "tune.json",
-        json.dumps(report_json(plan, found, trials, found_verdicts), indent=2) + "\n",
-    )
+    write_tune_record(folder, report_json(plan, found, trials, found_verdicts))
     written = [folder / "summary.md", folder / "tune.json", folder / "family.json"]
     figure = plot_tune(found, folder / "tune.png")
     if figure is not None:
