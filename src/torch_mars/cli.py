@@ -204,6 +204,24 @@ def _dimension_values(text: str) -> tuple[str, tuple[float, ...]]:
     return name, numbers
 
 
+def _your_dimension(text: str) -> tuple[str, tuple[float, ...]]:
+    """``NAME=V1,V2,...`` of ``--extra-space``: whole numbers stay whole (steps, sizes)."""
+    name, sep, values = text.partition("=")
+    numbers: list[float] = []
+    for value in values.split(",") if sep else ():
+        try:
+            numbers.append(int(value))
+        except ValueError:
+            try:
+                numbers.append(float(value))
+            except ValueError:
+                numbers = []
+                break
+    if not name or not numbers:
+        raise argparse.ArgumentTypeError(f"{text!r}: give NAME=V1,V2,..., e.g. dropout=0,0.1,0.2")
+    return name, tuple(numbers)
+
+
 def _positive_minutes(text: str) -> float:
     try:
         minutes = float(text)
@@ -781,6 +799,16 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "(docs/tuning-your-model.md); --model names the recipe the searches start from",
     )
     group.add_argument(
+        "--extra-space",
+        nargs="+",
+        type=_your_dimension,
+        default=[],
+        metavar="NAME=V1,V2,...",
+        help="with --objective: your own dimensions (dropout=0,0.1,0.2 warmup=0,100,200), tuned "
+        "for every optimizer alike from the middle value and passed to your function by name; "
+        "part of the study's identity",
+    )
+    group.add_argument(
         "--direction",
         choices=("minimize", "maximize"),
         default="minimize",
@@ -891,14 +919,23 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
     plan = None
     if not args.worker:
         if args.objective is not None:
-            from torch_mars.train.study.objective import ObjectiveConfig, import_objective
+            from torch_mars.train.study.objective import (
+                ObjectiveConfig,
+                check_contract,
+                import_objective,
+            )
 
             given = _given_flags(args, _tune_study_dests() | _OBJECTIVE_READS)
             if given:
                 raise ValueError(
                     f"--objective trains your function its own way; drop {', '.join(given)}"
                 )
-            import_objective(args.objective)  # a bad path or signature: one line, no study
+            # a bad path or signature: one line, no study
+            check_contract(
+                import_objective(args.objective),
+                args.objective,
+                tuple(name for name, _ in args.extra_space),
+            )
             # the device only describes where the function's optimizer runs; "auto" is the
             # same study as torch_mars.tune's default, so that either door reopens it
             device = {} if args.device == "auto" else {"device": args.device}
@@ -941,6 +978,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             jobs=args.jobs,
             overwrite=args.overwrite,
             reuse_runs=args.reuse_runs,
+            extra_space=dict(args.extra_space),
         )
     return TuneRequest(
         plan,

@@ -41,6 +41,7 @@ from torch import nn
 from torch_mars.train.optimizers import build_optimizer, default_hyperparams
 from torch_mars.train.run_record import TASK_METRICS, RunFailed, RunResult
 from torch_mars.train.run_shell import build_result
+from torch_mars.train.study.space import EXTRA_KEY
 from torch_mars.train.task import OMITTED_AT_DEFAULT, Task, register_task
 
 CONTRACT = "train(make_optimizer, seed, data_seed, report) -> float"
@@ -146,8 +147,9 @@ def import_objective(path: str) -> Callable[..., Any]:
     return function
 
 
-def check_contract(function: Any, path: str) -> None:
-    """A ``ValueError`` unless ``function`` takes the contract's four arguments."""
+def check_contract(function: Any, path: str, extra: Sequence[str] = ()) -> None:
+    """A ``ValueError`` unless ``function`` takes the contract's four arguments, and each of
+    your own dimensions ``extra`` by name."""
     if not callable(function):
         raise ValueError(f"--objective {path}: not a function")
     try:
@@ -162,6 +164,15 @@ def check_contract(function: Any, path: str) -> None:
             f"--objective {path}: takes ({', '.join(p.name for p in parameters)}); "
             f"the contract is {CONTRACT}"
         )
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+        missing = [name for name in extra if name not in named]
+        if missing:
+            raise ValueError(
+                f"--objective {path}: extra_space names {', '.join(missing)}, which the "
+                f"function does not take: add them as keyword arguments, e.g. "
+                f"def train(make_optimizer, seed, data_seed, report, {missing[0]}=...)"
+            )
 
 
 def _library_paths() -> tuple[Path, ...]:
@@ -305,6 +316,7 @@ def run_objective(config: ObjectiveConfig, function: Callable[..., Any] | None) 
     function = function if function is not None else import_objective(config.objective)
     hyperparams = config.resolved_hyperparams()
     hyperparams.pop("min_lr", None)  # the function runs its own schedule
+    yours = hyperparams.pop(EXTRA_KEY, {})  # your own dimensions: the function's, by name
 
     def make_optimizer(model: nn.Module) -> Any:
         return build_optimizer(config.optimizer, model, hyperparams).optimizer
@@ -320,7 +332,7 @@ def run_objective(config: ObjectiveConfig, function: Callable[..., Any] | None) 
     started = time.perf_counter()
     folder = os.getcwd()
     try:
-        returned = function(make_optimizer, config.seed, config.data_seed, report)
+        returned = function(make_optimizer, config.seed, config.data_seed, report, **yours)
     except Exception as error:
         raise ObjectiveFailed(f"{type(error).__name__}: {error}") from error
     except SystemExit as exit_:
@@ -371,14 +383,17 @@ class TuneResult:
     optimizer's winner as keyword arguments for
     :func:`~torch_mars.train.optimizers.build_optimizer` (paste them into your code), each
     winner's held-out mean (NaN until its held-out runs have all finished), the verdicts (one
-    dict each: rule, control, gap, interval, p, pairs, decision, provisional), and the files
-    written (absolute paths: ``summary.md``, ``tune.json``, ``family.json``, ``tune.png``)."""
+    dict each: rule, control, gap, interval, p, pairs, decision, provisional), the files
+    written (absolute paths: ``summary.md``, ``tune.json``, ``family.json``, ``tune.png``),
+    and, in a study with your own dimensions (``extra_space``), each winner's values of them
+    (the keyword arguments your function was called with)."""
 
     table: str
     winners: dict[str, dict[str, Any]]
     verdicts: list[dict[str, Any]]
     paths: list[Path]
     heldout_means: dict[str, float] = field(default_factory=dict)
+    extra_winners: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __str__(self) -> str:
         return self.table
@@ -410,6 +425,9 @@ class TuneResult:
             verdicts=list(record.verdicts),
             paths=[folder / n for n in names if (folder / n).is_file()],
             heldout_means=heldout_means(record.optimizers),
+            extra_winners={
+                o["optimizer"]: o["extra_space"] for o in record.optimizers if "extra_space" in o
+            },
         )
 
 
@@ -461,6 +479,7 @@ def tune(
     order_seed: int = 0,
     max_rounds: int | None = None,
     overwrite: bool = False,
+    extra_space: Mapping[str, Sequence[float]] | None = None,
 ) -> TuneResult:
     """Tune ``optimizers`` on the training function ``train`` by the protocol of
     ``torch-mars tune``: the declared space per optimizer, ``trials`` trials each, selection on
@@ -493,12 +512,17 @@ def tune(
     ``family_file``: a campaign's declaration, whose family Holm runs over; ``order_seed``:
     another order of the search's dimensions (a second search); ``max_rounds``: a quick look
     that spends fewer trials (never a comparison); ``overwrite``: start a study recorded with
-    other settings afresh. The plan is :func:`~torch_mars.train.study.run.tune_plan`'s, the
-    command line's too: a setting left None takes the protocol's default there."""
+    other settings afresh. ``extra_space``: your own dimensions, each a name and its values
+    (``{"dropout": [0.0, 0.1, 0.2], "warmup": [0, 100, 200]}``, two or more ascending
+    numbers), searched for every optimizer alike from its middle value and passed to ``train``
+    as keyword arguments (``def train(make_optimizer, seed, data_seed, report, dropout,
+    warmup)``); each winner's values are in :attr:`TuneResult.extra_winners`. The plan is
+    :func:`~torch_mars.train.study.run.tune_plan`'s, the command line's too: a setting left
+    None takes the protocol's default there."""
     from torch_mars.train.study.run import run_study, tune_plan
 
     path = function_path(train)
-    check_contract(train, path)
+    check_contract(train, path, tuple(extra_space or ()))
     _GIVEN[path] = train
     base = ObjectiveConfig(objective=path, model=defaults, direction=direction, version=version)
     name = name or default_study_name(path)
@@ -527,6 +551,7 @@ def tune(
         jobs=jobs,
         overwrite=overwrite,
         reuse_runs=reuse_runs,
+        extra_space=extra_space,
     )
     folder = plan.study_dir
     show = ("bar" if jobs == 1 else "lines") if progress else "none"

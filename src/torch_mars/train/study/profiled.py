@@ -51,12 +51,13 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, ClassVar
 
-from optuna.distributions import BaseDistribution
+from optuna.distributions import BaseDistribution, FloatDistribution
 
 from torch_mars.train.study.engine import RunId
 from torch_mars.train.study.selection import Needs, Selection, badness, need
 from torch_mars.train.study.space import (
     DISTRIBUTIONS,
+    EXTRA_KEY,
     LADDERS,
     Fixed,
     Ladder,
@@ -69,6 +70,7 @@ from torch_mars.train.study.space import (
     point_at,
     point_key,
     point_label,
+    split_extra,
 )
 
 
@@ -141,7 +143,9 @@ class ProfiledSearch:
     """The search of one optimizer (lower metric is better) on the GPT config ``model``
     (whose defaults fill what the space does not set), from ``starts`` (its own defaults
     first), spending ``trials``; the ``fixed`` dimensions (``(name, value)`` pairs) are held at
-    their values and never moved, and those of ``ladders`` step on your values."""
+    their values and never moved, and those of ``ladders`` step on your values; ``extra``:
+    your own dimensions (``(name, values)`` pairs, :func:`~.space.check_extra`), moved like
+    ours and handed to your function, not the optimizer."""
 
     # How the finalists are drawn, in the report's words.
     finalists_drawn: ClassVar[str] = "its best points"
@@ -159,6 +163,7 @@ class ProfiledSearch:
     # the searches of this study's peers (their own peers none), whose winners this one reads
     # on its space where the selection says ``peer_winners``
     peers: tuple[ProfiledSearch, ...] = ()
+    extra: Ladders = ()
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -170,13 +175,15 @@ class ProfiledSearch:
                 raise ValueError(f"start point of {self.optimizer} lacks a dimension: {start}")
 
     def ladder(self, dimension: str) -> Ladder:
-        """The ladder ``dimension`` steps on in this search (your ``ladders`` where given)."""
-        return ladder_of(dimension, self.ladders)
+        """The ladder ``dimension`` steps on in this search (your ``ladders`` where given, your
+        own dimensions' values)."""
+        return ladder_of(dimension, self.ladders + self.extra)
 
     @property
     def dimensions(self) -> tuple[str, ...]:
-        """The dimensions this search moves: the optimizer's, but for the ``fixed`` ones."""
-        return free_dimensions(self.optimizer, self.fixed)
+        """The dimensions this search moves: the optimizer's, but for the ``fixed`` ones, then
+        your own."""
+        return free_dimensions(self.optimizer, self.fixed) + tuple(d for d, _ in self.extra)
 
     @property
     def planned_runs(self) -> int:
@@ -186,16 +193,24 @@ class ProfiledSearch:
         return planned_runs(self.trials, self.selection) + peers
 
     def hyperparams(self, key: str) -> dict[str, Any]:
-        return hyperparams_of(
-            self.optimizer, parse_point_key(key), self.model, self.fixed, self.ladders
-        )
+        """The run's hyperparameters: the optimizer's, and your dimensions' values under
+        :data:`~.space.EXTRA_KEY` where the study has any."""
+        own, yours = split_extra(parse_point_key(key), self.extra)
+        settings = hyperparams_of(self.optimizer, own, self.model, self.fixed, self.ladders)
+        return {**settings, EXTRA_KEY: yours} if yours else settings
 
     def trial_params(self, key: str) -> dict[str, tuple[Any, BaseDistribution]]:
         point = parse_point_key(key)
-        return {d: (self.ladder(d).value(i), DISTRIBUTIONS[d]) for d, i in point.items()}
+        return {d: (self.ladder(d).value(i), self._distribution(d)) for d, i in point.items()}
+
+    def _distribution(self, dimension: str) -> BaseDistribution:
+        if dimension in DISTRIBUTIONS:
+            return DISTRIBUTIONS[dimension]
+        levels = self.ladder(dimension).levels  # yours: Optuna records its range
+        return FloatDistribution(float(levels[0]), float(levels[-1]))
 
     def label(self, key: str) -> str:
-        return point_label(parse_point_key(key), self.ladders)
+        return point_label(parse_point_key(key), self.ladders + self.extra)
 
     def run(self, point: Point, seed: int, data_seed: int | None = None) -> RunId:
         data = self.selection.data_seed if data_seed is None else data_seed

@@ -25,7 +25,7 @@ from torch_mars.train.study.engine import (
 )
 from torch_mars.train.study.reuse import check_donors
 from torch_mars.train.study.selection import protocol_selection
-from torch_mars.train.study.space import check_fixed, check_ladders
+from torch_mars.train.study.space import check_extra, check_fixed, check_ladders
 from torch_mars.train.study.store import check_study_name, describe
 from torch_mars.train.study.tune import (
     DEFAULT_SEARCH,
@@ -66,6 +66,7 @@ def tune_plan(
     jobs: int = 1,
     overwrite: bool = False,
     reuse_runs: Sequence[str | Path] = (),
+    extra_space: Mapping[str, Sequence[float]] | None = None,
 ) -> TunePlan:
     """The plan of a ``tune`` study, built here for both doors (``torch-mars tune`` maps its
     flags onto these keywords, ``torch_mars.tune`` passes its own): one set of defaults. A
@@ -104,6 +105,7 @@ def tune_plan(
         jobs=jobs,
         overwrite=overwrite,
         reuse=check_donors(tuple(Path(folder) for folder in reuse_runs)),
+        extra=check_extra(dict(extra_space or {})),
     )
 
 

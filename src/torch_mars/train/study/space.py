@@ -203,6 +203,64 @@ def check_ladders(ladders: Mapping[str, Sequence[Any]], optimizers: Sequence[str
     return tuple(pairs)
 
 
+# The names a dimension of yours may not take: the contract's arguments and our dimensions.
+RESERVED_NAMES = ("make_optimizer", "seed", "data_seed", "report", "optimizer")
+# Where a run's hyperparameters carry the values of your dimensions (``extra_space``): popped
+# before the optimizer is built and passed to your function as keyword arguments.
+EXTRA_KEY = "extra_space"
+
+
+def check_extra(extra: Mapping[str, Sequence[Any]]) -> Ladders:
+    """Your own dimensions (``extra_space``: name -> its values), tuned for every optimizer
+    alike, checked as sorted pairs: each name a Python identifier that is none of our
+    dimensions or the contract's arguments, its values two or more finite numbers, ascending
+    (ints stay ints: a warmup in steps, a batch size). A ValueError names the first wrong one.
+    A search starts each at its middle value (:func:`extra_start`)."""
+    pairs = []
+    for name, values in sorted(extra.items()):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"extra_space {name!r}: a name must be a Python identifier")
+        if name in LADDERS or name in RESERVED_NAMES:
+            raise ValueError(
+                f"extra_space {name!r}: taken (our dimensions and the contract's arguments: "
+                f"{', '.join([*LADDERS, *RESERVED_NAMES])})"
+            )
+        given = list(values) if isinstance(values, Sequence) and not isinstance(values, str) else []
+        numbers = [v for v in given if isinstance(v, int | float) and not isinstance(v, bool)]
+        if (
+            len(numbers) != len(given)
+            or len(numbers) < 2
+            or not all(math.isfinite(v) for v in numbers)
+            or any(b <= a for a, b in pairwise(numbers))
+        ):
+            raise ValueError(
+                f"extra_space {name}={values!r}: give two or more ascending finite numbers"
+            )
+        kept = (
+            tuple(numbers)
+            if all(isinstance(v, int) for v in numbers)
+            else tuple(float(v) for v in numbers)
+        )
+        pairs.append((name, kept))
+    return tuple(pairs)
+
+
+def extra_start(values: Sequence[float]) -> int:
+    """Where a search starts one of your dimensions: its middle value (the lower of two).
+
+    >>> extra_start((0, 50, 100, 200))
+    1
+    """
+    return (len(values) - 1) // 2
+
+
+def split_extra(point: Mapping[str, int], extra: Ladders) -> tuple[Point, dict[str, Any]]:
+    """A point of a study with your dimensions as ``(the optimizer's point, your values)``."""
+    yours = dict(extra)
+    own = {d: i for d, i in point.items() if d not in yours}
+    return own, {d: Ladder(levels=yours[d]).value(i) for d, i in point.items() if d in yours}
+
+
 def ladder_of(dimension: str, ladders: Ladders = ()) -> Ladder:
     """The ladder ``dimension`` steps on in a study with your ``ladders``: yours, else ours."""
     for name, levels in ladders:
@@ -311,8 +369,10 @@ def point_label(point: Mapping[str, int], ladders: Ladders = ()) -> str:
 
 
 def point_key(point: Mapping[str, int]) -> str:
-    """A point's identity in a study: its ladder positions, ``lr:3,beta1:2,...``."""
-    return ",".join(f"{d}:{point[d]}" for d in LADDERS if d in point)
+    """A point's identity in a study: its ladder positions, ``lr:3,beta1:2,...`` (ours in
+    :data:`LADDERS`' order, then yours by name)."""
+    yours = sorted(d for d in point if d not in LADDERS)
+    return ",".join(f"{d}:{point[d]}" for d in [*LADDERS, *yours] if d in point)
 
 
 def parse_point_key(key: str) -> Point:

@@ -46,9 +46,11 @@ from torch_mars.train.study.space import (
     Fixed,
     Ladders,
     Point,
+    check_extra,
     check_fixed,
     check_ladders,
     dimensions_of,
+    extra_start,
     free_dimensions,
     onto_ladders,
     parse_point_key,
@@ -139,6 +141,9 @@ class TunePlan:
             :func:`~.space.check_ladders`), stepped on instead of ours; part of the identity.
         reuse: tune study folders whose finished runs of the same settings are taken instead
             of trained (:mod:`.reuse`); not part of the identity (a taken run is the same run).
+        extra: your own dimensions (``(name, values)`` pairs, :func:`~.space.check_extra`),
+            tuned for every optimizer alike and passed to your function by name (a study of
+            a training function only); part of the identity.
     """
 
     base: TrainConfig
@@ -158,6 +163,7 @@ class TunePlan:
     fixed: Fixed = ()
     ladders: Ladders = ()
     reuse: tuple[Path, ...] = ()
+    extra: Ladders = ()
 
     def __post_init__(self) -> None:
         if not self.optimizers:
@@ -176,6 +182,13 @@ class TunePlan:
             raise ValueError(f"fixed {self.fixed}: give it as check_fixed returns it")
         if check_ladders(dict(self.ladders), self.optimizers) != tuple(self.ladders):
             raise ValueError(f"ladders {self.ladders}: give them as check_ladders returns them")
+        if check_extra(dict(self.extra)) != tuple(self.extra):
+            raise ValueError(f"extra {self.extra}: give it as check_extra returns it")
+        if self.extra and task_of(self.base).name != "objective":
+            raise ValueError(
+                "extra_space: the text task has no dimensions of yours (it is this package's "
+                "model); your own dimensions are for a training function (--objective)"
+            )
         both = {d for d, _ in self.fixed} & {d for d, _ in self.ladders}
         if both:
             raise ValueError(f"--fixed and --ladder both name {', '.join(sorted(both))}")
@@ -200,8 +213,15 @@ class TunePlan:
             if peer != optimizer and shares_space(peer, optimizer)
         ]
         free = free_dimensions(optimizer, self.fixed)
-        points = [onto_ladders({d: p[d] for d in free}, self.ladders) for p in points]
+        yours = {d: extra_start(values) for d, values in self.extra}
+        points = [{**onto_ladders({d: p[d] for d in free}, self.ladders), **yours} for p in points]
         return tuple({point_key(p): p for p in points}.values())
+
+    @property
+    def all_ladders(self) -> Ladders:
+        """The ladders a point of this study reads its values on: your ``ladders`` and your
+        own dimensions'."""
+        return self.ladders + self.extra
 
     def searches(self) -> list[ProfiledSearch]:
         """Each optimizer's search; where the selection reads peers' winners, each with the
@@ -217,6 +237,7 @@ class TunePlan:
                 max_rounds=self.max_rounds,
                 fixed=self.fixed,
                 ladders=self.ladders,
+                extra=self.extra,
             )
             for name in self.optimizers
         ]
@@ -251,6 +272,8 @@ class TunePlan:
             settings["fixed"] = dict(self.fixed)
         if self.ladders:
             settings["ladders"] = {d: list(v) for d, v in self.ladders}
+        if self.extra:
+            settings["extra"] = {d: list(v) for d, v in self.extra}
         return StudySpec(
             base=self.base,
             searches=tuple(self.searches()),
@@ -316,6 +339,7 @@ def plan_of_identity(
         starts=stored_starts(identity, history),
         fixed=tuple(sorted(search.get("fixed", {}).items())),
         ladders=tuple((d, tuple(v)) for d, v in sorted(search.get("ladders", {}).items())),
+        extra=tuple((d, tuple(v)) for d, v in sorted(search.get("extra", {}).items())),
     )
 
 

@@ -49,6 +49,7 @@ from torch_mars.train.study.space import (
     ladder_of,
     parse_point_key,
     point_key,
+    split_extra,
     values_of,
 )
 from torch_mars.train.study.store import owner_of
@@ -506,11 +507,11 @@ def format_tune_table(
     lines += [
         "",
         *failure_sentences(ranked, sel.heldout_pairs()),
-        *fixed_sentences(plan.fixed, plan.ladders),
+        *fixed_sentences(plan.fixed, plan.ladders, plan.extra),
         *moved_sentences(ranked),
         *depth_sentences(ranked),
         *heldout_sentences(ranked, sel.heldout_pairs()),
-        *peer_sentences(ranked, plan.ladders),
+        *peer_sentences(ranked, plan.all_ladders),
     ]
     if found_verdicts:
         lines += [
@@ -546,10 +547,10 @@ def format_tune_table(
         lines.append(f"| {o.optimizer} | " + " | ".join(cells) + " |")
     lines.append("")
     lines += [
-        f"- {o.optimizer}: {_winner_text(o.winner, plan.ladders)}" for o in ranked if o.winner
+        f"- {o.optimizer}: {_winner_text(o.winner, plan.all_ladders)}" for o in ranked if o.winner
     ]
     if sel.finalists:
-        lines += ["", finalists_table(sel, ranked, plan.search, plan.ladders)]
+        lines += ["", finalists_table(sel, ranked, plan.search, plan.all_ladders)]
     return "\n".join(lines)
 
 
@@ -639,9 +640,9 @@ def failure_sentences(
     return lines
 
 
-def fixed_sentences(fixed: Fixed, ladders: Ladders = ()) -> list[str]:
-    """The dimensions the study held at a value, and those it stepped on your values: a line
-    each, none where there were none."""
+def fixed_sentences(fixed: Fixed, ladders: Ladders = (), extra: Ladders = ()) -> list[str]:
+    """The dimensions the study held at a value, those it stepped on your values, and your
+    own dimensions: a line each, none where there were none."""
     lines = []
     if fixed:
         held = ", ".join(f"{d} {v:g}" for d, v in fixed)
@@ -649,6 +650,9 @@ def fixed_sentences(fixed: Fixed, ladders: Ladders = ()) -> list[str]:
     if ladders:
         yours = "; ".join(f"{d} {', '.join(f'{v:g}' for v in values)}" for d, values in ladders)
         lines.append(f"- Searched on your values: {yours}.")
+    if extra:
+        own = "; ".join(f"{d} {', '.join(f'{v:g}' for v in values)}" for d, values in extra)
+        lines.append(f"- Your own dimensions, tuned for every optimizer alike: {own}.")
     return lines
 
 
@@ -789,7 +793,7 @@ def plot_tune(found: Sequence[OptimizerOutcome], out_path: Path) -> Path | None:
     figure, ((left, right), (heldout, curves)) = plt.subplots(2, 2, figsize=(12, 9))
     for index, o in enumerate(drawn):
         colour = f"C{index}"
-        winner_lr = values_of(o.winner)["lr"]
+        winner_lr = LADDERS["lr"].value(o.winner["lr"])
         for profile in o.lr_profiles:
             finite = [(lr, v) for lr, v in profile if math.isfinite(v)]
             if len(finite) < 2:
@@ -878,19 +882,28 @@ def report_json(
                 "optimizer": o.optimizer,
                 "finished": o.finished,
                 "trials": len(o.trial_scores),
-                "winner": values_of(o.winner, plan.ladders),
+                "winner": values_of(o.winner, plan.all_ladders),
                 "hyperparams": {
                     k: list(v) if isinstance(v, tuple) else v
                     for k, v in hyperparams_of(
-                        o.optimizer, o.winner, plan.base.model, plan.fixed, plan.ladders
+                        o.optimizer,
+                        split_extra(o.winner, plan.extra)[0],
+                        plan.base.model,
+                        plan.fixed,
+                        plan.ladders,
                     ).items()
                 }
                 if o.winner
                 else {},
+                **(
+                    {"extra_space": split_extra(o.winner, plan.extra)[1]}
+                    if plan.extra and o.winner
+                    else {}
+                ),
                 "selection_finals": [number(v) for v in o.selection_finals],
                 "finalists": [
                     {
-                        "point": values_of(p, plan.ladders),
+                        "point": values_of(p, plan.all_ladders),
                         "search_score": number(score),
                         "score": number(final),
                     }
@@ -901,13 +914,13 @@ def report_json(
                 "trial_scores": [number(v) for v in o.trial_scores],
                 "tuning_curve": [number(v) for v in o.curve],
                 "rounds": o.rounds,
-                **_peer_record(o, plan.ladders),
+                **_peer_record(o, plan.all_ladders),
                 "moved": list(o.moved),
                 "values_scored": dict(o.values_scored),
                 "failed_runs": len(o.failures),
                 "failures": [
                     {
-                        "point": values_of(parse_point_key(r[1]), plan.ladders),
+                        "point": values_of(parse_point_key(r[1]), plan.all_ladders),
                         "seed": r[2],
                         "data_seed": r[3],
                         "error": m,
