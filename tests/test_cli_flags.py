@@ -52,6 +52,8 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--final-data-seeds": ["7", "8"],
     "--pairs": ["1000:1000", "1001:1001"],
     "--peer-winners": ["off"],
+    "--extra-space": ["dropout=0,0.1", "--objective", "examples.tabular_mlp:train"],
+    "--prune": ["--objective", "examples.tabular_mlp:train"],
     "--order-seed": ["1"],
     "--search": ["lr-profiled"],
     "--fixed": ["weight_decay=0.05"],

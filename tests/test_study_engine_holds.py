@@ -29,7 +29,7 @@ from torch_mars.train.study.tune import TunePlan
 TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
 TOY += ["--eval-interval", "2", "--eval-batches", "2", "--optimizers", "adamw", "nadamw"]
 TOY += ["--seeds", "0", "--heldout-seeds", "1", "--heldout-data-seeds", "1", "--trials", "2"]
-TOY += ["--finalists", "0"]
+TOY += ["--finalists", "0", "--peer-winners", "off"]
 # 2 optimizers x (2 trials + 1 held-out run) on one seed
 TOY_RUNS = 6
 

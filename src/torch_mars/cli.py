@@ -809,6 +809,13 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "part of the study's identity",
     )
     group.add_argument(
+        "--prune",
+        action="store_true",
+        help="with --objective: stop a trial's run where a value it reports is worse than the "
+        "median of its optimizer's finished trial runs at that step (Optuna's median pruner); "
+        "finalists', peers' and held-out runs always finish",
+    )
+    group.add_argument(
         "--direction",
         choices=("minimize", "maximize"),
         default="minimize",
@@ -979,6 +986,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             overwrite=args.overwrite,
             reuse_runs=args.reuse_runs,
             extra_space=dict(args.extra_space),
+            prune=args.prune,
         )
     return TuneRequest(
         plan,

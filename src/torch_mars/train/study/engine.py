@@ -66,6 +66,7 @@ from torch_mars.train.run_archive import CURVE_COLUMNS
 from torch_mars.train.run_record import TASK_METRICS, RunFailed, RunFolderBusy, run_folder_lock
 from torch_mars.train.run_shell import RUN_CONTROL_FIELDS, diverged_result, train_run
 from torch_mars.train.runtime import describe_device, pause_if_asked, resolve_device
+from torch_mars.train.study.pruning import RunPruned, pruning
 from torch_mars.train.study.reuse import WHERE_FIELDS, copied_record, donated_run
 from torch_mars.train.study.store import (
     OWNER_ATTR,
@@ -146,7 +147,8 @@ class StudySpec:
     a stored identity and this one reduced to what both describe (a table of optimizers that
     grew since the study began changes no result of its optimizers), and ``donors``: tune
     study folders whose finished runs of the same settings are taken instead of trained
-    (:mod:`.reuse`; they change no result, so they are not in the identity)."""
+    (:mod:`.reuse`; they change no result, so they are not in the identity); ``prune``: stop
+    trials' runs early on the values they report (:mod:`.pruning`)."""
 
     base: TaskConfig
     searches: tuple[Search, ...]
@@ -161,6 +163,7 @@ class StudySpec:
     protocol_keys: tuple[str, ...] = ()
     in_common: Callable[[dict[str, Any], dict[str, Any]], tuple[dict, dict]] | None = None
     donors: tuple[Path, ...] = ()
+    prune: bool = False
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -404,10 +407,14 @@ def nothing_trained(trials: Sequence[optuna.trial.FrozenTrial]) -> str | None:
 
 
 def finished_results(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, float]:
-    """Each finished run's final metric (NaN for a diverged run)."""
+    """Each finished run's final metric (NaN for a diverged run, infinity for a pruned one:
+    worst, and not a divergence)."""
     results: dict[RunId, float] = {}
     for trial in trials:
         run = run_of(trial)
+        if run is not None and trial.state == TrialState.PRUNED and "pruned" in trial.user_attrs:
+            results[run] = math.inf
+            continue
         failed_itself = trial.state == TrialState.FAIL and "error" in trial.user_attrs
         if run is not None and (trial.state == TrialState.COMPLETE or failed_itself):
             if "final" not in trial.user_attrs:  # a diverged run stores None, never nothing
@@ -585,12 +592,15 @@ def _running(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 @dataclass
 class Claim:
-    """A run this worker holds: its trial, its work folder and the folder's held lock."""
+    """A run this worker holds: its trial, its work folder and the folder's held lock; where
+    the study prunes and the run is a trial's, the finished trials of its optimizer the
+    pruner compares it with (None: not pruned)."""
 
     trial: optuna.Trial
     run: RunId
     work_dir: Path
     lock: contextlib.ExitStack
+    prune_against: tuple[optuna.trial.FrozenTrial, ...] | None = None
 
 
 def _check_runs_folder(runs: Path) -> None:
@@ -669,6 +679,7 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
             needed = needed_runs(spec.searches, finished_results(trials))
             if not needed:
                 return False
+            prunable = prunable_runs(spec, trials) if spec.prune else set()
             free = [run for run in needed if run not in running]
             if not free:
                 return None
@@ -700,7 +711,27 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
         work_dir.mkdir(parents=True)
         lock = contextlib.ExitStack()
         lock.enter_context(run_folder_lock(work_dir))
-        return Claim(trial, run, work_dir, lock)
+        against = (
+            tuple(
+                t
+                for t in trials
+                if t.state == TrialState.COMPLETE and t.user_attrs.get("optimizer") == run[0]
+            )
+            if run in prunable
+            else None
+        )
+        return Claim(trial, run, work_dir, lock, against)
+
+
+def prunable_runs(spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial]) -> set[RunId]:
+    """The needed runs a study that prunes may stop early: trials' runs (:mod:`.pruning`)."""
+    results = finished_results(trials)
+    prunable: set[RunId] = set()
+    for search in spec.searches:
+        state = search.replay(results)
+        if getattr(state, "prunable", False):
+            prunable.update(state.needed)
+    return prunable
 
 
 # What a trial records of its run's result (:func:`train_claimed`): a taken run's come from its
@@ -752,9 +783,18 @@ def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
         config = dataclasses.replace(config, data_seed=data_seed)
     clock = time.process_time if resolve_device(config.device).type == "cpu" else time.perf_counter
     began = clock()
+    pruned = (
+        pruning(claimed.trial, claimed.prune_against)
+        if claimed.prune_against is not None
+        else contextlib.nullcontext()
+    )
     with (claimed.work_dir / "log.txt").open("w") as log, contextlib.redirect_stdout(log):
         try:
-            result = train_run(config, _study_data(config))
+            with pruned:
+                result = train_run(config, _study_data(config))
+        except RunPruned as stopped:
+            print(f"pruned: {stopped}")
+            return {"final": None, "pruned": stopped.step, RUN_COST_ATTR: clock() - began}
         except FloatingPointError as error:
             print(f"diverged: {error}")
             result = diverged_result(config)
@@ -850,6 +890,8 @@ def work(
             with claim_lock(spec.url, study, spec.study_name):
                 if "error" in record:  # failed with its message; a failed run is not retried
                     study.tell(claimed.trial, state=TrialState.FAIL)
+                elif "pruned" in record:  # stopped early: it scores worst, never retried
+                    study.tell(claimed.trial, state=TrialState.PRUNED)
                 else:
                     study.tell(claimed.trial, value)
                 shutil.rmtree(claimed.work_dir)
@@ -858,6 +900,8 @@ def work(
             final = (
                 f"{FAILED_MARK}{record['error']}"
                 if "error" in record
+                else f"pruned at step {record['pruned']}"
+                if "pruned" in record
                 else "diverged"
                 if record["final"] is None
                 else f"{record['final']:.4f}"

@@ -41,6 +41,7 @@ from torch import nn
 from torch_mars.train.optimizers import build_optimizer, default_hyperparams
 from torch_mars.train.run_record import TASK_METRICS, RunFailed, RunResult
 from torch_mars.train.run_shell import build_result
+from torch_mars.train.study.pruning import RunPruned, check_report
 from torch_mars.train.study.space import EXTRA_KEY
 from torch_mars.train.task import OMITTED_AT_DEFAULT, Task, register_task
 
@@ -328,11 +329,14 @@ def run_objective(config: ObjectiveConfig, function: Callable[..., Any] | None) 
 
     def report(step: int, value: float) -> None:
         curve.write(json.dumps({"step": int(step), "value": sign * float(value)}) + "\n")
+        check_report(int(step), sign * float(value))  # a study that prunes may stop it here
 
     started = time.perf_counter()
     folder = os.getcwd()
     try:
         returned = function(make_optimizer, config.seed, config.data_seed, report, **yours)
+    except RunPruned:
+        raise
     except Exception as error:
         raise ObjectiveFailed(f"{type(error).__name__}: {error}") from error
     except SystemExit as exit_:
@@ -480,6 +484,7 @@ def tune(
     max_rounds: int | None = None,
     overwrite: bool = False,
     extra_space: Mapping[str, Sequence[float]] | None = None,
+    prune: bool = False,
 ) -> TuneResult:
     """Tune ``optimizers`` on the training function ``train`` by the protocol of
     ``torch-mars tune``: the declared space per optimizer, ``trials`` trials each, selection on
@@ -516,7 +521,11 @@ def tune(
     (``{"dropout": [0.0, 0.1, 0.2], "warmup": [0, 100, 200]}``, two or more ascending
     numbers), searched for every optimizer alike from its middle value and passed to ``train``
     as keyword arguments (``def train(make_optimizer, seed, data_seed, report, dropout,
-    warmup)``); each winner's values are in :attr:`TuneResult.extra_winners`. The plan is
+    warmup)``); each winner's values are in :attr:`TuneResult.extra_winners`. ``prune``:
+    stop a trial's run early where a value it passes to ``report`` is worse than the median
+    of its optimizer's finished trial runs at that step (Optuna's median pruner, after 5 of
+    them; :mod:`~torch_mars.train.study.pruning`); finalists', peers' and held-out runs always
+    finish. The plan is
     :func:`~torch_mars.train.study.run.tune_plan`'s, the command line's too: a setting left
     None takes the protocol's default there."""
     from torch_mars.train.study.run import run_study, tune_plan
@@ -552,6 +561,7 @@ def tune(
         overwrite=overwrite,
         reuse_runs=reuse_runs,
         extra_space=extra_space,
+        prune=prune,
     )
     folder = plan.study_dir
     show = ("bar" if jobs == 1 else "lines") if progress else "none"

@@ -101,6 +101,8 @@ class ProfiledState:
     pairs: tuple[tuple[str, str], ...] = ()
     own_point: Point = field(default_factory=dict)
     own_score: float = math.nan
+    # the needed runs are trials' runs, which a study that prunes may stop early
+    prunable: bool = False
     peer_points: list[tuple[str, Point, float]] = field(default_factory=list)
 
     @property
@@ -233,6 +235,7 @@ class ProfiledSearch:
                 self.selection.need_heldout(results, self.run, state.point)
         except Needs as needs:
             state.needed = needs.runs
+            state.prunable = needs.prunable
         return state
 
     def run_to_the_end(
@@ -313,7 +316,7 @@ class ProfiledSearch:
         fresh = [p for p in fresh if point_key(p) not in known]
         room = self.trials - len(state.trials)
         taken = fresh[:room]
-        need(results, [self.run(p, s) for p in taken for s in self.selection.seeds])
+        need(results, [self.run(p, s) for p in taken for s in self.selection.seeds], prunable=True)
         for p in taken:
             score = self.score(results, p)
             state.trials.append((p, score))

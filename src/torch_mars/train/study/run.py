@@ -67,6 +67,7 @@ def tune_plan(
     overwrite: bool = False,
     reuse_runs: Sequence[str | Path] = (),
     extra_space: Mapping[str, Sequence[float]] | None = None,
+    prune: bool = False,
 ) -> TunePlan:
     """The plan of a ``tune`` study, built here for both doors (``torch-mars tune`` maps its
     flags onto these keywords, ``torch_mars.tune`` passes its own): one set of defaults. A
@@ -106,6 +107,7 @@ def tune_plan(
         overwrite=overwrite,
         reuse=check_donors(tuple(Path(folder) for folder in reuse_runs)),
         extra=check_extra(dict(extra_space or {})),
+        prune=prune,
     )
 
 

@@ -14,18 +14,21 @@ from torch_mars.train.study.engine import RunId
 
 
 class Needs(Exception):
-    """Raised inside a replay where a decision needs runs that have not finished."""
+    """Raised inside a replay where a decision needs runs that have not finished;
+    ``prunable``: they are trials' runs (scored to compare points, never a finalist's,
+    a peer's or a held-out read), which a study that prunes may stop early."""
 
-    def __init__(self, runs: list[RunId]) -> None:
+    def __init__(self, runs: list[RunId], prunable: bool = False) -> None:
         super().__init__(f"{len(runs)} runs needed")
         self.runs = runs
+        self.prunable = prunable
 
 
-def need(results: Mapping[RunId, float], wanted: Sequence[RunId]) -> None:
+def need(results: Mapping[RunId, float], wanted: Sequence[RunId], prunable: bool = False) -> None:
     """Raise :class:`Needs` with the runs of ``wanted`` that have not finished."""
     missing = [run for run in dict.fromkeys(wanted) if run not in results]
     if missing:
-        raise Needs(missing)
+        raise Needs(missing, prunable)
 
 
 def badness(value: float) -> float:

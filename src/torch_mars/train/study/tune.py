@@ -84,6 +84,7 @@ PROTOCOL_KEYS = (
     "order_seed",
     "max_rounds",
     "starts",
+    "prune",
 )
 # The searches a study can run, by the name its record keeps: the default first.
 SEARCHES: dict[str, type[ProfiledSearch]] = {
@@ -144,6 +145,8 @@ class TunePlan:
         extra: your own dimensions (``(name, values)`` pairs, :func:`~.space.check_extra`),
             tuned for every optimizer alike and passed to your function by name (a study of
             a training function only); part of the identity.
+        prune: stop trials' runs early on the values your function reports, against the
+            median of the same optimizer's (:mod:`.pruning`; a training function only).
     """
 
     base: TrainConfig
@@ -164,6 +167,7 @@ class TunePlan:
     ladders: Ladders = ()
     reuse: tuple[Path, ...] = ()
     extra: Ladders = ()
+    prune: bool = False
 
     def __post_init__(self) -> None:
         if not self.optimizers:
@@ -184,6 +188,11 @@ class TunePlan:
             raise ValueError(f"ladders {self.ladders}: give them as check_ladders returns them")
         if check_extra(dict(self.extra)) != tuple(self.extra):
             raise ValueError(f"extra {self.extra}: give it as check_extra returns it")
+        if self.prune and task_of(self.base).name != "objective":
+            raise ValueError(
+                "prune: the text task reports no values to a pruner; pruning is for a "
+                "training function (--objective) that calls report(step, value)"
+            )
         if self.extra and task_of(self.base).name != "objective":
             raise ValueError(
                 "extra_space: the text task has no dimensions of yours (it is this package's "
@@ -274,6 +283,8 @@ class TunePlan:
             settings["ladders"] = {d: list(v) for d, v in self.ladders}
         if self.extra:
             settings["extra"] = {d: list(v) for d, v in self.extra}
+        if self.prune:
+            settings["prune"] = True
         return StudySpec(
             base=self.base,
             searches=tuple(self.searches()),
@@ -288,6 +299,7 @@ class TunePlan:
             protocol_keys=PROTOCOL_KEYS,
             in_common=identities_in_common,
             donors=self.reuse,
+            prune=self.prune,
         )
 
 
@@ -340,6 +352,7 @@ def plan_of_identity(
         fixed=tuple(sorted(search.get("fixed", {}).items())),
         ladders=tuple((d, tuple(v)) for d, v in sorted(search.get("ladders", {}).items())),
         extra=tuple((d, tuple(v)) for d, v in sorted(search.get("extra", {}).items())),
+        prune=bool(search.get("prune", False)),
     )
 
 

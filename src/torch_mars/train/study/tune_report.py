@@ -204,8 +204,18 @@ class OptimizerOutcome:
         return statistics.fmean(self.heldout_finals) if self.heldout_complete else math.nan
 
     @property
+    def pruned(self) -> int:
+        """Its trials whose run was pruned (scored worst: infinity)."""
+        return sum(score == math.inf for score in self.trial_scores)
+
+    @property
     def curve(self) -> list[float]:
-        return expected_best_curve(self.trial_scores)
+        """The expected best selection score after k trials; a pruned trial counts as the
+        worst finished one (it was worse than the median when it stopped: never the best of
+        several, and no divergence)."""
+        finite = [s for s in self.trial_scores if math.isfinite(s)]
+        worst = max(finite, default=math.nan)
+        return expected_best_curve([worst if s == math.inf else s for s in self.trial_scores])
 
 
 def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list[OptimizerOutcome]:
@@ -512,6 +522,7 @@ def format_tune_table(
         *depth_sentences(ranked),
         *heldout_sentences(ranked, sel.heldout_pairs()),
         *peer_sentences(ranked, plan.all_ladders),
+        *pruned_sentences(ranked, plan.prune),
     ]
     if found_verdicts:
         lines += [
@@ -718,6 +729,17 @@ def heldout_sentences(
     return lines
 
 
+def pruned_sentences(found: Sequence[OptimizerOutcome], prune: bool) -> list[str]:
+    """Where the study prunes: per optimizer, how many of its trials' runs were stopped early."""
+    if not prune:
+        return []
+    counts = ", ".join(f"{o.optimizer} {o.pruned} of {len(o.trial_scores)}" for o in found)
+    return [
+        f"- Pruned trials (stopped where a reported value was worse than the median of the same "
+        f"optimizer's finished trial runs at that step; each scores worst): {counts}."
+    ]
+
+
 def peer_sentences(found: Sequence[OptimizerOutcome], ladders: Ladders = ()) -> list[str]:
     """Per optimizer whose peers' winners were read on its space: a control beaten by its
     peer's setting (its search stopped short, and it is read at that setting), or that its own
@@ -914,6 +936,7 @@ def report_json(
                 "trial_scores": [number(v) for v in o.trial_scores],
                 "tuning_curve": [number(v) for v in o.curve],
                 "rounds": o.rounds,
+                **({"pruned_trials": o.pruned} if plan.prune else {}),
                 **_peer_record(o, plan.all_ladders),
                 "moved": list(o.moved),
                 "values_scored": dict(o.values_scored),
