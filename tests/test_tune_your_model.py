@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -197,3 +198,51 @@ def test_a_failing_function_fails_its_trial_with_its_message_and_the_study_goes_
     assert all(t.user_attrs.get("error") == error for t in on_seed_0)
     held_out = [t for t in trials if t.user_attrs["seed"] == 1]
     assert {t.state.name for t in held_out} == {"COMPLETE"}  # the study went on to them
+
+
+def test_the_tabular_example_tunes_with_pruning_and_a_dimension_of_its_own(tmp_path):
+    """The fourth example (a tabular MLP) as its ``__main__`` calls it, on a smaller budget:
+    its dropout searched for every optimizer alike, its trials' runs pruned on the validation
+    losses it reports each epoch."""
+    tabular = example("tabular_mlp")
+    result = torch_mars.tune(
+        tabular.train,
+        ["adamw"],
+        trials=7,
+        out_dir=tmp_path,
+        progress=False,
+        extra_space={"dropout": tabular.DROPOUT},
+        prune=True,
+        seeds=(0,),
+        heldout_seeds=(1, 2),
+        heldout_data_seeds=(1,),
+        finalists=2,
+        final_seeds=(3,),
+    )
+    assert {w["dropout"] for w in result.extra_winners.values()} <= set(tabular.DROPOUT)
+    assert "Your own dimensions, tuned for every optimizer alike: dropout 0, 0.1, 0.2, 0.3." in (
+        result.table
+    )
+    assert "Pruned trials" in result.table and all(
+        math.isfinite(m) for m in result.heldout_means.values()
+    )
+
+
+def test_every_setting_the_users_guide_names_is_a_keyword_and_a_flag():
+    """docs/tuning-your-model.md's "Your space": each bullet's ``keyword=`` is a keyword of
+    ``torch_mars.tune`` and its ``--flag`` one of ``torch-mars tune``'s."""
+    import inspect
+    import re
+
+    from torch_mars.cli import build_parser
+
+    text = (EXAMPLES.parent / "docs" / "tuning-your-model.md").read_text()
+    section = text.split("## Your space", 1)[1].split("\n## ", 1)[0]
+    heads = [line for line in section.splitlines() if line.startswith("- `")]
+    keywords = {re.match(r"- `(\w+)=", line).group(1) for line in heads}
+    flags = {f for line in heads for f in re.findall(r"`(--[a-z-]+)", line)}
+    assert {"extra_space", "prune", "fixed", "ladders", "direction", "version"} <= keywords
+    assert keywords <= set(inspect.signature(torch_mars.tune).parameters)
+    tune_parser = build_parser()._subparsers._group_actions[0].choices["tune"]
+    known = {o for action in tune_parser._actions for o in action.option_strings}
+    assert flags and flags <= known, flags - known
