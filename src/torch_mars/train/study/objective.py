@@ -398,6 +398,9 @@ class TuneResult:
     paths: list[Path]
     heldout_means: dict[str, float] = field(default_factory=dict)
     extra_winners: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the shell command that reopens the study (extends it, or joins it as a worker with
+    # --worker): ``shlex.join(result.command)``
+    command: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         return self.table
@@ -432,6 +435,7 @@ class TuneResult:
             extra_winners={
                 o["optimizer"]: o["extra_space"] for o in record.optimizers if "extra_space" in o
             },
+            command=list(record.data.get("command", [])),
         )
 
 

@@ -232,6 +232,67 @@ class TunePlan:
         own dimensions'."""
         return self.ladders + self.extra
 
+    def command_line(self) -> list[str]:
+        """``torch-mars tune``'s arguments that build this plan again (from the command line,
+        :func:`~.run.tune_plan`): the inverse of the command line's mapping, held to it by a
+        round-trip test. The report records it (``tune.json``'s ``command``), so that a study of
+        your function is reopened, extended or joined by workers from a shell."""
+        base, sel = self.base, self.selection
+        if task_of(base).name == "objective":
+            args = ["--objective", base.objective, "--model", base.model]
+            if base.device != "cpu":
+                args += ["--device", base.device]
+            if base.direction != "minimize":
+                args += ["--direction", base.direction]
+            if base.version is not None:
+                args += ["--objective-version", base.version]
+        else:
+            args = ["--model", base.model, "--data", base.data, "--steps", str(base.steps)]
+            args += ["--batch-size", str(base.batch_size), "--grad-accum", str(base.grad_accum)]
+            args += ["--schedule", base.schedule, "--grad-clip", repr(base.grad_clip)]
+            args += ["--eval-interval", str(base.eval_interval)]
+            args += ["--eval-batches", str(base.eval_batches), "--device", base.device]
+            for flag, value in (
+                ("--block-size", base.block_size),
+                ("--warmup-steps", base.warmup_steps),
+                ("--eval-tokens", base.eval_tokens),
+                ("--validation-slices", base.validation_slices),
+            ):
+                if value is not None:
+                    args += [flag, str(value)]
+            args += ["--compile"] * base.compile + ["--exact"] * base.exact
+        args += ["--optimizers", *self.optimizers, "--trials", str(self.trials)]
+        args += ["--search", self.search, "--seeds", *map(str, sel.seeds)]
+        args += ["--data-seed", str(sel.data_seed), "--finalists", str(sel.finalists)]
+        if sel.finalists:
+            args += ["--final-seeds", *map(str, sel.final_seeds)]
+        if sel.final_data_seeds:
+            args += ["--final-data-seeds", *map(str, sel.final_data_seeds)]
+        if sel.pairs:
+            args += ["--pairs", *(f"{s}:{o}" for s, o in sel.pairs)]
+        else:
+            args += ["--heldout-seeds", *map(str, sel.heldout)]
+            args += ["--heldout-data-seeds", *map(str, sel.heldout_data_seeds)]
+        args += ["--peer-winners", "on" if sel.peer_winners else "off"]
+        for flag, pairs in (("--ladder", self.ladders), ("--extra-space", self.extra)):
+            if pairs:
+                args += [flag, *(f"{d}={','.join(_numbers(v))}" for d, v in pairs)]
+        if self.fixed:
+            args += ["--fixed", *(f"{d}={v!r}" for d, v in self.fixed)]
+        args += ["--prune"] * self.prune + ["--overwrite"] * self.overwrite
+        if self.family_file is not None:
+            args += ["--family", str(self.family_file)]
+        if self.order_seed:
+            args += ["--order-seed", str(self.order_seed)]
+        if self.max_rounds is not None:
+            args += ["--max-rounds", str(self.max_rounds)]
+        if self.storage is not None:
+            args += ["--storage", self.storage]
+        if self.reuse:
+            args += ["--reuse-runs", *map(str, self.reuse)]
+        args += ["--name", self.study_name, "--out-dir", str(Path(self.study_dir).parent)]
+        return [*args, "--jobs", str(self.jobs)]
+
     def searches(self) -> list[ProfiledSearch]:
         """Each optimizer's search; where the selection reads peers' winners, each with the
         searches of its peers (the study's optimizers that share its space but for gamma)."""
@@ -301,6 +362,10 @@ class TunePlan:
             donors=self.reuse,
             prune=self.prune,
         )
+
+
+def _numbers(values: Sequence[Any]) -> list[str]:
+    return [repr(v) for v in values]  # repr: a float reads back exactly
 
 
 def identities_in_common(

@@ -894,6 +894,7 @@ def report_json(
         return value if math.isfinite(value) else None
 
     return {
+        "command": ["torch-mars", "tune", *plan.command_line()],
         "selection": plan.selection.record(),
         "trials": plan.trials,
         "budget": plan.spec().identity()["budget"],
