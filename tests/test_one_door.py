@@ -119,3 +119,18 @@ def test_optunas_info_lines_stay_out_of_the_output(tmp_path, capsys):
         assert optuna.logging.get_verbosity() == optuna.logging.INFO  # the user's, restored
     finally:
         optuna.logging.set_verbosity(before)
+
+
+def test_an_error_names_the_keyword_to_python_and_the_flag_to_the_command_line(tmp_path, capsys):
+    from torch_mars.cli import main
+
+    with pytest.raises(ValueError, match=r"^trials must be >= 1, got 0$"):
+        torch_mars.tune(quadratic, ["adamw"], trials=0, out_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"^final_seeds \[1, 1\]: a seed is named twice$"):
+        torch_mars.tune(quadratic, ["adamw"], final_seeds=(1, 1), out_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"^ladders gamma=\[1\]: give two or more"):
+        torch_mars.tune(quadratic, ["mars-adamw"], ladders={"gamma": [1]}, out_dir=tmp_path)
+    code = main(["tune", "--objective", "test_one_door:quadratic", "--final-seeds", "1", "1",
+                 "--out-dir", str(tmp_path)])  # fmt: skip
+    assert code == 2 and "--final-seeds [1, 1]: a seed is named twice" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -165,7 +165,7 @@ def test_the_python_door_takes_the_donors_runs_as_the_command_line_does(function
     assert tune(function, "first") == 0
     before = calls(function)
     train = importlib.import_module(os.environ["COUNTED_MODULE"]).train
-    with pytest.raises(ValueError, match=r"--reuse-runs: .* holds no study"):
+    with pytest.raises(ValueError, match=r"^reuse_runs: .* holds no study"):  # its keyword
         torch_mars.tune(train, ("adamw",), reuse_runs=[function / "nowhere"], progress=False)
     torch_mars.tune(
         train,

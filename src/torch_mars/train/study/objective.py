@@ -529,44 +529,46 @@ def tune(
     stop a trial's run early where a value it passes to ``report`` is worse than the median
     of its optimizer's finished trial runs at that step (Optuna's median pruner, after 5 of
     them; :mod:`~torch_mars.train.study.pruning`); finalists', peers' and held-out runs always
-    finish. The plan is
-    :func:`~torch_mars.train.study.run.tune_plan`'s, the command line's too: a setting left
-    None takes the protocol's default there."""
-    from torch_mars.train.study.run import run_study, tune_plan
+    finish. The plan is :func:`~torch_mars.train.study.run.tune_plan`'s, the command line's
+    too: a setting left None takes the protocol's default there; an error names the keyword."""
+    from torch_mars.train.study.run import keyword_spelling, run_study, tune_plan
 
     path = function_path(train)
     check_contract(train, path, tuple(extra_space or ()))
     _GIVEN[path] = train
     base = ObjectiveConfig(objective=path, model=defaults, direction=direction, version=version)
     name = name or default_study_name(path)
-    plan = tune_plan(
-        base,
-        study_dir=Path(os.path.abspath(out_dir)) / name,  # paths stay absolute
-        name=name,
-        optimizers=optimizers,
-        trials=trials,
-        search=search,
-        seeds=seeds,
-        heldout_seeds=heldout_seeds,
-        data_seed=data_seed,
-        heldout_data_seeds=heldout_data_seeds,
-        finalists=finalists,
-        final_seeds=final_seeds,
-        final_data_seeds=final_data_seeds,
-        pairs=pairs,
-        peer_winners=peer_winners,
-        fixed=fixed,
-        ladders=ladders,
-        family_file=None if family_file is None else Path(family_file),
-        order_seed=order_seed,
-        max_rounds=max_rounds,
-        storage=storage,
-        jobs=jobs,
-        overwrite=overwrite,
-        reuse_runs=reuse_runs,
-        extra_space=extra_space,
-        prune=prune,
-    )
+    try:
+        plan = tune_plan(
+            base,
+            study_dir=Path(os.path.abspath(out_dir)) / name,  # paths stay absolute
+            name=name,
+            optimizers=optimizers,
+            trials=trials,
+            search=search,
+            seeds=seeds,
+            heldout_seeds=heldout_seeds,
+            data_seed=data_seed,
+            heldout_data_seeds=heldout_data_seeds,
+            finalists=finalists,
+            final_seeds=final_seeds,
+            final_data_seeds=final_data_seeds,
+            pairs=pairs,
+            peer_winners=peer_winners,
+            fixed=fixed,
+            ladders=ladders,
+            family_file=None if family_file is None else Path(family_file),
+            order_seed=order_seed,
+            max_rounds=max_rounds,
+            storage=storage,
+            jobs=jobs,
+            overwrite=overwrite,
+            reuse_runs=reuse_runs,
+            extra_space=extra_space,
+            prune=prune,
+        )
+    except ValueError as error:  # the keywords' names, not the flags'
+        raise ValueError(keyword_spelling(str(error))) from None
     folder = plan.study_dir
     show = ("bar" if jobs == 1 else "lines") if progress else "none"
     ran = run_study(plan, time_budget_s=time_budget_s, show=show, announce_to=None)

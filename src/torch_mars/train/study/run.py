@@ -6,7 +6,9 @@ finished said so)."""
 
 from __future__ import annotations
 
+import inspect
 import math
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -109,6 +111,24 @@ def tune_plan(
         extra=check_extra(dict(extra_space or {})),
         prune=prune,
     )
+
+
+# The command line's flag for each keyword of :func:`tune_plan` that does not spell it alike
+# (``--heldout-seeds`` for ``heldout_seeds``): one map, for errors said to a Python caller.
+_FLAG_OF = {"ladders": "--ladder", "family_file": "--family", "study_dir": "--out-dir"}
+
+
+def keyword_spelling(message: str) -> str:
+    """An error of the plan as a Python caller of :func:`torch_mars.tune` reads it: each
+    command-line flag it names spelt as the keyword (``trials`` for ``--trials``).
+
+    >>> keyword_spelling("--final-seeds [1]: a seed is named twice; see --ladder")
+    'final_seeds [1]: a seed is named twice; see ladders'
+    """
+    keywords = [k for k in inspect.signature(tune_plan).parameters if k != "base"]
+    flags = {_FLAG_OF.get(k, "--" + k.replace("_", "-")): k for k in keywords}
+    pattern = re.compile("|".join(re.escape(f) for f in sorted(flags, key=len, reverse=True)))
+    return pattern.sub(lambda m: flags[m.group(0)], message)
 
 
 # How a study shows its progress: a bar on stderr (a failed run's line printed over it), a
