@@ -179,7 +179,8 @@ def test_r09_a_donor_without_identity_or_a_snapshot_that_is_not_gzip_is_one_line
         stored_study(tmp_path / "junk")
     (tmp_path / "m" / "q").mkdir(parents=True)
     entry = {"rule": "mars-adamw", "control": "adamw", "gap": -0.01, "p": 0.01, "pairs": 2}
-    (tmp_path / "m" / "q" / "tune.json").write_text(json.dumps({"verdicts": [entry]}))
+    report = {"optimizers": [], "verdicts": [entry]}
+    (tmp_path / "m" / "q" / "tune.json").write_text(json.dumps(report))
     with pytest.raises(ValueError, match="without its 'interval'"):
         stored_verdicts(tmp_path, [Comparison("mars-adamw", ("adamw",), "m/q")])
 

@@ -18,7 +18,14 @@ import torch_mars
 from torch_mars.train.study.objective import ObjectiveFailed, import_objective, number_of
 from torch_mars.train.study.store import dashboard_hint
 
-SMALL = dict(trials=1, seeds=(0,), heldout_seeds=(1,), heldout_data_seeds=(1,), finalists=0)
+SMALL = dict(
+    trials=1,
+    seeds=(0,),
+    heldout_seeds=(1,),
+    heldout_data_seeds=(1,),
+    finalists=0,
+    peer_winners=False,
+)
 
 
 def stored_errors(folder, name: str) -> dict[str, int]:

@@ -23,7 +23,14 @@ from torch_mars.cli import main
 from torch_mars.train.study.space import dimensions_of
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-SMALL = dict(trials=2, seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,), finalists=0)
+SMALL = dict(
+    trials=2,
+    seeds=(0,),
+    heldout_seeds=(1, 2),
+    heldout_data_seeds=(1,),
+    finalists=0,
+    peer_winners=False,  # the runs these tests count are each search's own
+)
 
 
 def example(name: str):
@@ -99,7 +106,7 @@ def test_a_library_model_at_a_quick_budget_has_every_dimension_tuned(tmp_path):
 
 OBJECTIVE = ["--optimizers", "adamw", "nadamw", "--trials", "2", "--seeds", "0"]
 OBJECTIVE += ["--heldout-seeds", "1", "--heldout-data-seeds", "1", "--name", "s"]
-OBJECTIVE += ["--finalists", "0"]
+OBJECTIVE += ["--finalists", "0", "--peer-winners", "off"]
 
 
 def test_the_command_line_tunes_a_function_and_a_killed_study_resumes_without_a_rerun(tmp_path):

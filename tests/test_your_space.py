@@ -20,7 +20,9 @@ from torch_mars.train.study.space import check_fixed, dimensions_of
 from torch_mars.train.study.tune import TunePlan
 from torch_mars.train.trainer import TrainConfig
 
-SMALL = dict(seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,), finalists=0)
+SMALL = dict(
+    seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,), finalists=0, peer_winners=False
+)
 SEEN: list[dict] = []
 
 

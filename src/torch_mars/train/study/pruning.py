@@ -93,7 +93,7 @@ def pruning(trial: optuna.Trial, own: Sequence[FrozenTrial]) -> Iterator[None]:
             user_attrs={},
             system_attrs={},
             intermediate_values=dict(seen),
-            trial_id=trial._trial_id,
+            trial_id=0,  # the pruner reads its values only
         )
         if judge.prune(view, frozen):  # type: ignore[arg-type]
             raise RunPruned(step, value)
