@@ -4,11 +4,16 @@ the variable must be set before any kernel is defined."""
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+
+# The lab's shared research code (benchmarks/studies/lab), which the tests of the research
+# scripts read as its scripts do: ``import lab``. Appended: it shadows nothing.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks" / "studies"))
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -1,7 +1,8 @@
-"""The benchmark scripts share nothing but the package: no script imports another by bare name
-(which works only where its folder is on ``sys.path``) or loads another's file by path; what
-two scripts share (the fight map's protocol and reports, the campaigns, the ablations) lives
-in :mod:`torch_mars.train.study`, where an import reader finds it."""
+"""The benchmark scripts share nothing but the library and the lab: no script imports another
+by bare name or loads another's file by path; what two scripts share (the fight map's protocol
+and reports, the campaigns, the ablations) lives in the lab package
+(``benchmarks/studies/lab``), which imports the library; the library knows no path of the
+repository and imports nothing of the lab."""
 
 from __future__ import annotations
 
@@ -46,8 +47,15 @@ def test_no_benchmark_script_loads_another_by_path():
     assert found == []
 
 
-def test_the_studies_share_the_packages_map():
-    from torch_mars.train.study.fight_map import POINTS, FightMap
+def test_the_library_imports_nothing_of_the_lab_and_names_no_results_folder():
+    library = sorted((BENCHMARKS.parent / "src" / "torch_mars").glob("**/*.py"))
+    lab = [f"{p.name}: {m}" for p in library for m in _imported(p) if m.split(".")[0] == "lab"]
+    paths = [p.name for p in library if "benchmarks/results" in p.read_text()]
+    assert library and lab == [] and paths == []
+
+
+def test_the_studies_share_the_labs_map():
+    from lab.fight_map import POINTS, FightMap
 
     second_model = load_script(BENCHMARKS / "studies" / "second_model.py")
     fight_map = load_script(BENCHMARKS / "studies" / "fight_map.py")

@@ -134,8 +134,8 @@ def test_campaign_4_declares_its_pairs_and_two_looks_before_its_first_run():
 
 
 def test_a_second_look_extends_the_declared_pairs_and_plans_from_the_spread(monkeypatch):
-    from torch_mars.train.study.campaign import CampaignRow
     from torch_mars.train.study.family import Comparison, Decision
+    from torch_mars.train.study.family_reads import CampaignRow
     from torch_mars.train.study.verdict import PairedGap
 
     protocol = campaign.protocol_at("campaign-4", "tiny/b16-8x", 20)
@@ -166,8 +166,8 @@ def test_a_second_look_extends_the_declared_pairs_and_plans_from_the_spread(monk
 def test_the_corrections_worth_reads_the_rule_against_itself_at_gamma_0_on_the_points_pairs(
     tmp_path, monkeypatch
 ):
-    from torch_mars.train.study.campaign import stored_verdicts, without_correction_folder
     from torch_mars.train.study.family import Comparison
+    from torch_mars.train.study.family_reads import stored_verdicts, without_correction_folder
 
     pairs = [[1000 + k, 2000 + k] for k in range(4)]
     point = {
@@ -193,7 +193,7 @@ def test_the_corrections_worth_reads_the_rule_against_itself_at_gamma_0_on_the_p
     assert read[control][1] == "nadamw" and read[control][0].mean == pytest.approx(-0.02)
     assert read[worth][1] == "mars-adamw@gamma=0"
     assert read[worth][0].mean == pytest.approx(-0.0055)  # what the correction bought here
-    from torch_mars.train.study.fight_map import FightMap
+    from lab.fight_map import FightMap
 
     monkeypatch.setattr(campaign, "folder_of", lambda name: tmp_path)
     monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))

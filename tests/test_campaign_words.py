@@ -10,23 +10,22 @@ import re
 from pathlib import Path
 
 import pytest
-
-from benchmark_scripts import load_script
-from torch_mars.train.study.campaign import (
+from lab.campaigns import (
     BLOCK_BEGIN,
     BLOCK_END,
     STATE_BEGIN,
     STATE_END,
     WINNERS_BEGIN,
     WINNERS_END,
-    CampaignRow,
     block_of,
-    campaign_rows,
     format_lead,
     format_winners_table,
     replace_block,
 )
+
+from benchmark_scripts import load_script
 from torch_mars.train.study.family import Comparison, Decision
+from torch_mars.train.study.family_reads import CampaignRow, campaign_rows
 from torch_mars.train.study.verdict import PairedGap
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,9 +91,8 @@ def test_each_points_summary_says_the_campaigns_word(name):
 
 
 def test_the_campaign_figure_shows_every_declared_point_read_or_pending(tmp_path):
+    from lab.campaigns import figure_panels, plot_campaign
     from PIL import Image
-
-    from torch_mars.train.study.campaign import figure_panels, plot_campaign
 
     declaration = campaign.declaration_of(campaign.CURRENT)
     rows = campaign_rows(declaration)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import optuna
 import pytest
+from lab.campaigns import format_campaign_table
 
-from torch_mars.train.study.campaign import campaign_rows, format_campaign_table
 from torch_mars.train.study.family import Comparison, campaign_family, decide
+from torch_mars.train.study.family_reads import campaign_rows
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.tune import FAMILY_ATTR, TunePlan, declare_family
 from torch_mars.train.study.tune_report import (

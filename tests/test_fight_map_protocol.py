@@ -1,5 +1,5 @@
-"""The fight map's protocol (:mod:`torch_mars.train.study.fight_map`, which
-benchmarks/studies/fight_map.py runs) and its reports (:mod:`torch_mars.train.study.map_report`):
+"""The fight map's protocol (the lab's `lab.fight_map`, which
+benchmarks/studies/fight_map.py runs) and its reports (`lab.map_report`):
 every point's study at the map's budget, a second search with another order seed in its own
 folder outside the map's verdicts, and the second model's studies with the same protocol at
 its own size (steps from its parameters)."""

@@ -17,8 +17,8 @@ import pytest
 from torch import nn
 
 import torch_mars
-from torch_mars.train.study.campaign import stored_verdicts
 from torch_mars.train.study.family import Comparison, campaign_family
+from torch_mars.train.study.family_reads import stored_verdicts
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.space import point_key, start_point
 from torch_mars.train.study.store import (

@@ -26,10 +26,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from torch_mars.atomic_files import write_text_atomically
-from torch_mars.cli import main as torch_mars
-from torch_mars.train.optimizers import MARS_RULE_OF
-from torch_mars.train.study.ablation import (
+from lab.ablation import (
     ABLATIONS,
     BUDGET_FLAGS,
     UNSET,
@@ -37,6 +34,10 @@ from torch_mars.train.study.ablation import (
     short_flag_value,
     sweep_study_flags,
 )
+
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.cli import main as torch_mars
+from torch_mars.train.optimizers import MARS_RULE_OF
 from torch_mars.train.study.tune_record import read_tune_record
 
 ROOT = Path(__file__).resolve().parents[2]

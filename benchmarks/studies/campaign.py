@@ -41,10 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from torch_mars.atomic_files import write_text_atomically
-from torch_mars.cli import main as torch_mars
-from torch_mars.train.study.campaign import (
+from lab.campaigns import (
     CAMPAIGN_TRIALS,
     CAMPAIGNS,
     CURRENT,
@@ -54,7 +51,6 @@ from torch_mars.train.study.campaign import (
     WINNERS_BEGIN,
     WINNERS_END,
     campaign_folder,
-    campaign_rows,
     format_campaign_table,
     format_lead,
     format_winners_table,
@@ -62,10 +58,13 @@ from torch_mars.train.study.campaign import (
     plot_campaign,
     replace_block,
     tune_studies_at,
-    without_correction_folder,
 )
-from torch_mars.train.study.fight_map import BLOCK, POINTS, FightMap, steps_at
-from torch_mars.train.study.map_report import format_progress, progress_rows
+from lab.fight_map import BLOCK, POINTS, FightMap, steps_at
+from lab.map_report import format_progress, progress_rows
+
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.cli import main as torch_mars
+from torch_mars.train.study.family_reads import campaign_rows, without_correction_folder
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import PROTOCOL, Selection
 from torch_mars.train.study.store import (

@@ -31,18 +31,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from torch_mars.atomic_files import write_text_atomically
-from torch_mars.cli import main as torch_mars
-from torch_mars.train.study.ablation import (
+from lab.ablation import (
     TUNE_BUDGET_FLAGS,
     budget_flags,
     short_flag_value,
     sweep_study_flags,
 )
-from torch_mars.train.study.fight_map import FightMap
-from torch_mars.train.study.map_report import (
+from lab.fight_map import FightMap
+from lab.map_report import (
     point_reports,
 )
+
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.verdict import paired_gap
 

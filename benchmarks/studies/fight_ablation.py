@@ -22,11 +22,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from torch_mars.atomic_files import write_text_atomically
-from torch_mars.cli import main as torch_mars
-from torch_mars.train.compare import mean_std_text
-from torch_mars.train.optimizers import MARS_RULE_OF
-from torch_mars.train.study.ablation import (
+from lab.ablation import (
     ABLATIONS,
     TUNE_BUDGET_FLAGS,
     UNSET,
@@ -34,10 +30,15 @@ from torch_mars.train.study.ablation import (
     short_flag_value,
     sweep_study_flags,
 )
-from torch_mars.train.study.fight_map import FightMap
-from torch_mars.train.study.map_report import (
+from lab.fight_map import FightMap
+from lab.map_report import (
     point_reports,
 )
+
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.cli import main as torch_mars
+from torch_mars.train.compare import mean_std_text
+from torch_mars.train.optimizers import MARS_RULE_OF
 from torch_mars.train.study.verdict import paired_gap
 
 MAP = FightMap(Path(__file__).resolve().parents[2])

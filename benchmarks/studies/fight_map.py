@@ -35,10 +35,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from torch_mars.atomic_files import write_text_atomically
-from torch_mars.cli import main as torch_mars
-from torch_mars.train.study.fight_map import OPTIMIZERS, POINTS, TRIALS, FightMap
-from torch_mars.train.study.map_report import (
+from lab.fight_map import OPTIMIZERS, POINTS, TRIALS, FightMap
+from lab.map_report import (
     format_map,
     format_progress,
     format_second_against_first,
@@ -49,6 +47,9 @@ from torch_mars.train.study.map_report import (
     second_against_first,
     start_independence_sections,
 )
+
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.store import restore_journals, snapshot_journals
 
 MAP = FightMap(Path(__file__).resolve().parents[2])

@@ -22,9 +22,10 @@ import statistics
 import sys
 from pathlib import Path
 
+from lab.fight_map import EVAL_TOKENS, FightMap
+
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
-from torch_mars.train.study.fight_map import EVAL_TOKENS, FightMap
 from torch_mars.train.study.store import restore_journals
 from torch_mars.train.study.tune_record import read_tune_record
 

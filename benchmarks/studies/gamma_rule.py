@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from lab.campaigns import CURRENT, campaign_folder
+from lab.fight_map import POINTS, FightMap
 
 from torch_mars.atomic_files import write_text_atomically
-from torch_mars.train.study.campaign import CURRENT, campaign_folder
-from torch_mars.train.study.fight_map import POINTS, FightMap
 from torch_mars.train.study.space import LADDERS
 from torch_mars.train.study.tune_record import read_tune_record
 

@@ -83,11 +83,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
-
-from torch_mars.atomic_files import write_text_atomically
-from torch_mars.bench.table import markdown_table
-from torch_mars.cli import main as torch_mars
-from torch_mars.train.study.campaign import (
+from lab.campaigns import (
     CAMPAIGN_TRIALS,
     CAMPAIGNS,
     CURRENT,
@@ -95,8 +91,12 @@ from torch_mars.train.study.campaign import (
     campaign_folder,
     tune_studies_at,
 )
+from lab.fight_map import OPTIMIZERS, POINTS, FightMap
+
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.bench.table import markdown_table
+from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.engine import finished_results
-from torch_mars.train.study.fight_map import OPTIMIZERS, POINTS, FightMap
 from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.reuse import runs_train_alike
 from torch_mars.train.study.selection import PROTOCOL, Selection, badness

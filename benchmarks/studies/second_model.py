@@ -28,16 +28,17 @@ import shlex
 import sys
 from pathlib import Path
 
-from torch_mars.atomic_files import write_text_atomically
-from torch_mars.cli import main as torch_mars
-from torch_mars.train.study.fight_map import POINTS, FightMap
-from torch_mars.train.study.map_report import (
+from lab.fight_map import POINTS, FightMap
+from lab.map_report import (
     format_map,
     format_progress,
     map_rows,
     point_reports,
     progress_rows,
 )
+
+from torch_mars.atomic_files import write_text_atomically
+from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.store import restore_journals, snapshot_journals
 from torch_mars.train.study.tune_record import read_tune_record
 

@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import optuna
+from lab.fight_map import FightMap
 
 from torch_mars.bench.table import markdown_table
 from torch_mars.train.study.engine import RunId, finished_results
-from torch_mars.train.study.fight_map import FightMap
 from torch_mars.train.study.profiled import BudgetSpent, ProfiledSearch, ProfiledState
 from torch_mars.train.study.selection import badness, need
 from torch_mars.train.study.space import Point, point_key

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from torch_mars.atomic_files import write_text_atomically
-from torch_mars.train.study.campaign import campaign_rows
+from torch_mars.train.study.family_reads import campaign_rows
 from torch_mars.train.study.tune_record import read_tune_record
 from torch_mars.train.study.two_stage import Design, simulate_family
 

@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from lab.fight_map import FightMap
+
 from torch_mars.bench.table import markdown_table
 from torch_mars.train.study.engine import (
     RunId,
@@ -35,7 +37,6 @@ from torch_mars.train.study.engine import (
     needed_runs,
     run_of,
 )
-from torch_mars.train.study.fight_map import FightMap
 from torch_mars.train.study.store import stored_study
 from torch_mars.train.study.tune import plan_of_identity
 

@@ -20,7 +20,6 @@ import optuna
 
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.compare import mean_std_text
-from torch_mars.train.study.campaign import stored_verdicts
 from torch_mars.train.study.curves import best_so_far, expected_best_curve
 from torch_mars.train.study.engine import (
     AskedFor,
@@ -36,6 +35,7 @@ from torch_mars.train.study.family import (
     family_records,
     study_family,
 )
+from torch_mars.train.study.family_reads import stored_verdicts
 from torch_mars.train.study.pairs import diverged, same_machine
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.reuse import COPIED_ATTR

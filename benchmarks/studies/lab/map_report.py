@@ -8,9 +8,10 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
+from lab.fight_map import POINTS
+
 from torch_mars.train.compare import mean_std_text
 from torch_mars.train.plots import save_figure
-from torch_mars.train.study.fight_map import POINTS
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.store import stored_study, stored_study_folders

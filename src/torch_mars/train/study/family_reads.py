@@ -1,0 +1,125 @@
+"""A declared family's comparisons read across the studies of its points (``tune --family
+FILE``, each point's study in ``ROOT/MODEL/POINT``, ROOT the declaration's folder): each
+comparison's gap read again from its point's report (``tune.json``), its control
+``RULE@gamma=0`` from the study beside it, and every word decided by Holm over the whole family
+(:func:`~.family.decide`), so that a point's own ``summary.md`` and a table of all of them read
+the same word."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch_mars.train.study.family import (
+    WITHOUT_CORRECTION,
+    Comparison,
+    Decision,
+    campaign_family,
+    decide,
+)
+from torch_mars.train.study.tune_record import TuneRecord, read_tune_record
+from torch_mars.train.study.two_stage import design_of
+from torch_mars.train.study.verdict import PairedGap, gap_of_pairs
+
+
+@dataclass(frozen=True)
+class CampaignRow:
+    """One declared comparison: its control (the strongest, once read), gap and decision."""
+
+    comparison: Comparison
+    control: str | None
+    gap: PairedGap | None
+    decision: Decision
+
+
+def without_correction_folder(root: Path, scope: str, rule: str) -> Path:
+    """Where a campaign point's ``rule`` is read at gamma = 0 with its lr re-profiled (the
+    control ``RULE@gamma=0`` of the correction's worth): beside the point's study."""
+    return Path(root) / f"{scope}.gamma=0.{rule}"
+
+
+def _report_finals(report: Path) -> tuple[TuneRecord, dict[str, tuple[list, list]]]:
+    """A study's report and each optimizer's held-out ``(finals, pairs)`` in it."""
+    stored = read_tune_record(report)
+    try:
+        finals = {o["optimizer"]: stored.heldout(o["optimizer"]) for o in stored.optimizers}
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{report}: not a study's report ({error})") from None
+    return stored, finals
+
+
+def _gap_of(rule: tuple[list, list], control: tuple[list, list], first: int) -> PairedGap | None:
+    """The gap of two sides' held-out finals on the same pairs; None where they are not all
+    read or the pairs differ."""
+    (rule_finals, pairs), (control_finals, control_pairs) = rule, control
+    if not (len(rule_finals) == len(control_finals) == len(pairs) >= 2):
+        return None
+    if pairs != control_pairs or None in rule_finals + control_finals:
+        return None
+    return gap_of_pairs(rule_finals, control_finals, [tuple(p) for p in pairs], first=first)
+
+
+def stored_verdicts(
+    root: Path, family: list[Comparison], skip_scope: str = "", first: int = 0
+) -> dict[Comparison, tuple[PairedGap, str]]:
+    """Each comparison of ``family`` read where its point's study reported it
+    (``root/SCOPE/tune.json``): its gap and the control it was read against; a point with no
+    report yet, or one that read no gap, is left out (pending), and so is ``skip_scope``. The
+    gap is read again from the report's held-out finals and pairs (:func:`gap_of_pairs`), so
+    that a report written before it stored the gap's standard error reads at any level. A
+    control ``RULE@gamma=0`` is read from its own study's report
+    (:func:`without_correction_folder`) on the point's pairs."""
+    read: dict[Comparison, tuple[PairedGap, str]] = {}
+    for comparison in family:
+        report = Path(root) / comparison.scope / "tune.json"
+        if comparison.scope == skip_scope or not report.is_file():
+            continue
+        stored, finals = _report_finals(report)
+        (control,) = comparison.controls[:1] or ("",)
+        if control.endswith(WITHOUT_CORRECTION):
+            other = without_correction_folder(root, comparison.scope, comparison.rule)
+            if not (other / "tune.json").is_file() or comparison.rule not in finals:
+                continue
+            _, without = _report_finals(other / "tune.json")
+            gap = _gap_of(finals[comparison.rule], without.get(comparison.rule, ([], [])), first)
+            if gap is not None:
+                read[comparison] = (gap, control)
+            continue
+        for entry in stored.verdicts:
+            if not isinstance(entry, dict) or entry.get("rule") != comparison.rule:
+                continue
+            if not entry.get("pairs") or entry.get("control") not in comparison.controls:
+                continue
+            gap = _gap_of(
+                finals.get(entry["rule"], ([], [])), finals.get(entry["control"], ([], [])), first
+            )
+            read[comparison] = (gap or _stored_gap(report, entry), entry["control"])
+    return read
+
+
+def _stored_gap(report: Path, entry: dict) -> PairedGap:
+    """A verdict entry's gap as its report stored it, each field checked (one line naming the
+    file and the field where one is missing or not a number)."""
+    for field in ("gap", "interval", "p", "pairs", "control"):
+        if field not in entry:
+            raise ValueError(f"{report}: a verdict without its {field!r}")
+    low_high = entry["interval"]
+    numbers = [entry["gap"], entry["p"], *(low_high if isinstance(low_high, list) else [None])]
+    if len(numbers) != 4 or not all(isinstance(v, int | float) for v in numbers):
+        raise ValueError(f"{report}: a verdict whose gap, interval or p is not numbers")
+    return PairedGap(entry["gap"], *low_high, entry["p"], int(entry["pairs"]))
+
+
+def campaign_rows(declaration: Path) -> list[CampaignRow]:
+    """Every comparison of the campaign declared in ``declaration``, in its order."""
+    family = campaign_family(declaration)
+    design = design_of(json.loads(Path(declaration).read_text()))
+    first = design.first if design is not None else 0
+    read = stored_verdicts(Path(declaration).parent, family, first=first)
+    decided = decide(family, {c: gap for c, (gap, _) in read.items()}, design=design)
+    rows = []
+    for comparison in family:
+        gap, control = read.get(comparison, (None, None))
+        rows.append(CampaignRow(comparison, control, gap, decided[comparison]))
+    return rows
