@@ -54,6 +54,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--peer-winners": ["off"],
     "--extra-space": ["dropout=0,0.1", "--objective", "examples.tabular_mlp:train"],
     "--prune": ["--objective", "examples.tabular_mlp:train"],
+    "--two-looks": [],
     "--order-seed": ["1"],
     "--search": ["lr-profiled"],
     "--fixed": ["weight_decay=0.05"],

@@ -809,6 +809,13 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "part of the study's identity",
     )
     group.add_argument(
+        "--two-looks",
+        action="store_true",
+        help="read every word on 12 independent pairs the study draws, then on up to 64 where "
+        "one is inconclusive (its spread plans how many; at most 52 more runs an optimizer); "
+        "instead of --pairs and the crossed held-out seeds",
+    )
+    group.add_argument(
         "--prune",
         action="store_true",
         help="with --objective: stop a trial's run where a value it reports is worse than the "
@@ -987,6 +994,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             reuse_runs=args.reuse_runs,
             extra_space=dict(args.extra_space),
             prune=args.prune,
+            two_looks=args.two_looks,
         )
     return TuneRequest(
         plan,

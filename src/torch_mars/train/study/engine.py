@@ -245,7 +245,20 @@ def _differences(stored: Any, wanted: Any, prefix: str = "") -> list[str]:
         for key in sorted(set(stored) | set(wanted)):
             out += _differences(stored.get(key), wanted.get(key), f"{prefix}{key}.")
         return out
-    return [] if stored == wanted else [f"{prefix.rstrip('.')}: {stored!r} there, {wanted!r} here"]
+    if stored == wanted:
+        return []
+    return [f"{prefix.rstrip('.')}: {_brief(stored)} there, {_brief(wanted)} here"]
+
+
+def _brief(value: Any) -> str:
+    """A setting as a one-line message shows it: a long list by its first items and length.
+
+    >>> _brief(list(range(64)))
+    '[0, 1, 2, ... 64 items]'
+    """
+    if isinstance(value, list | tuple) and len(value) > 6:
+        return f"[{', '.join(map(repr, value[:3]))}, ... {len(value)} items]"
+    return repr(value)
 
 
 def _protocol_of(identity: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:

@@ -489,6 +489,7 @@ def tune(
     overwrite: bool = False,
     extra_space: Mapping[str, Sequence[float]] | None = None,
     prune: bool = False,
+    two_looks: bool = False,
 ) -> TuneResult:
     """Tune ``optimizers`` on the training function ``train`` by the protocol of
     ``torch-mars tune``: the declared space per optimizer, ``trials`` trials each, selection on
@@ -529,7 +530,11 @@ def tune(
     stop a trial's run early where a value it passes to ``report`` is worse than the median
     of its optimizer's finished trial runs at that step (Optuna's median pruner, after 5 of
     them; :mod:`~torch_mars.train.study.pruning`); finalists', peers' and held-out runs always
-    finish. The plan is :func:`~torch_mars.train.study.run.tune_plan`'s, the command line's
+    finish. ``two_looks``: every word read on 12 independent pairs the study draws, then, where
+    one is inconclusive, on up to 64 (its spread plans how many; Pocock's boundaries keep the
+    family-wise error at 0.05 over both looks; at most 52 more runs an optimizer, said when it
+    starts; docs/harness.md, "Verdicts that decide"). The plan is
+    :func:`~torch_mars.train.study.run.tune_plan`'s, the command line's
     too: a setting left None takes the protocol's default there; an error names the keyword."""
     from torch_mars.train.study.run import keyword_spelling, run_study, tune_plan
 
@@ -566,6 +571,7 @@ def tune(
             reuse_runs=reuse_runs,
             extra_space=extra_space,
             prune=prune,
+            two_looks=two_looks,
         )
     except ValueError as error:  # the keywords' names, not the flags'
         raise ValueError(keyword_spelling(str(error))) from None

@@ -6,6 +6,7 @@ finished said so)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import re
@@ -20,6 +21,7 @@ import optuna
 
 from torch_mars.train.study.engine import (
     FAILED_MARK,
+    join_study,
     nothing_trained,
     open_study,
     run_workers,
@@ -38,7 +40,9 @@ from torch_mars.train.study.tune import (
     keep_stored_starts,
     report_plan,
 )
+from torch_mars.train.study.tune_record import read_tune_record
 from torch_mars.train.study.tune_report import write_tune_report
+from torch_mars.train.study.two_stage import Design, Stage, drawn_pairs, second_look
 from torch_mars.train.task import task_of
 
 
@@ -70,6 +74,7 @@ def tune_plan(
     reuse_runs: Sequence[str | Path] = (),
     extra_space: Mapping[str, Sequence[float]] | None = None,
     prune: bool = False,
+    two_looks: bool = False,
 ) -> TunePlan:
     """The plan of a ``tune`` study, built here for both doors (``torch-mars tune`` maps its
     flags onto these keywords, ``torch_mars.tune`` passes its own): one set of defaults. A
@@ -77,7 +82,17 @@ def tune_plan(
     optimizers :func:`~.tune.default_optimizers` of ``base``'s task, ``trials`` and ``search``
     :data:`~.tune.DEFAULT_TRIALS` and ``DEFAULT_SEARCH``). ``base``: the budget and task
     (a :class:`~torch_mars.train.trainer.TrainConfig` or an objective's config); ``study_dir``:
-    the study folder; ``name``: the study's name in its storage."""
+    the study folder; ``name``: the study's name in its storage. ``two_looks``: the words read
+    on independent pairs the study draws (:func:`~.two_stage.drawn_pairs`), the first
+    ``Design().first``, then up to ``Design().cap`` where a word is inconclusive."""
+    looks = Design() if two_looks else None
+    if looks is not None:
+        if pairs or heldout_seeds is not None or heldout_data_seeds is not None:
+            raise ValueError(
+                "two_looks: the two looks read independent pairs of their own (drawn once, the "
+                "same for every study); give no pairs, heldout_seeds or heldout_data_seeds"
+            )
+        pairs = drawn_pairs(looks.first)
     objective = task_of(base).name == "objective"
     chosen = default_optimizers(objective) if optimizers is None else tuple(optimizers)
     selection = protocol_selection(
@@ -110,6 +125,7 @@ def tune_plan(
         reuse=check_donors(tuple(Path(folder) for folder in reuse_runs)),
         extra=check_extra(dict(extra_space or {})),
         prune=prune,
+        looks=looks,
     )
 
 
@@ -168,10 +184,17 @@ def announce(plan: TunePlan, url: str) -> str:
         if sel.finalists
         else ""
     )
+    looks = plan.looks
+    budget = (
+        f"; two looks: every word on the first {looks.first} pairs, then on up to {looks.cap} "
+        f"where one is inconclusive (at most {looks.cap - looks.first} more runs an optimizer)"
+        if looks is not None
+        else ""
+    )
     return (
         f"tune {', '.join(plan.optimizers)} on {what}; {plan.trials} trials each "
         f"({plan.search} search); selection seeds {list(sel.seeds)}{finalists}, held out "
-        f"{sel.heldout_text()}; study "
+        f"{sel.heldout_text()}{budget}; study "
         f"{plan.study_name!r} in {describe(url)}; {plan.jobs} worker(s)"
     )
 
@@ -210,7 +233,7 @@ def _run_study(
 ) -> StudyRun:
     from tqdm import tqdm
 
-    plan = keep_stored_starts(plan)
+    plan = keep_stored_looks(keep_stored_starts(plan))
     spec = plan.spec()
     study = open_study(
         spec, read_only=report_only, before_taking=lambda stored: declare_family(stored, plan)
@@ -253,4 +276,53 @@ def _run_study(
                 "resumes the study"
             )
     nothing = None if report_only or stopped else nothing_trained(trials)
+    wider = None if report_only or stopped or nothing else second_look_plan(plan)
+    if wider is not None:
+        if announce_to is not None:
+            stream = sys.stdout if announce_to == "stdout" else sys.stderr
+            print(
+                f"second look: {len(wider.selection.pairs)} pairs, where a word read on the "
+                f"first {len(plan.selection.pairs)} is inconclusive",
+                file=stream,
+                flush=True,
+            )
+        more = _run_study(wider, report_only, max_trials, stop_at, show, announce_to)
+        return dataclasses.replace(more, trained=trained + more.trained)
     return StudyRun(plan, study, written, trained, nothing, stopped)
+
+
+def second_look_plan(plan: TunePlan) -> TunePlan | None:
+    """``plan`` with the pairs its second look reads (None: a study without two looks, one
+    whose first look left no word inconclusive, or one that looked twice already): each
+    comparison inconclusive on its first look alone, read from the report just written, plans
+    its pairs from its spread (:func:`~.two_stage.second_look`)."""
+    looks, sel = plan.looks, plan.selection
+    if looks is None or len(sel.pairs) != looks.first:
+        return None
+    first = []
+    for entry in read_tune_record(plan.study_dir).verdicts:
+        numbers = [entry.get(k) for k in ("gap", "error", "level")]
+        if entry.get("decision") != "inconclusive" or entry.get("pairs") != looks.first:
+            continue
+        if all(isinstance(v, int | float) and math.isfinite(v) for v in numbers):
+            first.append((Stage(entry["gap"], entry["error"], looks.first), entry["level"]))
+    wanted = second_look(first, looks, looks.first)
+    if wanted <= looks.first:
+        return None
+    return dataclasses.replace(plan, selection=dataclasses.replace(sel, pairs=drawn_pairs(wanted)))
+
+
+def keep_stored_looks(plan: TunePlan) -> TunePlan:
+    """``plan`` reading the pairs its study reads already where that study looked twice: a
+    study reopened after its second look stays on its pairs."""
+    if plan.looks is None or plan.overwrite:
+        return plan
+    try:
+        _, identity = join_study(plan.spec().url, plan.study_name)
+    except ValueError:
+        return plan
+    stored = identity.get("search", {}).get("selection", {}).get("pairs") or []
+    read = tuple(tuple(p) for p in stored)
+    if len(read) > len(plan.selection.pairs) and read == drawn_pairs(len(read)):
+        return dataclasses.replace(plan, selection=dataclasses.replace(plan.selection, pairs=read))
+    return plan

@@ -70,6 +70,7 @@ from torch_mars.train.study.surface import (
     SurfaceSearch5,
     SurfaceSearch6,
 )
+from torch_mars.train.study.two_stage import Design
 from torch_mars.train.task import task_of
 from torch_mars.train.trainer import TrainConfig
 
@@ -147,6 +148,9 @@ class TunePlan:
             a training function only); part of the identity.
         prune: stop trials' runs early on the values your function reports, against the
             median of the same optimizer's (:mod:`.pruning`; a training function only).
+        looks: the two-look design the study declares (:class:`~.two_stage.Design`): its
+            words read on the first ``looks.first`` drawn pairs, then on up to ``looks.cap``
+            where one is inconclusive (:func:`~.run.run_study`); part of the identity.
     """
 
     base: TrainConfig
@@ -168,6 +172,7 @@ class TunePlan:
     reuse: tuple[Path, ...] = ()
     extra: Ladders = ()
     prune: bool = False
+    looks: Design | None = None
 
     def __post_init__(self) -> None:
         if not self.optimizers:
@@ -268,7 +273,9 @@ class TunePlan:
             args += ["--final-seeds", *map(str, sel.final_seeds)]
         if sel.final_data_seeds:
             args += ["--final-data-seeds", *map(str, sel.final_data_seeds)]
-        if sel.pairs:
+        if self.looks is not None:  # its pairs are its draw's
+            args += ["--two-looks"]
+        elif sel.pairs:
             args += ["--pairs", *(f"{s}:{o}" for s, o in sel.pairs)]
         else:
             args += ["--heldout-seeds", *map(str, sel.heldout)]
@@ -346,6 +353,8 @@ class TunePlan:
             settings["extra"] = {d: list(v) for d, v in self.extra}
         if self.prune:
             settings["prune"] = True
+        if self.looks is not None:
+            settings["looks"] = dataclasses.asdict(self.looks)
         return StudySpec(
             base=self.base,
             searches=tuple(self.searches()),
@@ -418,6 +427,7 @@ def plan_of_identity(
         ladders=tuple((d, tuple(v)) for d, v in sorted(search.get("ladders", {}).items())),
         extra=tuple((d, tuple(v)) for d, v in sorted(search.get("extra", {}).items())),
         prune=bool(search.get("prune", False)),
+        looks=Design(**search["looks"]) if "looks" in search else None,
     )
 
 

@@ -1012,7 +1012,10 @@ def _extremes_record(o: OptimizerOutcome, pairs: Sequence[tuple[int, int]]) -> d
 
 
 def plan_design(plan: TunePlan) -> Design | None:
-    """The two-look design the plan's campaign declares (its ``--family`` file), if any."""
+    """The two-look design the study declares (``two_looks``), or its campaign (its
+    ``--family`` file), if any."""
+    if plan.looks is not None:
+        return plan.looks
     if plan.family_file is None:
         return None
     try:

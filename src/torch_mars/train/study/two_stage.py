@@ -32,6 +32,7 @@ at least the margin) and the share of decided words, over simulated families.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -304,6 +305,42 @@ def second_stage_pairs(first: Stage, design: Design, level: float) -> int:
         return 0
     c = boundary(level, design.weights[0])
     return int(planned_pairs(first.mean, first.error * math.sqrt(first.n), c, first.n, design))
+
+
+# Where a study's two looks draw their pairs (``tune(two_looks=True)``): LOOKS_POOL seeds and
+# as many data orders, each drawn without replacement from this range by a generator seeded
+# with LOOKS_DRAW_SEED, once, the same for every study (above every selection and finalist
+# seed of the protocol); a study reads a prefix, so its first look's pairs open its second's.
+LOOKS_PAIR_RANGE = (1000, 9999)
+LOOKS_DRAW_SEED = 4
+LOOKS_POOL = 1024
+
+
+def drawn_pairs(count: int) -> tuple[tuple[int, int], ...]:
+    """The first ``count`` pairs ``(seed, data order)`` a study with two looks reads, in order:
+    the first look's, then the second's (each pair a seed and a data order of its own).
+
+    >>> drawn_pairs(12) == drawn_pairs(64)[:12]
+    True
+    """
+    if not 0 <= count <= LOOKS_POOL:
+        raise ValueError(f"a study draws at most {LOOKS_POOL} pairs, not {count}")
+    draw = random.Random(LOOKS_DRAW_SEED)
+    population = range(LOOKS_PAIR_RANGE[0], LOOKS_PAIR_RANGE[1] + 1)
+    seeds = draw.sample(population, LOOKS_POOL)
+    orders = draw.sample(population, LOOKS_POOL)
+    return tuple(zip(seeds, orders, strict=True))[:count]
+
+
+def second_look(inconclusive: Sequence[tuple[Stage, float]], design: Design, read: int) -> int:
+    """How many pairs a study reads after its second look: its ``read`` pairs where no
+    comparison is inconclusive on its first look alone (``(first stage, Holm level)`` each),
+    else the first look's plus the most any of them plans (:func:`second_stage_pairs`), up to
+    the cap."""
+    wanted = read
+    for stage, level in inconclusive:
+        wanted = max(wanted, design.first + second_stage_pairs(stage, design, level))
+    return min(wanted, design.cap)
 
 
 # -- simulation: the design's error rate and decided share over simulated families -------------
