@@ -67,6 +67,7 @@ from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.family_reads import campaign_rows, without_correction_folder
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import PROTOCOL, Selection
+from torch_mars.train.study.space import shares_space
 from torch_mars.train.study.store import (
     restore_journals,
     snapshot_journals,
@@ -449,7 +450,10 @@ def waiting_text(name: str, campaign: dict[str, Any], begun: list[str], waiting:
             typical = median_run_seconds(stored_study(folder / done)[0])
             if typical is not None:
                 measured.append((*run_budget(done), typical))
-        runs = planned_runs(CAMPAIGN_TRIALS, selection_of(name)) * len(optimizers[label])
+        selection, chosen = selection_of(name), optimizers[label]
+        peers = sum(a != b and shares_space(a, b) for a in chosen for b in chosen)
+        choosing = len(selection.choosing_pairs()) if selection.peer_winners else 0
+        runs = planned_runs(CAMPAIGN_TRIALS, selection) * len(chosen) + peers * choosing
         fit = fit_run_cost(measured)
         if fit is None:
             lines.append(f"| {label} | {runs} | {earlier_estimate(label, runs)}")

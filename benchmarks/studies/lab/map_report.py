@@ -9,11 +9,11 @@ import collections
 from pathlib import Path
 
 from lab.fight_map import POINTS
-
 from torch_mars.train.compare import mean_std_text
 from torch_mars.train.plots import save_figure
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import Selection
+from torch_mars.train.study.space import shares_space
 from torch_mars.train.study.store import stored_study, stored_study_folders
 from torch_mars.train.study.tune_record import read_tune_record
 from torch_mars.train.study.tune_report import (
@@ -31,7 +31,8 @@ def progress_rows(folder: Path) -> list[dict]:
     from its live journal or else its snapshot: its finished runs per optimizer, their run
     hours, and, for a tune study, the runs left and their run hours at the median run so far
     (one run stretched by a pause does not stretch the estimate), and the runs its protocol
-    plans per optimizer (at least: :func:`~torch_mars.train.study.profiled.planned_runs`)."""
+    plans per optimizer (at least: :func:`~torch_mars.train.study.profiled.planned_runs`, and
+    each peer's winner on every choosing run where the protocol reads peers' winners)."""
     import optuna
 
     rows = []
@@ -43,12 +44,19 @@ def progress_rows(folder: Path) -> list[dict]:
             if t.state == optuna.trial.TrialState.COMPLETE
         )
         search = identity.get("search", {})
-        planned = None
-        if search.get("kind") == "tune":
-            planned = planned_runs(search["trials"], Selection.of_record(search["selection"]))
         optimizers = search.get("optimizers", sorted(runs))
+        planned: dict[str, int] = {}
+        if search.get("kind") == "tune":
+            selection = Selection.of_record(search["selection"])
+            own = planned_runs(search["trials"], selection)
+            # each peer's winner read on every choosing run, where the protocol reads them
+            choosing = len(selection.choosing_pairs()) if selection.peer_winners else 0
+            planned = {
+                o: own + choosing * sum(p != o and shares_space(p, o) for p in optimizers)
+                for o in optimizers
+            }
         hours = sum(c["hours"] for c in run_cost(trials).values())
-        left = sum(max(planned - runs[o], 0) for o in optimizers) if planned else None
+        left = sum(max(planned[o] - runs[o], 0) for o in optimizers) if planned else None
         typical = median_run_seconds(trials)
         rows.append(
             {
@@ -75,8 +83,11 @@ def format_progress(rows: list[dict]) -> str:
         "|---|---|---:|---:|---:|",
     ]
     for row in rows:
-        of = f"/{row['planned']}" if row["planned"] else ""
-        counts = ", ".join(f"{o} {row['runs'].get(o, 0)}{of}" for o in row["optimizers"])
+        planned = row["planned"] or {}
+        counts = ", ".join(
+            f"{o} {row['runs'].get(o, 0)}" + (f"/{planned[o]}" if o in planned else "")
+            for o in row["optimizers"]
+        )
         left = "—" if row["runs_left"] is None else str(row["runs_left"])
         hours_left = "—" if row["hours_left"] is None else f"{row['hours_left']:.1f}"
         lines.append(f"| {row['study']} | {counts} | {row['hours']:.1f} | {left} | {hours_left} |")
