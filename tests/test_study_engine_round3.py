@@ -8,6 +8,7 @@ import gzip
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -195,6 +196,7 @@ def test_r11_a_campaign_declaration_that_is_not_json_is_one_line(tmp_path):
     studies = tmp_path / "benchmarks" / "studies"
     studies.mkdir(parents=True)
     (studies / "campaign.py").write_text((ROOT / "benchmarks/studies/campaign.py").read_text())
+    shutil.copytree(ROOT / "benchmarks/studies/lab", studies / "lab")  # what the script imports
     results = tmp_path / "benchmarks" / "results" / "campaign-3"
     results.mkdir(parents=True)
     (results / "campaign.json").write_text('{"campaign": "the map decided",\n<<<<<<< HEAD\n')
