@@ -126,3 +126,12 @@ def test_each_point_and_the_campaign_table_give_every_comparison_the_same_word(t
     last = json.loads((path.parent / "tiny" / "b16-4x" / "tune.json").read_text())["verdicts"]
     assert [v["decision"] for v in last] == [rows[1].decision.word]
     assert "| tiny/b64-4x | mars-adamw | nadamw |" in format_campaign_table(rows)
+    # each point's diverged runs per side and B reach the campaign's table
+    assert rows[0].diverged == (0, 0) and rows[0].bias is None
+    assert "| win (provisional) |" not in format_campaign_table(rows)
+    assert "| win | 0, 0 | — |" in format_campaign_table(rows)
+    first = path.parent / "tiny" / "b64-4x" / "tune.json"
+    report = json.loads(first.read_text())
+    report["verdicts"][0]["bias"] = -0.0021  # as a point that read peers' winners records it
+    first.write_text(json.dumps(report))
+    assert "| win | 0, 0 | -0.0021 |" in format_campaign_table(campaign_rows(path))

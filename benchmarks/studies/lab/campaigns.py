@@ -60,8 +60,8 @@ def format_campaign_table(rows: list[CampaignRow]) -> str:
         "it (win / loss: it excludes 0; equivalent: inside the margin; else inconclusive).",
         "",
         "| point | rule | strongest control | gap | adjusted interval (the word's) | dof | p "
-        "| word |",
-        "|---|---|---|---:|---:|---:|---:|---|",
+        "| word | diverged runs (rule, control) | B |",
+        "|---|---|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     for row in rows:
         c = row.comparison
@@ -70,10 +70,18 @@ def format_campaign_table(rows: list[CampaignRow]) -> str:
         dof = str(row.gap.dof) if row.gap and row.gap.dof else "—"
         p = f"{row.gap.p:.3g}" if row.gap else "—"
         control = row.control or "/".join(c.controls)
+        lost = f"{row.diverged[0]}, {row.diverged[1]}" if row.diverged else "—"
+        bias = f"{row.bias:+.4f}" if row.bias is not None else "—"
         lines.append(
             f"| {c.scope} | {c.rule} | {control} | {gap} | {adjusted} | {dof} | {p} | "
-            f"{row.decision.text()} |"
+            f"{row.decision.text()} | {lost} | {bias} |"
         )
+    lines += [
+        "",
+        "B: how far the word would have leant the rule's way (negative) or its control's had each "
+        "side been read at its own search's winner rather than its best-known setting (read "
+        "from the point's report; — where the campaign read its searches' own winners).",
+    ]
     return "\n".join(lines)
 
 

@@ -25,12 +25,16 @@ from torch_mars.train.study.verdict import PairedGap, gap_of_pairs
 
 @dataclass(frozen=True)
 class CampaignRow:
-    """One declared comparison: its control (the strongest, once read), gap and decision."""
+    """One declared comparison: its control (the strongest, once read), gap and decision, and
+    from its point's report each side's diverged runs on the pairs and B (the search's lean;
+    None where the report has none)."""
 
     comparison: Comparison
     control: str | None
     gap: PairedGap | None
     decision: Decision
+    diverged: tuple[int, int] | None = None
+    bias: float | None = None
 
 
 def without_correction_folder(root: Path, scope: str, rule: str) -> Path:
@@ -121,5 +125,24 @@ def campaign_rows(declaration: Path) -> list[CampaignRow]:
     rows = []
     for comparison in family:
         gap, control = read.get(comparison, (None, None))
-        rows.append(CampaignRow(comparison, control, gap, decided[comparison]))
+        diverged, bias = _notes(Path(declaration).parent, comparison, control)
+        rows.append(CampaignRow(comparison, control, gap, decided[comparison], diverged, bias))
     return rows
+
+
+def _notes(
+    root: Path, comparison: Comparison, control: str | None
+) -> tuple[tuple[int, int] | None, float | None]:
+    """A comparison's diverged runs per side and B, as its point's report recorded them."""
+    report = Path(root) / comparison.scope / "tune.json"
+    if control is None or not report.is_file():
+        return None, None
+    for entry in read_tune_record(report).verdicts:
+        if entry.get("rule") == comparison.rule and entry.get("control") == control:
+            lost = entry.get("diverged")
+            bias = entry.get("bias")
+            return (
+                tuple(lost) if isinstance(lost, list) and len(lost) == 2 else None,  # type: ignore[return-value]
+                bias if isinstance(bias, int | float) else None,
+            )
+    return None, None
