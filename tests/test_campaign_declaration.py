@@ -200,6 +200,8 @@ def test_the_corrections_worth_reads_the_rule_against_itself_at_gamma_0_on_the_p
     entry = {"model": "tiny", "data": "stdlib", "point": "b16-1x", "optimizers": ["mars-adamw"]}
     arguments = campaign.gamma0_arguments("campaign-4", entry, "mars-adamw", 1, False)
     text = " ".join(arguments)
+    assert "--report" not in arguments  # trains; only report=True reports
+    assert "--report" in campaign.gamma0_arguments("campaign-4", entry, "mars-adamw", 1, True)
     assert (
         "--fixed beta1=0.9 beta2=0.95 gamma=0.0 " in text and "lr=" not in text.split("--model")[0]
     )

@@ -318,10 +318,10 @@ def gamma0_arguments(
     """``torch-mars tune``'s arguments for ``rule`` at gamma = 0 at the point ``entry`` of
     campaign-4 (:data:`GAMMA0_TRIALS`); None until the point's report has the rule's winner."""
     label = f"{entry['model']}/{entry['point']}"
-    report = folder_of(name) / label / "tune.json"
-    if not report.is_file():
+    point_report = folder_of(name) / label / "tune.json"
+    if not point_report.is_file():
         return None
-    ran = {o["optimizer"]: o for o in read_tune_record(report).optimizers}
+    ran = {o["optimizer"]: o for o in read_tune_record(point_report).optimizers}
     winner = ran.get(rule, {}).get("winner") or {}
     if not ran.get(rule, {}).get("finished") or not winner:
         return None
