@@ -24,10 +24,11 @@ RECORD = {
 
 
 def test_a_written_record_is_stamped_and_reads_back(tmp_path):
-    path = write_tune_record(tmp_path, RECORD)
+    written = write_tune_record(tmp_path, RECORD)
+    path = written.path
     assert json.loads(path.read_text())["format"] == TUNE_RECORD_FORMAT
     record = read_tune_record(tmp_path)  # the folder or the file, alike
-    assert record == read_tune_record(path)
+    assert record == read_tune_record(path) == written  # the record as written is as read
     assert record.format == TUNE_RECORD_FORMAT and record.trials == 3
     assert record.heldout("adamw") == ([1.0, None], [[1, 1], [2, 2]])
     assert record.entry("nadamw") is None and record.heldout("nadamw") == ([], [])

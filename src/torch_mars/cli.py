@@ -1058,8 +1058,8 @@ def _tune(request: TuneRequest) -> int:
     )
     if not request.report_only:
         print(f"{ran.trained} runs trained here")
-    print((ran.plan.study_dir / "summary.md").read_text(), end="")
-    print("wrote " + ", ".join(str(path) for path in ran.written))
+    print(ran.report.summary, end="")
+    print("wrote " + ", ".join(str(path) for path in ran.report.paths))
     print(dashboard_hint(ran.plan.spec().url))
     if ran.stopped:
         print(f"torch-mars tune: {ran.stopped}", file=sys.stderr)

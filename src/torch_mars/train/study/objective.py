@@ -418,10 +418,16 @@ class TuneResult:
         from torch_mars.train.study.tune_record import read_tune_record
 
         folder = Path(os.path.abspath(folder))
-        record = read_tune_record(folder)
+        return cls.of(folder, (folder / "summary.md").read_text(), read_tune_record(folder))
+
+    @classmethod
+    def of(cls, folder: Path, summary: str, record: Any) -> TuneResult:
+        """The result of the report in ``folder`` whose ``summary.md`` text and record
+        (:class:`~torch_mars.train.study.tune_record.TuneRecord`) are given: what a study
+        returns from memory, and :meth:`load` from the files."""
         names = ("summary.md", "tune.json", "family.json", "tune.png")
         return cls(
-            table=(folder / "summary.md").read_text(),
+            table=summary,
             winners={
                 o["optimizer"]: {
                     k: tuple(v) if isinstance(v, list) else v for k, v in o["hyperparams"].items()
@@ -582,7 +588,7 @@ def tune(
         print(f"tune {plan.study_name!r}: {ran.stopped}", file=sys.stderr)
     if ran.nothing:  # the report says which runs failed and why
         raise ObjectiveFailed(f"tune {plan.study_name!r}: {ran.nothing}; report in {folder}")
-    return TuneResult.load(folder)
+    return TuneResult.of(folder, ran.report.summary, ran.report.record)
 
 
 __all__ = [

@@ -40,8 +40,8 @@ from torch_mars.train.study.tune import (
     keep_stored_starts,
     report_plan,
 )
-from torch_mars.train.study.tune_record import read_tune_record
-from torch_mars.train.study.tune_report import write_tune_report
+from torch_mars.train.study.tune_record import TuneRecord
+from torch_mars.train.study.tune_report import WrittenReport, write_tune_report
 from torch_mars.train.study.two_stage import Design, Stage, drawn_pairs, second_look
 from torch_mars.train.task import task_of
 
@@ -155,13 +155,14 @@ Show = Literal["bar", "lines", "none"]
 @dataclass(frozen=True)
 class StudyRun:
     """What :func:`run_study` did: the plan it reported (a report of a study that never ran
-    under the given protocol reports the study's own), the study, the report files, the runs
-    trained here, a line saying nothing finished (None where something did, or where the time
-    budget stopped the work first), and one saying the time budget stopped it."""
+    under the given protocol reports the study's own), the study, the report as written (its
+    text, record and files), the runs trained here, a line saying nothing finished (None
+    where something did, or where the time budget stopped the work first), and one saying the
+    time budget stopped it."""
 
     plan: TunePlan
     study: optuna.Study
-    written: list[Path]
+    report: WrittenReport
     trained: int
     nothing: str | None
     # a line saying the wall-clock budget ended the work before the study finished (None else)
@@ -276,7 +277,7 @@ def _run_study(
                 "resumes the study"
             )
     nothing = None if report_only or stopped else nothing_trained(trials)
-    wider = None if report_only or stopped or nothing else second_look_plan(plan)
+    wider = None if report_only or stopped or nothing else second_look_plan(plan, written.record)
     if wider is not None:
         if announce_to is not None:
             stream = sys.stdout if announce_to == "stdout" else sys.stderr
@@ -291,16 +292,16 @@ def _run_study(
     return StudyRun(plan, study, written, trained, nothing, stopped)
 
 
-def second_look_plan(plan: TunePlan) -> TunePlan | None:
+def second_look_plan(plan: TunePlan, record: TuneRecord) -> TunePlan | None:
     """``plan`` with the pairs its second look reads (None: a study without two looks, one
     whose first look left no word inconclusive, or one that looked twice already): each
-    comparison inconclusive on its first look alone, read from the report just written, plans
+    comparison inconclusive on its first look alone, read from its ``record`` just written, plans
     its pairs from its spread (:func:`~.two_stage.second_look`)."""
     looks, sel = plan.looks, plan.selection
     if looks is None or len(sel.pairs) != looks.first:
         return None
     first = []
-    for entry in read_tune_record(plan.study_dir).verdicts:
+    for entry in record.verdicts:
         numbers = [entry.get(k) for k in ("gap", "error", "level")]
         if entry.get("decision") != "inconclusive" or entry.get("pairs") != looks.first:
             continue

@@ -45,13 +45,14 @@ class TuneRecord:
         return list(entry.get("heldout_finals") or []), list(entry.get("heldout_pairs") or [])
 
 
-def write_tune_record(folder: Path, record: dict[str, Any]) -> Path:
+def write_tune_record(folder: Path, record: dict[str, Any]) -> TuneRecord:
     """``record`` (:func:`~.tune_report.report_json`) as ``folder/tune.json``, stamped with
-    :data:`TUNE_RECORD_FORMAT`, written atomically."""
+    :data:`TUNE_RECORD_FORMAT`, written atomically; the record as written (what a reader of
+    the file gets, without reading it back)."""
     path = Path(folder) / TUNE_RECORD
     stamped = {"format": TUNE_RECORD_FORMAT, **record}
     write_text_atomically(path, json.dumps(stamped, indent=2) + "\n")
-    return path
+    return _record_of(path, json.loads(json.dumps(stamped)))
 
 
 def read_tune_record(where: str | Path) -> TuneRecord:
@@ -72,6 +73,11 @@ def read_tune_record(where: str | Path) -> TuneRecord:
             f"{path}: record format {version!r}, newer than this torch-mars reads "
             f"({TUNE_RECORD_FORMAT}): upgrade torch-mars to read it"
         )
+    return _record_of(path, data)
+
+
+def _record_of(path: Path, data: dict[str, Any]) -> TuneRecord:
+    version = data.get("format", 1)
     return TuneRecord(
         path=path,
         format=version,

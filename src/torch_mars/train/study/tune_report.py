@@ -59,7 +59,7 @@ from torch_mars.train.study.tune import (
     TunePlan,
     declared_family,
 )
-from torch_mars.train.study.tune_record import write_tune_record
+from torch_mars.train.study.tune_record import TuneRecord, write_tune_record
 from torch_mars.train.study.two_stage import Design, design_of
 from torch_mars.train.study.verdict import (
     PairedGap,
@@ -1027,8 +1027,18 @@ def plan_design(plan: TunePlan) -> Design | None:
     return design_of(declared) if isinstance(declared, dict) else None
 
 
-def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
-    """``summary.md``, ``tune.json`` and ``tune.png`` in the study folder."""
+@dataclass(frozen=True)
+class WrittenReport:
+    """What :func:`write_tune_report` wrote, as it wrote it: ``summary.md``'s text, the record
+    (``tune.json``) and the files; a caller prints and returns them without reading back."""
+
+    summary: str
+    record: TuneRecord
+    paths: list[Path]
+
+
+def write_tune_report(plan: TunePlan, study: optuna.Study) -> WrittenReport:
+    """``summary.md``, ``tune.json``, ``family.json`` and ``tune.png`` in the study folder."""
     found = outcomes(plan, study.get_trials(deepcopy=False))
     trials = read_trials(found, study.get_trials(deepcopy=False))
     folder = Path(plan.study_dir)
@@ -1047,17 +1057,17 @@ def write_tune_report(plan: TunePlan, study: optuna.Study) -> list[Path]:
         folder / "family.json",
         json.dumps({"scope": scope, "family": family_records(family)}, indent=2) + "\n",
     )
-    write_text_atomically(
-        folder / "summary.md",
+    summary = (
         format_tune_table(plan, found, found_verdicts)
-        + f"\n\nLadders: {ladder_note(plan.ladders)}.\n\nTrained on: {devices_note(trials)}.\n",
+        + f"\n\nLadders: {ladder_note(plan.ladders)}.\n\nTrained on: {devices_note(trials)}.\n"
     )
-    write_tune_record(folder, report_json(plan, found, trials, found_verdicts))
+    write_text_atomically(folder / "summary.md", summary)
+    record = write_tune_record(folder, report_json(plan, found, trials, found_verdicts))
     written = [folder / "summary.md", folder / "tune.json", folder / "family.json"]
     figure = plot_tune(found, folder / "tune.png")
     if figure is not None:
         written.append(figure)
-    return written
+    return WrittenReport(summary, record, written)
 
 
 def ladder_note(ladders: Ladders = ()) -> str:
