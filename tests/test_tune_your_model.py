@@ -253,3 +253,36 @@ def test_every_setting_the_users_guide_names_is_a_keyword_and_a_flag():
     tune_parser = build_parser()._subparsers._group_actions[0].choices["tune"]
     known = {o for action in tune_parser._actions for o in action.option_strings}
     assert flags and flags <= known, flags - known
+
+
+def test_every_snippet_of_the_users_guide_runs_against_the_api(monkeypatch):
+    """docs/tuning-your-model.md's snippets, run: each Python block executed in order (the
+    contract's function defined; ``torch_mars.tune`` called through a stand-in that binds its
+    arguments to the real signature, so a keyword the API lacks fails here), each shell line
+    parsed by ``torch-mars``'s own parser."""
+    import inspect
+    import re
+    import shlex
+
+    from torch_mars.cli import build_parser
+
+    text = (EXAMPLES.parent / "docs" / "tuning-your-model.md").read_text()
+    blocks = re.findall(r"```(python|bash)\n(.*?)```", text, flags=re.S)
+    assert [kind for kind, _ in blocks].count("python") >= 2
+    called = []
+
+    def stand_in(*args, **kwargs):
+        called.append(inspect.signature(torch_mars.tune).bind(*args, **kwargs))
+        return torch_mars.TuneResult("**Answer** ...", {"adamw": {}}, [], [])
+
+    monkeypatch.setattr(torch_mars, "tune", stand_in)
+    scope: dict = {}
+    for kind, code in blocks:
+        if kind == "python":
+            exec(compile(code, "tuning-your-model.md", "exec"), scope)
+            continue
+        for line in code.replace("\\\n", " ").splitlines():
+            words = shlex.split(line.split("#", 1)[0])
+            if words[:2] == ["torch-mars", "tune"]:
+                build_parser().parse_args(words[1:])  # exits on a flag the parser lacks
+    assert called and callable(scope["train"])
