@@ -49,7 +49,9 @@ def test_the_report_gives_each_winners_worst_held_out_run_and_its_outliers():
     finals[7] = 2.5  # one run blew up: seed 6 of data order 2 (pairs are data orders outer)
     text = format_tune_table(PLAN, [outcome("mars-adamw", [], finals)])
     assert "mars-adamw's worst held-out run: 2.5000 (seed 6, data order 2)" in text
-    assert "runs over 3 std from the median: 1." in text
+    assert "runs over 3 std from the median: 1;" in text
+    # counted by the declared rule too (0.5 above the median), never dropped from the mean
+    assert "diverged (more than 0.05 above its median, or not finite): 1 of 12." in text
 
 
 def test_the_report_answers_first_in_a_sentence_per_comparison():

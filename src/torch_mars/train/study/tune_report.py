@@ -36,7 +36,7 @@ from torch_mars.train.study.family import (
     study_family,
 )
 from torch_mars.train.study.family_reads import stored_verdicts
-from torch_mars.train.study.pairs import diverged, same_machine
+from torch_mars.train.study.pairs import DIVERGED_ABOVE_MEDIAN, diverged, same_machine
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.reuse import COPIED_ATTR
 from torch_mars.train.study.selection import Selection, badness
@@ -715,16 +715,20 @@ def moved_sentences(found: Sequence[OptimizerOutcome]) -> list[str]:
 def heldout_sentences(
     found: Sequence[OptimizerOutcome], pairs: Sequence[tuple[int, int]]
 ) -> list[str]:
-    """Per optimizer whose held-out runs have all finished: its worst run, and how many lie
-    more than 3 standard deviations from the median (a blow-up a mean would hide)."""
+    """Per optimizer whose held-out runs have all finished: its worst run, how many lie more
+    than 3 standard deviations from the median (a blow-up a mean would hide), and how many
+    diverged by the declared rule (:func:`~.pairs.diverged`: counted, never dropped)."""
     lines = []
     for o in found:
         worst, far = o.heldout_extremes(pairs)
         if worst is not None:
             value, (seed, data) = worst
+            lost = len(diverged(o.heldout_finals))
             lines.append(
                 f"- {o.optimizer}'s worst held-out run: {value:.4f} (seed {seed}, data order "
-                f"{data}); runs over 3 std from the median: {far}."
+                f"{data}); runs over 3 std from the median: {far}; diverged (more than "
+                f"{DIVERGED_ABOVE_MEDIAN:g} above its median, or not finite): {lost} of "
+                f"{len(o.heldout_finals)}."
             )
     return lines
 
