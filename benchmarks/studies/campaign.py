@@ -556,9 +556,14 @@ def main(argv: list[str] | None = None) -> int:
         print(state_text(name, campaign))
         return 0
     if args.snapshot:
-        for model in {e["model"] for e in campaign["points"]}:
-            for entry in (e for e in campaign["points"] if e["model"] == model):
-                for written in snapshot_journals(folder / model / entry["point"]):
+        for entry in campaign["points"]:
+            label = f"{entry['model']}/{entry['point']}"
+            # the point's study and, beside it, each rule's at gamma = 0 (--gamma0)
+            studies = [folder / label] + [
+                without_correction_folder(folder, label, rule) for rule in RULES
+            ]
+            for study in studies:
+                for written in snapshot_journals(study):
                     print(f"wrote {written.relative_to(ROOT)}")
         return 0
     if (args.second_look or args.gamma0) and name != "campaign-4":
