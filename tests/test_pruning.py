@@ -82,6 +82,9 @@ def test_a_study_that_prunes_stops_trials_runs_only_and_says_how_many(tmp_path):
     )
     pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
     assert len(pruned) == entry["pruned_trials"] and all(t.user_attrs["seed"] == 0 for t in pruned)
+    finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    # a pruned run's cost counts: it trained until it was stopped
+    assert sum(c["runs"] for c in record["cost"].values()) == len(finished) + len(pruned)
     # resumed, nothing pruned is trained again
     again = torch_mars.tune(
         steep, ["adamw"], trials=16, out_dir=tmp_path, progress=False, prune=True, **SMALL

@@ -1109,13 +1109,10 @@ def run_seconds(trial: optuna.trial.FrozenTrial) -> float:
 
 
 def trained_runs(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
-    """The study's finished runs it trained itself: none taken from other studies
-    (:func:`copied_runs`)."""
-    return [
-        t
-        for t in trials
-        if t.state == optuna.trial.TrialState.COMPLETE and COPIED_ATTR not in t.system_attrs
-    ]
+    """The study's finished runs it trained itself, a pruned run's part included (it cost
+    what it trained): none taken from other studies (:func:`copied_runs`)."""
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return [t for t in trials if t.state in done and COPIED_ATTR not in t.system_attrs]
 
 
 def median_run_seconds(trials: Sequence[optuna.trial.FrozenTrial]) -> float | None:
