@@ -347,9 +347,11 @@ def moved_dimensions(start: Point, points: Sequence[Point]) -> tuple[str, ...]:
 def read_trials(
     found: Sequence[OptimizerOutcome], trials: Sequence[optuna.trial.FrozenTrial]
 ) -> list[optuna.trial.FrozenTrial]:
-    """The finished trials of the runs ``found`` reads: what its protocol cost."""
+    """The finished trials of the runs ``found`` reads (pruned ones too): what its protocol
+    cost."""
     read = frozenset().union(*(o.runs for o in found))
-    return [t for t in trials if run_of(t) in read and t.state == optuna.trial.TrialState.COMPLETE]
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return [t for t in trials if run_of(t) in read and t.state in done]
 
 
 @dataclass(frozen=True)
