@@ -24,6 +24,7 @@ from torch_mars.train.study.engine import (
     join_study,
     nothing_trained,
     open_study,
+    protocol_history,
     run_workers,
     study_progress,
 )
@@ -37,8 +38,8 @@ from torch_mars.train.study.tune import (
     TunePlan,
     declare_family,
     default_optimizers,
-    keep_stored_starts,
     report_plan,
+    stored_starts,
 )
 from torch_mars.train.study.tune_record import TuneRecord
 from torch_mars.train.study.tune_report import WrittenReport, write_tune_report
@@ -234,7 +235,7 @@ def _run_study(
 ) -> StudyRun:
     from tqdm import tqdm
 
-    plan = keep_stored_looks(keep_stored_starts(plan))
+    plan = resumed_plan(plan)
     spec = plan.spec()
     study = open_study(
         spec, read_only=report_only, before_taking=lambda stored: declare_family(stored, plan)
@@ -313,17 +314,22 @@ def second_look_plan(plan: TunePlan, record: TuneRecord) -> TunePlan | None:
     return dataclasses.replace(plan, selection=dataclasses.replace(sel, pairs=drawn_pairs(wanted)))
 
 
-def keep_stored_looks(plan: TunePlan) -> TunePlan:
-    """``plan`` reading the pairs its study reads already where that study looked twice: a
-    study reopened after its second look stays on its pairs."""
-    if plan.looks is None or plan.overwrite:
+def resumed_plan(plan: TunePlan) -> TunePlan:
+    """``plan`` as the study it names resumes it, read in one opening of its storage: the
+    starts the study began with (:func:`~.tune.stored_starts`: the defaults move when a map's
+    winners become them, and a study resumed from new starts would walk another path past its
+    runs), and, where the study looked twice, the pairs it reads already. A new study, or one
+    to be overwritten, is the plan as given."""
+    if plan.overwrite:
         return plan
     try:
-        _, identity = join_study(plan.spec().url, plan.study_name)
+        study, identity = join_study(plan.spec().url, plan.study_name)
     except ValueError:
-        return plan
+        return plan  # no such study yet (a storage that cannot open says so when opened)
+    plan = dataclasses.replace(plan, starts=stored_starts(identity, protocol_history(study)))
     stored = identity.get("search", {}).get("selection", {}).get("pairs") or []
     read = tuple(tuple(p) for p in stored)
-    if len(read) > len(plan.selection.pairs) and read == drawn_pairs(len(read)):
-        return dataclasses.replace(plan, selection=dataclasses.replace(plan.selection, pairs=read))
+    looked_twice = plan.looks is not None and len(read) > len(plan.selection.pairs)
+    if looked_twice and read == drawn_pairs(len(read)):
+        plan = dataclasses.replace(plan, selection=dataclasses.replace(plan.selection, pairs=read))
     return plan

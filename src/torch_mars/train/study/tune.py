@@ -28,7 +28,6 @@ import optuna
 from torch_mars.train.study.engine import (
     StudySpec,
     budget_of,
-    join_study,
     protocol_history,
     ran_under,
 )
@@ -133,7 +132,7 @@ class TunePlan:
         study_name: the study's name in the storage.
         jobs: local worker processes.
         overwrite: start the study afresh if it exists with other settings.
-        starts: per optimizer, the starts a study began with (:func:`keep_stored_starts`);
+        starts: per optimizer, the starts a study began with (:func:`~.run.resumed_plan`);
             an optimizer not in it starts by :meth:`starts_of`'s rule.
         family_file: a campaign's declaration, whose family of comparisons (every point's)
             Holm runs over (None: the study's own comparisons; :mod:`.family`).
@@ -475,21 +474,6 @@ def stored_starts(
         for name, keys in (starts or {}).items():
             recorded.setdefault(name, tuple(parse_point_key(k) for k in keys))
     return recorded
-
-
-def keep_stored_starts(plan: TunePlan) -> TunePlan:
-    """``plan`` resuming its study from the starts that study began with. The starts come from
-    each optimizer's defaults, and those move when a map's winners become the defaults: a
-    study resumed from the new ones would be another search, its finished runs off its path,
-    and a report of it would replay a path its runs never took. A new study, or one to be
-    overwritten, starts from the defaults as they are."""
-    if plan.overwrite:
-        return plan
-    try:
-        study, identity = join_study(plan.spec().url, plan.study_name)
-    except ValueError:
-        return plan  # no such study yet (a storage that cannot open says so when opened)
-    return dataclasses.replace(plan, starts=stored_starts(identity, protocol_history(study)))
 
 
 # ---------------------------------------------------------------- the family
