@@ -13,10 +13,10 @@ import re
 
 import pytest
 
-from torch_mars.train.study.engine import needed_runs
 from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.space import LADDERS, dimensions_of, parse_point_key, start_point
+from torch_mars.train.study.workers import needed_runs
 
 SELECTION = Selection(seeds=(0, 1, 2), heldout=(3, 4, 5), heldout_data_seeds=(1, 2))
 START = start_point("mars-adamw", "tiny")

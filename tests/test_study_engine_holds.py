@@ -22,9 +22,10 @@ import pytest
 
 from harness_helpers import dying_env, toy_tune_plan, write_synthetic_text
 from torch_mars.cli import main
-from torch_mars.train.study.engine import OWNER_ATTR, claim, open_study
+from torch_mars.train.study.engine import OWNER_ATTR, open_study
 from torch_mars.train.study.store import open_storage, storage_url
 from torch_mars.train.study.tune import TunePlan
+from torch_mars.train.study.workers import claim
 
 TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
 TOY += ["--eval-interval", "2", "--eval-batches", "2", "--optimizers", "adamw", "nadamw"]

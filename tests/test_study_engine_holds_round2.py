@@ -11,8 +11,9 @@ import pytest
 from harness_helpers import toy_tune_plan, write_synthetic_text
 from test_study_engine_holds import TOY
 from torch_mars.cli import main
-from torch_mars.train.study.engine import claim, finished_results, open_study
+from torch_mars.train.study.engine import finished_results, open_study
 from torch_mars.train.study.store import open_storage
+from torch_mars.train.study.workers import claim
 
 
 @pytest.fixture

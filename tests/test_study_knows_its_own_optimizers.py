@@ -9,7 +9,8 @@ import pytest
 
 from harness_helpers import toy_tune_plan, write_synthetic_text
 from torch_mars.train.study import space
-from torch_mars.train.study.engine import StudyMismatch, claim, open_study
+from torch_mars.train.study.engine import StudyMismatch, open_study
+from torch_mars.train.study.workers import claim
 
 
 @pytest.fixture

@@ -21,14 +21,10 @@ from harness_helpers import kill_when_paused, toy_tune_plan, write_synthetic_tex
 from torch_mars.cli import main
 from torch_mars.train.runtime import describe_device
 from torch_mars.train.study import run, tune, tune_report
-from torch_mars.train.study.engine import (
-    claim,
-    finished_results,
-    open_study,
-    work,
-)
+from torch_mars.train.study.engine import finished_results, open_study
 from torch_mars.train.study.store import open_storage
 from torch_mars.train.study.tune import TunePlan
+from torch_mars.train.study.workers import claim, work
 
 TOY = ["--model", "tiny", "--steps", "4", "--batch-size", "4", "--block-size", "16"]
 TOY += ["--eval-interval", "2", "--eval-batches", "2", "--optimizers", "adamw"]
@@ -310,7 +306,7 @@ def test_worker_processes_print_their_runs_only_when_progress_is_asked(
 ):
     """Two worker processes, 2 trials of one optimizer and its held-out run: a line per run,
     counted against the 3 planned runs, or none."""
-    from torch_mars.train.study.engine import run_workers
+    from torch_mars.train.study.workers import run_workers
 
     spec = toy_plan(tmp_path, corpus_file, trials=2, jobs=2).spec()
     open_study(spec)

@@ -1,5 +1,5 @@
 """A ``tune --jobs N`` worker ends when the process that started it dies, however it dies: an
-orphaned worker would go on claiming runs of the study (``study_engine._die_with_parent``)."""
+orphaned worker would go on claiming runs of the study (``workers._die_with_parent``)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ PARENT = textwrap.dedent(
     import signal
     import sys
 
-    from torch_mars.train.study.engine import _die_with_parent
+    from torch_mars.train.study.workers import _die_with_parent
 
 
     def worker(ready):

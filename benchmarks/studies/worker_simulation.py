@@ -29,16 +29,10 @@ from typing import NamedTuple
 from lab.fight_map import FightMap
 
 from torch_mars.bench.table import markdown_table
-from torch_mars.train.study.engine import (
-    RunId,
-    Search,
-    by_runs_left,
-    finished_results,
-    needed_runs,
-    run_of,
-)
+from torch_mars.train.study.engine import RunId, Search, finished_results, run_of
 from torch_mars.train.study.store import stored_study
 from torch_mars.train.study.tune import plan_of_identity
+from torch_mars.train.study.workers import by_runs_left, needed_runs
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
 

@@ -25,7 +25,6 @@ from torch_mars.train.study.engine import (
     nothing_trained,
     open_study,
     protocol_history,
-    run_workers,
     study_progress,
 )
 from torch_mars.train.study.reuse import check_donors
@@ -44,6 +43,7 @@ from torch_mars.train.study.tune import (
 from torch_mars.train.study.tune_record import TuneRecord
 from torch_mars.train.study.tune_report import WrittenReport, write_tune_report
 from torch_mars.train.study.two_stage import Design, Stage, drawn_pairs, second_look
+from torch_mars.train.study.workers import run_workers
 from torch_mars.train.task import task_of
 
 

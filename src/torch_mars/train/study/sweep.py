@@ -29,15 +29,10 @@ from torch_mars.train.compare import OptimizerSummary, summarise
 from torch_mars.train.optimizers import OPTIMIZER_NAMES
 from torch_mars.train.run_archive import ARCHIVE_FILE, read_archive
 from torch_mars.train.run_record import TASK_METRICS, RunResult
-from torch_mars.train.study.engine import (
-    StudySpec,
-    finished_results,
-    open_study,
-    run_workers,
-    study_progress,
-)
+from torch_mars.train.study.engine import StudySpec, finished_results, open_study, study_progress
 from torch_mars.train.study.grid import Grid, grid_points
 from torch_mars.train.study.grid_search import GridSearch
+from torch_mars.train.study.workers import run_workers
 from torch_mars.train.task import TaskConfig, task_of
 
 # Optimizers a MARS rule is measured against in the table's gap column.
