@@ -145,10 +145,10 @@ def test_a_score_to_maximize_is_read_negated_and_its_best_wins(tmp_path):
 
 def test_a_time_budget_stops_the_work_and_the_same_call_resumes_it(tmp_path, monkeypatch, capsys):
     """The clock is the test's: the budget is spent after the third look at it (no sleeps)."""
-    from torch_mars.train.study import engine
+    from torch_mars.train.study import workers
 
     looks = iter(range(10_000))
-    monkeypatch.setattr(engine, "past", lambda stop_at: stop_at is not None and next(looks) >= 3)
+    monkeypatch.setattr(workers, "past", lambda stop_at: stop_at is not None and next(looks) >= 3)
     SEEN.clear()
     first = torch_mars.tune(
         records_its_settings, ["adamw"], trials=4, time_budget_s=60.0, out_dir=tmp_path,
@@ -157,7 +157,7 @@ def test_a_time_budget_stops_the_work_and_the_same_call_resumes_it(tmp_path, mon
     assert len(SEEN) == 3  # three runs begun before the budget ended, none after
     assert "the time budget ended the work at 3 of 6 runs" in capsys.readouterr().err
     assert first.answer.startswith("**Answer:** not yet")
-    monkeypatch.setattr(engine, "past", lambda stop_at: False)
+    monkeypatch.setattr(workers, "past", lambda stop_at: False)
     done = torch_mars.tune(
         records_its_settings, ["adamw"], trials=4, out_dir=tmp_path, progress=False, **SMALL
     )

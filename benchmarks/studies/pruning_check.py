@@ -13,15 +13,16 @@ first look, not the search benchmark's verdict on pruning.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import math
+import os
 import statistics
 import sys
 from pathlib import Path
 
 import torch_mars
 from torch_mars.atomic_files import write_text_atomically
+from torch_mars.train.study.objective import import_objective
+from torch_mars.train.study.tune_record import read_tune_record
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ROOT / "runs" / "pruning-check"
@@ -30,14 +31,11 @@ OPTIMIZERS = ("adamw", "nadamw", "mars-adamw")
 
 
 def example():
-    """The tabular example's module, imported under its own name (its ``train`` is a
-    training function of the user's kind; its study knows it by that name)."""
-    path = ROOT / "examples" / "tabular_mlp.py"
-    spec = importlib.util.spec_from_file_location("tabular_mlp", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["tabular_mlp"] = module
-    spec.loader.exec_module(module)
-    return module
+    """The tabular example's module, imported from the checkout as a user's function is
+    (``examples.tabular_mlp:train``, its study knowing it by that name)."""
+    os.chdir(ROOT)  # a training function is imported from the current folder
+    train = import_objective("examples.tabular_mlp:train")
+    return sys.modules[train.__module__]
 
 
 def run(prune: bool) -> None:
@@ -60,11 +58,12 @@ def table() -> str:
     ]
     spent = []
     for name in ("unpruned", "pruned"):
-        record = json.loads((STUDIES / name / "tune.json").read_text())
-        hours = sum(c["hours"] for c in record["cost"].values())
-        runs = sum(c["runs"] for c in record["cost"].values())
+        record = read_tune_record(STUDIES / name)
+        cost = record.data["cost"]
+        hours = sum(c["hours"] for c in cost.values())
+        runs = sum(c["runs"] for c in cost.values())
         spent.append(f"{name}: {runs} runs, {hours * 60:.1f} run minutes")
-        for o in record["optimizers"]:
+        for o in record.optimizers:
             finals = o["heldout_finals"]
             mean = statistics.fmean(finals) if None not in finals else math.nan
             winner = ", ".join(f"{d} {v:g}" for d, v in o["winner"].items())
