@@ -44,6 +44,15 @@ def test_the_report_names_the_dimensions_moved_and_warns_when_only_lr_moved():
     assert "mars-adamw's search moved lr, beta1, beta2" in text and "(every dimension)" in text
 
 
+def test_a_search_with_only_the_lr_free_is_not_warned_for_moving_only_the_lr():
+    mars = start_point("mars-adamw", "tiny")  # every other dimension fixed: only the lr free
+    lrs = [{**mars, "lr": mars["lr"] + k} for k in (0, 1)]
+    alone = dataclasses.replace(outcome("mars-adamw", lrs, [2.0] * 12), dimensions=("lr",))
+    text = format_tune_table(PLAN, [alone])
+    assert "WARNING: mars-adamw's search moved only the lr" not in text
+    assert "mars-adamw's search moved lr (every dimension)." in text and "| 1 of 1 |" in text
+
+
 def test_the_report_gives_each_winners_worst_held_out_run_and_its_outliers():
     finals = [2.0 + 0.001 * (i % 3) for i in range(12)]
     finals[7] = 2.5  # one run blew up: seed 6 of data order 2 (pairs are data orders outer)

@@ -139,7 +139,7 @@ class OptimizerOutcome:
     @property
     def moved_text(self) -> str:
         """``"6 of 7 (lr, beta1, ...)"``, or ``"only lr"``."""
-        if self.moved == ("lr",):
+        if self.moved == ("lr",) and len(self.dimensions) > 1:
             return "only lr"
         return f"{len(self.moved)} of {len(self.dimensions)}"
 
@@ -703,7 +703,7 @@ def moved_sentences(found: Sequence[OptimizerOutcome]) -> list[str]:
         if not o.trial_scores:
             continue
         still = [d for d in o.dimensions if d not in o.moved]
-        if o.moved == ("lr",):
+        if o.moved == ("lr",) and still:
             lines.append(
                 f"- WARNING: {o.optimizer}'s search moved only the lr in {len(o.trial_scores)} "
                 f"trials; {', '.join(still)} stayed at their defaults."
