@@ -35,6 +35,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--validation-slices": ["4", "--eval-tokens", "4096"],
     # a landed study's folder (its snapshot is tracked): the flag checks it holds a study
     "--reuse-runs": [str(Path(__file__).parents[1] / "benchmarks/results/campaign-3/tiny/b64-4x")],
+    "--reread": [str(Path(__file__).parents[1] / "benchmarks/results/campaign-3/tiny/b64-4x")],
     (("prepare",), "--out"): ["other-shards"],
     (("doctor",), "--out"): ["report.md"],
     (("eval",), "--device"): ["cuda"],

@@ -183,3 +183,43 @@ def test_the_python_door_takes_the_donors_runs_as_the_command_line_does(function
     trials = finished(function, "second")
     assert trials and all(COPIED_ATTR in t.system_attrs for t in trials)
     assert calls(function) == before
+
+
+def test_a_reread_walks_the_stored_selection_again_and_trains_the_rest_here(function, monkeypatch):
+    # the stored study began from other starts (the defaults of its day) on one thread (another
+    # machine); its re-read begins from those starts and takes every selection run (seed 0 on
+    # order 0) whichever machine trained it; the finalists' other seed and the held-out reads
+    # train here
+    import torch_mars.train.study.tune as tune_module
+
+    def earlier_defaults(optimizer, model):
+        point = START_POINT(optimizer, model)
+        return {**point, "lr": point["lr"] - 2}
+
+    START_POINT = tune_module.start_point
+    threads = torch.get_num_threads()
+    finalists = ["--finalists", "2", "--final-seeds", "2"]
+    try:
+        torch.set_num_threads(1)
+        with monkeypatch.context() as patched:
+            patched.setattr(tune_module, "start_point", earlier_defaults)
+            assert tune(function, "first", *finalists) == 0
+        torch.set_num_threads(2)
+        assert tune(function, "second", *finalists, "--reread", "out/first") == 0
+    finally:
+        torch.set_num_threads(threads)
+    trials = finished(function, "second")
+    copied = [t for t in trials if COPIED_ATTR in t.system_attrs]
+    selection = [t for t in trials if (t.user_attrs["seed"], t.user_attrs["data_seed"]) == (0, 0)]
+    first = [t for t in finished(function, "first") if t.user_attrs["seed"] == 0]
+    assert len(selection) == len(first)
+    assert sorted(t.number for t in copied) == sorted(t.number for t in selection)
+    assert {t.user_attrs["seed"] for t in trials if t not in copied} == {1, 2}
+
+
+def test_a_reread_of_a_folder_with_no_study_is_refused_before_any_run(function, capsys):
+    (function / "empty").mkdir()
+    assert tune(function, "second", "--reread", "empty") == 2
+    error = capsys.readouterr().err
+    assert "\n" not in error.strip() and "--reread" in error and "holds no study" in error
+    assert calls(function) == 0 and not (function / "out" / "second").exists()

@@ -347,16 +347,27 @@ def arguments_of(
     declared family, the campaign's protocol (campaign-4's with ``pairs`` of its declared
     pairs, default as many as the point reads), and every other tune study stored at the point
     as a donor of the runs it already trained (``--reuse-runs``; runs repeat exactly on one
-    machine, and the engine takes none trained elsewhere)."""
+    machine, and the engine takes none trained elsewhere). The points campaign-4 re-reads from
+    campaign-3's first stage (its ``first_stage_reread``) walk campaign-3's selection study
+    again (``--reread``: its starts, its selection runs whichever machine trained them,
+    campaign-3's an Intel Xeon's); their finalists' other seeds, peers' reads and pairs train
+    here."""
     label = f"{entry['model']}/{entry['point']}"
     family = ["--family", str(declaration_of(name).relative_to(ROOT))]
     study = folder_of(name) / label
+    reread = (
+        folder_of("campaign-3") / label
+        if label in declared(name).get("first_stage_reread", ())
+        else None
+    )
     donors = [
         str(f.relative_to(ROOT))
         for f in tune_studies_at(ROOT, entry["model"], entry["point"])
-        if f != study
+        if f not in (study, reread)
     ]
     reuse = ["--reuse-runs", *donors] if donors and not report else []
+    if reread is not None:
+        reuse += ["--reread", str(reread.relative_to(ROOT))]
     return (
         family
         + reuse

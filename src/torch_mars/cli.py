@@ -859,6 +859,15 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "marked with where it came from and not counted as trained here",
     )
     group.add_argument(
+        "--reread",
+        type=Path,
+        metavar="STUDY_DIR",
+        help="walk that tune study's selection again: begin from its starts and take its "
+        "selection runs (the selection seeds on its data order) whichever machine trained them; "
+        "the finalists' other seeds, peers' reads and held-out pairs train here (a study whose "
+        "search ran on another machine type read again on this one)",
+    )
+    group.add_argument(
         "--time-budget",
         type=_positive_minutes,
         metavar="MINUTES",
@@ -992,6 +1001,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             jobs=args.jobs,
             overwrite=args.overwrite,
             reuse_runs=args.reuse_runs,
+            reread=args.reread,
             extra_space=dict(args.extra_space),
             prune=args.prune,
             two_looks=args.two_looks,

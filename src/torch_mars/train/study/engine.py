@@ -134,7 +134,9 @@ class StudySpec:
     a stored identity and this one reduced to what both describe (a table of optimizers that
     grew since the study began changes no result of its optimizers), and ``donors``: tune
     study folders whose finished runs of the same settings are taken instead of trained
-    (:mod:`.reuse`; they change no result, so they are not in the identity); ``prune``: stop
+    (:mod:`.reuse`; they change no result, so they are not in the identity);
+    ``donated_anywhere``: the ``(seed, data order)`` runs a donor's trial is taken for
+    whichever machine trained it (:func:`~.reuse.donated_run`); ``prune``: stop
     trials' runs early on the values they report (:mod:`.pruning`)."""
 
     base: TaskConfig
@@ -150,6 +152,7 @@ class StudySpec:
     protocol_keys: tuple[str, ...] = ()
     in_common: Callable[[dict[str, Any], dict[str, Any]], tuple[dict, dict]] | None = None
     donors: tuple[Path, ...] = ()
+    donated_anywhere: frozenset[tuple[int, int]] = frozenset()
     prune: bool = False
 
     def __post_init__(self) -> None:

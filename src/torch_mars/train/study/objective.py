@@ -489,6 +489,7 @@ def tune(
     jobs: int = 1,
     progress: bool = True,
     reuse_runs: Sequence[str | Path] = (),
+    reread: str | Path | None = None,
     family_file: str | Path | None = None,
     order_seed: int = 0,
     max_rounds: int | None = None,
@@ -525,6 +526,9 @@ def tune(
     finished runs this study takes instead of training them where they train alike (the same
     budget, data, hyperparameters, seed, data order, device and threads;
     :mod:`~torch_mars.train.study.reuse`), as ``torch-mars tune --reuse-runs``.
+    ``reread``: a stored tune study whose selection this one walks again (its starts, its
+    selection runs taken whichever machine trained them; the finalists' other seeds, peers'
+    reads and pairs train here), as ``--reread``.
     ``family_file``: a campaign's declaration, whose family Holm runs over; ``order_seed``:
     another order of the search's dimensions (a second search); ``max_rounds``: a quick look
     that spends fewer trials (never a comparison); ``overwrite``: start a study recorded with
@@ -575,6 +579,7 @@ def tune(
             jobs=jobs,
             overwrite=overwrite,
             reuse_runs=reuse_runs,
+            reread=reread,
             extra_space=extra_space,
             prune=prune,
             two_looks=two_looks,

@@ -16,6 +16,13 @@ the donor kept it too. A taken run is marked (:data:`COPIED_ATTR`: the donor's
 folder and trial number) and keeps its donor's owner record, so reports count it apart from the
 runs trained here (:func:`~.tune_report.run_cost`). A donor's failed runs are never taken (they
 train again), its diverged runs are (a divergence is a result).
+
+A study that re-reads another (``tune --reread STUDY``; campaign-4's re-read of campaign-3's
+first stage, whose searches ran on an Intel Xeon) begins from that study's starts and takes its
+selection runs (the selection seeds on the selection's data order: they choose the finalists)
+whichever machine, threads or step defaults trained them, so that the search walks the same
+path; the finalists' other seeds, the peers' reads and the held-out pairs train here, so that no
+verdict pairs runs across machines.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from torch_mars.train.study.space import Point, parse_point_key
 from torch_mars.train.study.store import (
     RunId,
     load_study,
@@ -97,15 +105,26 @@ def _donor_trials(folder: Path, identity_json: str) -> dict[RunId, optuna.trial.
     return found
 
 
-def check_donors(folders: tuple[Path, ...]) -> tuple[Path, ...]:
-    """``folders`` made absolute, each holding a study journal (a ValueError naming the one
-    that does not)."""
+def check_donors(folders: tuple[Path, ...], flag: str = "--reuse-runs") -> tuple[Path, ...]:
+    """``folders`` made absolute, each holding a study journal (a ValueError naming ``flag``
+    and the one that does not)."""
     checked = []
     for folder in folders:
         if not any((folder / name).is_file() for name in STUDY_FILES):
-            raise ValueError(f"--reuse-runs: {folder} holds no study ({', '.join(STUDY_FILES)})")
+            raise ValueError(f"{flag}: {folder} holds no study ({', '.join(STUDY_FILES)})")
         checked.append(folder.resolve())
     return tuple(checked)
+
+
+def reread_study(folder: Path) -> tuple[Path, dict[str, tuple[Point, ...]]]:
+    """The tune study in ``folder`` that ``tune --reread`` walks again: its folder made
+    absolute and the starts each of its optimizers began with."""
+    (checked,) = check_donors((Path(folder),), "--reread")
+    _, identity = _donor_study(checked)
+    if identity.get("search", {}).get("kind") != "tune":
+        raise ValueError(f"--reread: {folder} is not a tune study")
+    starts = identity["search"].get("starts") or {}
+    return checked, {name: tuple(map(parse_point_key, keys)) for name, keys in starts.items()}
 
 
 def donated_run(
@@ -119,7 +138,8 @@ def donated_run(
     """The first donor's finished trial of ``run`` whose parameters equal ``params`` (the
     values this study would record), that trained where and as this worker would (``trainer``:
     the ``device``, ``threads`` and ``step_defaults`` of its owner record; a donor run from
-    before ``step_defaults`` was recorded ran the older defaults) and that kept its curve where
+    before ``step_defaults`` was recorded ran the older defaults; empty: wherever and however it
+    trained, for the selection's runs of ``tune --reread``) and that kept its curve where
     ``needs_curve``, and whose stored ``final`` is a result (a number, or None for a diverged
     run; anything else is trained here, not copied in); None where no donor has one."""
     wanted = json.dumps(

@@ -27,7 +27,7 @@ from torch_mars.train.study.engine import (
     protocol_history,
     study_progress,
 )
-from torch_mars.train.study.reuse import check_donors
+from torch_mars.train.study.reuse import check_donors, reread_study
 from torch_mars.train.study.selection import protocol_selection
 from torch_mars.train.study.space import check_extra, check_fixed, check_ladders
 from torch_mars.train.study.store import check_study_name, describe
@@ -73,6 +73,7 @@ def tune_plan(
     jobs: int = 1,
     overwrite: bool = False,
     reuse_runs: Sequence[str | Path] = (),
+    reread: str | Path | None = None,
     extra_space: Mapping[str, Sequence[float]] | None = None,
     prune: bool = False,
     two_looks: bool = False,
@@ -85,7 +86,9 @@ def tune_plan(
     (a :class:`~torch_mars.train.trainer.TrainConfig` or an objective's config); ``study_dir``:
     the study folder; ``name``: the study's name in its storage. ``two_looks``: the words read
     on independent pairs the study draws (:func:`~.two_stage.drawn_pairs`), the first
-    ``Design().first``, then up to ``Design().cap`` where a word is inconclusive."""
+    ``Design().first``, then up to ``Design().cap`` where a word is inconclusive. ``reread``:
+    a stored tune study whose selection this one walks again (its starts; its selection runs
+    taken whichever machine trained them; :attr:`~.tune.TunePlan.reread`)."""
     looks = Design() if two_looks else None
     if looks is not None:
         if pairs or heldout_seeds is not None or heldout_data_seeds is not None:
@@ -94,6 +97,7 @@ def tune_plan(
                 "same for every study); give no pairs, heldout_seeds or heldout_data_seeds"
             )
         pairs = drawn_pairs(looks.first)
+    reread_dir, starts = reread_study(Path(reread)) if reread is not None else (None, None)
     objective = task_of(base).name == "objective"
     chosen = default_optimizers(objective) if optimizers is None else tuple(optimizers)
     selection = protocol_selection(
@@ -124,6 +128,8 @@ def tune_plan(
         jobs=jobs,
         overwrite=overwrite,
         reuse=check_donors(tuple(Path(folder) for folder in reuse_runs)),
+        starts=starts,
+        reread=reread_dir,
         extra=check_extra(dict(extra_space or {})),
         prune=prune,
         looks=looks,

@@ -142,6 +142,11 @@ class TunePlan:
             :func:`~.space.check_ladders`), stepped on instead of ours; part of the identity.
         reuse: tune study folders whose finished runs of the same settings are taken instead
             of trained (:mod:`.reuse`); not part of the identity (a taken run is the same run).
+        reread: a stored tune study this one re-reads (:mod:`.reuse`): the searches begin
+            from its starts (:attr:`starts`) and take its selection runs (:attr:`Selection.seeds`
+            on its data order) whichever machine trained them, so that its selection is walked
+            again as it was; the finalists' other seeds, peers' reads and held-out pairs train
+            here. Not part of the identity (its starts are).
         extra: your own dimensions (``(name, values)`` pairs, :func:`~.space.check_extra`),
             tuned for every optimizer alike and passed to your function by name (a study of
             a training function only); part of the identity.
@@ -169,6 +174,7 @@ class TunePlan:
     fixed: Fixed = ()
     ladders: Ladders = ()
     reuse: tuple[Path, ...] = ()
+    reread: Path | None = None
     extra: Ladders = ()
     prune: bool = False
     looks: Design | None = None
@@ -296,6 +302,8 @@ class TunePlan:
             args += ["--storage", self.storage]
         if self.reuse:
             args += ["--reuse-runs", *map(str, self.reuse)]
+        if self.reread is not None:
+            args += ["--reread", str(self.reread)]
         args += ["--name", self.study_name, "--out-dir", str(Path(self.study_dir).parent)]
         return [*args, "--jobs", str(self.jobs)]
 
@@ -367,7 +375,12 @@ class TunePlan:
             overwrite=self.overwrite,
             protocol_keys=PROTOCOL_KEYS,
             in_common=identities_in_common,
-            donors=self.reuse,
+            donors=self.reuse if self.reread is None else (self.reread, *self.reuse),
+            donated_anywhere=frozenset(
+                (seed, self.selection.data_seed)
+                for seed in self.selection.seeds
+                if self.reread is not None
+            ),
             prune=self.prune,
         )
 

@@ -159,7 +159,14 @@ def claim(spec: StudySpec, study: optuna.Study, stale_after_s: float) -> Claim |
             params, user_attrs = _trial_record(spec, trials, run)
             values = {name: value for name, (value, _) in params.items()}
             donated = (
-                donated_run(spec.donors, identity, run, values, run[2] in spec.curve_seeds, trainer)
+                donated_run(
+                    spec.donors,
+                    identity,
+                    run,
+                    values,
+                    run[2] in spec.curve_seeds,
+                    {} if (run[2], run[3]) in spec.donated_anywhere else trainer,
+                )
                 if spec.donors
                 else None
             )
