@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -17,6 +18,7 @@ from PIL import Image
 
 from benchmark_scripts import BENCHMARKS, load_benchmark_script
 from torch_mars.train.study.store import restore_journals, snapshot_journals, stored_study
+from torch_mars.train.study.tune_record import TUNE_RECORD_FORMAT, OptimizerEntry, TuneRecord
 
 MAP = fight_map.FightMap(BENCHMARKS.parent)
 second_model = load_benchmark_script("studies/second_model.py")
@@ -126,6 +128,18 @@ def _outcome(name, winner, finals, finished=True, selection=(1.7, 1.7)):
             "selection_finals": list(selection)}  # fmt: skip
 
 
+def _record(*outcomes, selection=None):
+    """A study's record of these optimizer entries (dicts as ``tune.json`` holds them)."""
+    return TuneRecord(
+        path=Path("tune.json"),
+        format=TUNE_RECORD_FORMAT,
+        trials=0,
+        selection=selection or {},
+        optimizers=tuple(OptimizerEntry(**o) for o in outcomes),
+        verdicts=(),
+    )
+
+
 def test_two_searches_pooled_take_each_optimizers_better_chosen_winner():
     """Each optimizer's winner is the one its choosing seeds prefer (never the held-out runs),
     and the verdicts are read on those with seed and data order crossed. Hand-computed: MARS-
@@ -135,18 +149,14 @@ def test_two_searches_pooled_take_each_optimizers_better_chosen_winner():
     which holds 0 (as six independent pairs it would not: -0.02 +- 0.00939)."""
     base = [1.70, 1.71, 1.72, 1.70, 1.71, 1.72]
     ahead = [b - d for b, d in zip(base, [0.01, 0.03, 0.02, 0.01, 0.03, 0.02], strict=True)]
-    first = {
-        "optimizers": [
-            _outcome("muon", {"lr": 1}, base, selection=(1.6, 1.7)),
-            _outcome("mars-shampoo", {"lr": 1}, base, selection=(1.7, 1.7)),
-        ]
-    }
-    second = {
-        "optimizers": [
-            _outcome("muon", {"lr": 2}, ahead, selection=(1.7, 1.7)),
-            _outcome("mars-shampoo", {"lr": 2}, ahead, selection=(1.6, 1.6)),
-        ]
-    }
+    first = _record(
+        _outcome("muon", {"lr": 1}, base, selection=(1.6, 1.7)),
+        _outcome("mars-shampoo", {"lr": 1}, base, selection=(1.7, 1.7)),
+    )
+    second = _record(
+        _outcome("muon", {"lr": 2}, ahead, selection=(1.7, 1.7)),
+        _outcome("mars-shampoo", {"lr": 2}, ahead, selection=(1.6, 1.6)),
+    )
     source, (verdict,) = map_report.pooled_verdicts(first, second)  # fmt: skip
     assert source == {"muon": "first", "mars-shampoo": "second"}
     assert verdict.rule == "mars-shampoo" and verdict.control == "muon"
@@ -168,14 +178,14 @@ def test_a_second_search_holds_where_its_crossed_interval_holds_zero():
     base = [1.70, 1.71, 1.72, 1.70, 1.71, 1.72]
     worse = [b + d for b, d in zip(base, [0.019, 0.021, 0.020, 0.021, 0.019, 0.020], strict=True)]
     noisy = [b + d for b, d in zip(base, [0.01, -0.01, 0.02, -0.02, 0.0, 0.005], strict=True)]
-    first = {"optimizers": [_outcome("adamw", {"lr": 0.01}, base),
-                            _outcome("muon", {"lr": 0.02}, base),
-                            _outcome("nadamw", {"lr": 0.01}, base),
-                            _outcome("mars-adamw", {"lr": 0.01}, base)]}  # fmt: skip
+    first = _record(_outcome("adamw", {"lr": 0.01}, base),
+                    _outcome("muon", {"lr": 0.02}, base),
+                    _outcome("nadamw", {"lr": 0.01}, base),
+                    _outcome("mars-adamw", {"lr": 0.01}, base))  # fmt: skip
     running = _outcome("mars-adamw", {"lr": 0.02}, noisy, finished=False)
-    second = {"optimizers": [_outcome("adamw", {"lr": 0.03}, worse),
-                             _outcome("muon", {"lr": 0.02}, base),
-                             _outcome("nadamw", {"lr": 0.015}, noisy), running]}  # fmt: skip
+    second = _record(_outcome("adamw", {"lr": 0.03}, worse),
+                     _outcome("muon", {"lr": 0.02}, base),
+                     _outcome("nadamw", {"lr": 0.015}, noisy), running)  # fmt: skip
     rows = {r["optimizer"]: r for r in map_report.second_against_first(first, second)}
     assert set(rows) == {"adamw", "muon", "nadamw"}  # an unfinished search is left out
     assert abs(rows["adamw"]["gap"].mean - 0.02) < 1e-12
@@ -230,8 +240,7 @@ def test_a_ridge_probe_refuses_a_winner_chosen_on_several_data_orders(monkeypatc
     be probed on the runs that chose it, so the probe says so rather than run on order 0."""
     edge_probe = load_benchmark_script("studies/edge_probe.py")
     selection = {"seeds": [0], "finalists": 4, "final_seeds": [1, 2], "final_data_seeds": [4, 5]}
-    outcome = {"optimizer": "muon", "finished": True}
-    record = {"selection": selection, "optimizers": [outcome]}
+    record = _record({"optimizer": "muon", "finished": True}, selection=selection)
     monkeypatch.setattr(edge_probe, "point_reports", lambda point, folder: [(40, record)])
     with pytest.raises(ValueError, match=r"chosen on data orders 0 and \[4, 5\]: a probe"):
         edge_probe.winner_at("b64-4x", "muon")

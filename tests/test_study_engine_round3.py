@@ -182,7 +182,7 @@ def test_r09_a_donor_without_identity_or_a_snapshot_that_is_not_gzip_is_one_line
     entry = {"rule": "mars-adamw", "control": "adamw", "gap": -0.01, "p": 0.01, "pairs": 2}
     report = {"optimizers": [], "verdicts": [entry]}
     (tmp_path / "m" / "q" / "tune.json").write_text(json.dumps(report))
-    with pytest.raises(ValueError, match="without its 'interval'"):
+    with pytest.raises(ValueError, match="gap, interval or p is not numbers"):
         stored_verdicts(tmp_path, [Comparison("mars-adamw", ("adamw",), "m/q")])
 
 

@@ -4,6 +4,8 @@ records read, a newer one is refused by name, a file that is no record says so."
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +67,36 @@ def test_no_module_but_the_records_own_reads_or_writes_tune_json():
             if "tune.json" in line and ("json.load" in line or "write_text" in line):
                 offenders.append(f"{path.relative_to(root)}: {line.strip()}")
     assert offenders == []
+
+
+# Keys only a study's record has (an optimizer's entry, a verdict, the record's own): a module
+# that subscripts one reads tune.json by hand.
+RECORD_ONLY_KEYS = (
+    "heldout_finals", "selection_finals", "heldout_pairs", "trial_scores", "tuning_curve",
+    "own_winner", "best_known_from", "values_scored", "failed_runs", "worst_heldout",
+    "heldout_outliers", "adjusted_interval", "copied_runs",
+)  # fmt: skip
+KEYS = "|".join(RECORD_ONLY_KEYS)
+READ_BY_HAND = re.compile(r"""(\[\s*|\.get\(\s*)["'](""" + KEYS + r""")["']""")
+
+
+def test_the_records_keys_are_read_in_its_module_alone():
+    root = Path(__file__).resolve().parents[1]
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("src", "benchmarks", "examples")
+        for path in sorted((root / folder).rglob("*.py"))
+        if path.name != "tune_record.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if READ_BY_HAND.search(line)
+    ]
+    assert not found, f"tune.json read by hand (use read_tune_record's fields): {found}"
+    assert READ_BY_HAND.search('finals = entry["heldout_finals"]')  # the check can fail
+
+
+def test_an_entry_reads_its_fields_and_an_older_record_its_defaults(tmp_path):
+    written = write_tune_record(tmp_path, RECORD)
+    (entry,) = written.optimizers
+    assert entry.optimizer == "adamw" and entry.heldout == ([1.0, None], [[1, 1], [2, 2]])
+    assert entry.own_winner is None and entry.finalists == [] and not entry.finished
+    assert written.command == () and written.copied_runs == 0

@@ -55,7 +55,7 @@ def test_tune_on_a_plain_loop_gives_equal_trials_and_reads_winners_on_new_data(t
     assert all(o["heldout_pairs"] == [[1, 1], [2, 1]] for o in report["optimizers"])
     assert all(None not in o["heldout_finals"] for o in report["optimizers"])
     (verdict,) = result.verdicts
-    assert verdict["rule"] == "mars-adamw" and verdict["control"] == "adamw"
+    assert verdict.rule == "mars-adamw" and verdict.control == "adamw"
     assert set(result.winners) == {"adamw", "mars-adamw"}
     assert "gamma" in result.winners["mars-adamw"]
     assert tmp_path / "plain_loop.train" / "summary.md" in result.paths

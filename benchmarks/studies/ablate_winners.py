@@ -52,9 +52,9 @@ def tuned_winner(point: str, rule: str) -> tuple[dict, dict]:
         raise ValueError(f"no {path.relative_to(ROOT)}: run regime_map.py --report for {point}")
     report = read_tune_record(path)
     winner = report.entry(rule)
-    if winner is None or not winner["finished"]:
+    if winner is None or not winner.finished:
         raise ValueError(f"{rule} has no finished winner at {point}")
-    return report.data["budget"], winner["hyperparams"]
+    return report.budget, winner.hyperparams
 
 
 def sweep_arguments(point: str, rule: str, suffix: str, jobs: int) -> list[str]:

@@ -260,8 +260,8 @@ def pairs_read(name: str, label: str) -> int:
     report = folder_of(name) / label / "tune.json"
     if name != "campaign-4" or not report.is_file():
         return FIRST_PAIRS
-    ran = read_tune_record(report).optimizers or ({},)
-    return max(FIRST_PAIRS, len(ran[0].get("heldout_pairs") or []))
+    ran = read_tune_record(report).optimizers
+    return max(FIRST_PAIRS, len(ran[0].heldout_pairs) if ran else 0)
 
 
 def peer_winners(name: str) -> bool:
@@ -321,11 +321,10 @@ def gamma0_arguments(
     point_report = folder_of(name) / label / "tune.json"
     if not point_report.is_file():
         return None
-    ran = {o["optimizer"]: o for o in read_tune_record(point_report).optimizers}
-    winner = ran.get(rule, {}).get("winner") or {}
-    if not ran.get(rule, {}).get("finished") or not winner:
+    ran = read_tune_record(point_report).entry(rule)
+    if ran is None or not ran.finished or not ran.winner:
         return None
-    held = {d: v for d, v in winner.items() if d not in ("lr", "gamma")}
+    held = {d: v for d, v in ran.winner.items() if d not in ("lr", "gamma")}
     fixed = ["--fixed", *(f"{d}={v}" for d, v in sorted({**held, "gamma": 0.0}.items()))]
     return fixed + MAP.tune_arguments(
         entry["point"],

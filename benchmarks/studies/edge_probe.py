@@ -55,23 +55,23 @@ def winner_at(point: str, optimizer: str, folder: Path = MAP.folder) -> dict:
     one: the report's budget, trials and choosing seeds, the winner's hyperparameters and its
     finals on those seeds."""
     for _, record in reversed(point_reports(point, folder)):
-        for outcome in record["optimizers"]:
-            if outcome["optimizer"] == optimizer and outcome["finished"]:
-                selection = Selection.of_record(record["selection"])
-                if selection.final_data_seeds:
-                    raise ValueError(
-                        f"{optimizer}'s winner at {point} was chosen on data orders "
-                        f"{selection.data_seed} and {list(selection.final_data_seeds)}: a probe "
-                        "sweeps one data order, so it cannot repeat that choice"
-                    )
-                return {
-                    "budget": record["budget"],
-                    "trials": outcome["trials"],
-                    "seeds": list(selection.choosing_seeds),
-                    "data_seed": selection.data_seed,
-                    "hyperparams": outcome["hyperparams"],
-                    "finals": outcome["selection_finals"],
-                }
+        outcome = record.entry(optimizer)
+        if outcome is not None and outcome.finished:
+            selection = Selection.of_record(record.selection)
+            if selection.final_data_seeds:
+                raise ValueError(
+                    f"{optimizer}'s winner at {point} was chosen on data orders "
+                    f"{selection.data_seed} and {list(selection.final_data_seeds)}: a probe "
+                    "sweeps one data order, so it cannot repeat that choice"
+                )
+            return {
+                "budget": record.budget,
+                "trials": outcome.trials,
+                "seeds": list(selection.choosing_seeds),
+                "data_seed": selection.data_seed,
+                "hyperparams": outcome.hyperparams,
+                "finals": outcome.selection_finals,
+            }
     raise ValueError(f"{optimizer} has no finished winner at {point}")
 
 

@@ -49,18 +49,18 @@ def winner_of(point: str, rule: str, folder: Path = MAP.folder) -> dict:
     has one: its budget, hyperparameters, held-out pairs and finals, and its strongest
     control's name and held-out finals on the same pairs."""
     for _, record in reversed(point_reports(point, folder)):
-        outcomes = {o["optimizer"]: o for o in record["optimizers"]}
-        verdict = next((v for v in record["verdicts"] if v["rule"] == rule), None)
-        if verdict is not None and outcomes.get(rule, {}).get("finished"):
-            winner, control = outcomes[rule], outcomes[verdict["control"]]
+        verdict = next((v for v in record.verdicts if v.rule == rule), None)
+        winner = record.entry(rule)
+        if verdict is not None and winner is not None and winner.finished:
+            control = record.entry(verdict.control)
             return {
-                "budget": record["budget"],
-                "trials": record["trials"],
-                "hyperparams": winner["hyperparams"],
-                "pairs": [tuple(p) for p in winner["heldout_pairs"]],
-                "finals": winner["heldout_finals"],
-                "control": verdict["control"],
-                "control_finals": control["heldout_finals"],
+                "budget": record.budget,
+                "trials": record.trials,
+                "hyperparams": winner.hyperparams,
+                "pairs": [tuple(p) for p in winner.heldout_pairs],
+                "finals": winner.heldout_finals,
+                "control": verdict.control,
+                "control_finals": control.heldout_finals if control is not None else [],
             }
     raise ValueError(f"{rule} has no finished winner with a verdict at {point}")
 

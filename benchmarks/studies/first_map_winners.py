@@ -35,7 +35,7 @@ SEEDS = ("0", "1", "2")
 
 def sweep_arguments(point: str, jobs: int) -> list[str]:
     old = read_tune_record(MAP.root / "benchmarks/results/regime-map" / point)
-    winners = {entry["optimizer"]: entry["hyperparams"] for entry in old.optimizers}
+    winners = {entry.optimizer: entry.hyperparams for entry in old.optimizers}
     return MAP.winners_sweep_arguments(
         point, winners, MAP.folder / point, "first-map-winners", SEEDS, jobs
     )
@@ -43,7 +43,7 @@ def sweep_arguments(point: str, jobs: int) -> list[str]:
 
 def compare(point: str) -> str:
     """The first map's winners against the new search's, on the selection seeds."""
-    new = read_tune_record(MAP.folder / point).data
+    new = read_tune_record(MAP.folder / point)
     old = json.loads((MAP.folder / point / "first-map-winners" / "sweep.json").read_text())
     old_means = {s["optimizer"]: s["final"] for s in old["summaries"]}
     lines = [
@@ -52,9 +52,9 @@ def compare(point: str) -> str:
         "| optimizer | first map's winner | new search's winner | new - first |",
         "|---|---:|---:|---:|",
     ]
-    for entry in new["optimizers"]:
-        name = entry["optimizer"]
-        finals = [v for v in entry["selection_finals"] if v is not None]
+    for entry in new.optimizers:
+        name = entry.optimizer
+        finals = [v for v in entry.selection_finals if v is not None]
         ours = statistics.fmean(finals) if finals else math.nan
         theirs = old_means.get(name, math.nan)
         lines.append(f"| {name} | {theirs:.4f} | {ours:.4f} | {ours - theirs:+.4f} |")

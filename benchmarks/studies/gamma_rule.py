@@ -81,10 +81,10 @@ def winner_of(label: str, rule: str) -> Winner | None:
     if not report.is_file():
         return None
     entry = read_tune_record(report).entry(rule)
-    if entry is None or not entry["finished"]:
+    if entry is None or not entry.finished:
         return None
     batch, multiple = POINTS[label.split("/", 1)[1]]
-    values = entry["winner"]
+    values = entry.winner
     return Winner(batch, multiple, values["gamma"], values["lr"], values["beta1"])
 
 

@@ -59,17 +59,15 @@ def table() -> str:
     spent = []
     for name in ("unpruned", "pruned"):
         record = read_tune_record(STUDIES / name)
-        cost = record.data["cost"]
-        hours = sum(c["hours"] for c in cost.values())
-        runs = sum(c["runs"] for c in cost.values())
+        hours = sum(c["hours"] for c in record.cost.values())
+        runs = sum(c["runs"] for c in record.cost.values())
         spent.append(f"{name}: {runs} runs, {hours * 60:.1f} run minutes")
         for o in record.optimizers:
-            finals = o["heldout_finals"]
+            finals = o.heldout_finals
             mean = statistics.fmean(finals) if None not in finals else math.nan
-            winner = ", ".join(f"{d} {v:g}" for d, v in o["winner"].items())
+            winner = ", ".join(f"{d} {v:g}" for d, v in o.winner.items())
             rows.append(
-                f"| {name} | {o['optimizer']} | {o.get('pruned_trials', 0)} | {winner} | "
-                f"{mean:.4f} |"
+                f"| {name} | {o.optimizer} | {o.pruned_trials or 0} | {winner} | {mean:.4f} |"
             )
     return (
         "The tabular example at the user's guide's budget (20 trials an optimizer, dropout "

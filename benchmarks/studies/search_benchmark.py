@@ -111,7 +111,7 @@ from torch_mars.train.study.space import (
 from torch_mars.train.study.store import refuse_link, restore_journals, stored_study
 from torch_mars.train.study.surface import SurfaceSearch3, SurfaceSearch6
 from torch_mars.train.study.tune import SEARCHES, plan_of_identity
-from torch_mars.train.study.tune_record import read_tune_record
+from torch_mars.train.study.tune_record import OptimizerEntry, TuneRecord, read_tune_record
 from torch_mars.train.study.verdict import (
     PairedGap,
     crossed_gap,
@@ -422,14 +422,14 @@ def current_study(point: str) -> Path:
     return campaign_folder(MAP.root, CURRENT) / "tiny" / point
 
 
-def reported(report: Path) -> dict:
+def reported(report: Path) -> TuneRecord:
     """The ``tune.json`` report ``report``."""
-    return read_tune_record(report).data
+    return read_tune_record(report)
 
 
-def reference_report(point: str) -> list[dict]:
+def reference_report(point: str) -> tuple[OptimizerEntry, ...]:
     """The map's 80-trial study at ``point``, as its report has it (the references)."""
-    return reported(MAP.folder / point / "trials-80" / point / "tune.json")["optimizers"]
+    return reported(MAP.folder / point / "trials-80" / point / "tune.json").optimizers
 
 
 def finals_on_24_pairs(point: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
@@ -441,9 +441,8 @@ def finals_on_24_pairs(point: str) -> tuple[dict[str, list[float]], dict[str, li
     further = swept_finals(folder / CURRENT, more_pairs())
     first = reference_finals(point)
     ours = {
-        e["optimizer"]: [math.nan if v is None else v for v in e["heldout_finals"]]
-        + further[e["optimizer"]]
-        for e in reported(current_study(point) / "tune.json")["optimizers"]
+        e.optimizer: [math.nan if v is None else v for v in e.heldout_finals] + further[e.optimizer]
+        for e in reported(current_study(point) / "tune.json").optimizers
     }
     return ours, {name: first[name] + further_references[name] for name in ours}
 
@@ -459,7 +458,7 @@ def second_reference_report(point: str) -> list[dict]:
     report = second_reference_file(point)
     if not report.is_file():
         raise SystemExit(f"--second-reference {point}: the map ran no second 80-trial study there")
-    return reported(report)["optimizers"]
+    return reported(report).optimizers
 
 
 def second_rest_folder(point: str) -> Path:
@@ -470,7 +469,7 @@ def second_rest_folder(point: str) -> Path:
 
 def second_rest_optimizers(point: str) -> tuple[str, ...]:
     """The map's optimizers its second 80-trial study at ``point`` did not run (AdamW)."""
-    ran = {o["optimizer"] for o in second_reference_report(point)}
+    ran = {o.optimizer for o in second_reference_report(point)}
     return tuple(o for o in OPTIMIZERS if o not in ran)
 
 
@@ -478,7 +477,7 @@ def second_rest_arguments(point: str, jobs: int) -> list[str]:
     """``torch-mars tune`` of :func:`second_rest_optimizers` at ``point`` on the map's protocol
     and the second study's order seed, in :func:`second_rest_folder`: the copied journal keeps
     the starts the first study recorded, and a run both searches ask for is taken from it."""
-    trials = reported(second_reference_file(point))["trials"]
+    trials = reported(second_reference_file(point)).trials
     return MAP.tune_arguments(
         point,
         jobs,
@@ -493,11 +492,11 @@ def second_winners(point: str, rest: bool) -> dict[str, dict]:
     """The second 80-trial study's winners at ``point`` (the map's, or with ``rest`` the study
     of the optimizers it did not run): harness hyperparameters by optimizer."""
     ran = (
-        reported(second_rest_folder(point) / "tune.json")["optimizers"]
+        reported(second_rest_folder(point) / "tune.json").optimizers
         if rest
         else second_reference_report(point)
     )
-    return {o["optimizer"]: o["hyperparams"] for o in ran}
+    return {o.optimizer: o.hyperparams for o in ran}
 
 
 def second_reference_arguments(
@@ -523,7 +522,7 @@ def second_finals(point: str) -> dict[str, list[float]]:
     folder = OUT / point / "second-reference"
     swept = swept_finals(folder / "second", pairs)
     rest = swept_finals(folder / "second-rest", pairs)
-    second = {o["optimizer"]: swept[o["optimizer"]] for o in second_reference_report(point)}
+    second = {o.optimizer: swept[o.optimizer] for o in second_reference_report(point)}
     for name in OPTIMIZERS:
         if name not in second and not any(math.isnan(v) for v in rest[name]):
             second[name] = rest[name]
@@ -593,7 +592,7 @@ def second_reference_table(point: str) -> str:
 
 def reference_winners(point: str) -> dict[str, dict]:
     """Each optimizer's 80-trial winner of the map at ``point``: its harness hyperparameters."""
-    return {o["optimizer"]: o["hyperparams"] for o in reference_report(point)}
+    return {o.optimizer: o.hyperparams for o in reference_report(point)}
 
 
 def reference_arguments(point: str, data_seed: int, jobs: int) -> list[str]:
@@ -647,8 +646,8 @@ def more_pairs_arguments(
     references' sweeps are the campaign's)."""
     seeds = tuple(str(s) for s in MORE_HELDOUT)
     tag, study = further_study(point, design)
-    ran = reported(study / "tune.json")["optimizers"]
-    ours = {o["optimizer"]: o["hyperparams"] for o in ran}
+    ran = reported(study / "tune.json").optimizers
+    ours = {o.optimizer: o.hyperparams for o in ran}
     folder = OUT / point / "more-pairs"
     sweeps = [(tag, ours)] if design else [("references", reference_winners(point)), (tag, ours)]
     return [
@@ -673,10 +672,10 @@ def more_pairs_table(point: str, design: str | None = None) -> str:
     references = swept_finals(folder / "references", more_pairs())
     ours = swept_finals(folder / tag, more_pairs())
     first = reference_finals(point)
-    ran = reported(study / "tune.json")["optimizers"]
-    if any(math.isnan(v) for o in ran for v in ours[o["optimizer"]] + references[o["optimizer"]]):
+    ran = reported(study / "tune.json").optimizers
+    if any(math.isnan(v) for o in ran for v in ours[o.optimizer] + references[o.optimizer]):
         return ""
-    chosen_on = {o["optimizer"]: o["selection_finals"] for o in reference_report(point)}
+    chosen_on = {o.optimizer: o.selection_finals for o in reference_report(point)}
     orders = PROTOCOL.heldout_data_seeds
     whose = f"{CURRENT}'s" if design is None else f"the {design} design's"
     lines = [
@@ -694,9 +693,9 @@ def more_pairs_table(point: str, design: str | None = None) -> str:
     ]
     gaps = []
     for entry in ran:
-        name = entry["optimizer"]
-        mine = [math.nan if v is None else v for v in entry["heldout_finals"]]
-        pairs = [tuple(p) for p in entry["heldout_pairs"]]
+        name = entry.optimizer
+        mine = [math.nan if v is None else v for v in entry.heldout_finals]
+        pairs = [tuple(p) for p in entry.heldout_pairs]
         further = more_pairs()
         design, reference = mine + ours[name], first[name] + references[name]
         early = crossed_gap(mine, first[name], pairs)
@@ -707,9 +706,7 @@ def more_pairs_table(point: str, design: str | None = None) -> str:
         for (_, order), a, b in zip(pairs + further, design, reference, strict=True):
             differences[order].append(a - b)
         by_order = " / ".join(f"{statistics.fmean(differences[d]):+.4f}" for d in orders)
-        selected = statistics.fmean(entry["selection_finals"]) - statistics.fmean(
-            chosen_on[name][:3]
-        )
+        selected = statistics.fmean(entry.selection_finals) - statistics.fmean(chosen_on[name][:3])
         lines.append(
             f"| {name} | {early.text()} | {later.text()} | {both.text()} | {both.p:.3g} | "
             f"{by_order} | {selected:+.4f} |"
@@ -794,9 +791,9 @@ def median_table(point: str) -> str:
         "|---|---|---:|---:|---:|",
     ]
     by_mean, by_median_gaps = [], []
-    entries = reported(current_study(point) / "tune.json")["optimizers"]
+    entries = reported(current_study(point) / "tune.json").optimizers
     for entry in entries:
-        name = entry["optimizer"]
+        name = entry.optimizer
         reference = references[name]
         mean_gap = crossed_gap(ours_24[name], reference, pairs)
         median_gap = crossed_gap(swept[name], reference, pairs) if name in changed else mean_gap
@@ -806,7 +803,7 @@ def median_table(point: str) -> str:
         lines.append(
             f"| {name} | {winner} | {mean_gap.text()} | {median_gap.text()} | {median_gap.p:.3g} |"
         )
-    names = [entry["optimizer"] for entry in entries]
+    names = [entry.optimizer for entry in entries]
     holds = all(g.mean <= BAR for n, g in zip(names, by_median_gaps, strict=True) if n in changed)
     holds &= statistics.fmean(g.mean for g in by_median_gaps) < statistics.fmean(
         g.mean for g in by_mean
@@ -930,15 +927,10 @@ def changed_winners(point: str, design: str) -> dict[str, dict]:
     """The paired ``design``'s winners at ``point`` that differ from the current campaign's:
     harness hyperparameters by optimizer."""
     campaign = {
-        o["optimizer"]: o["hyperparams"]
-        for o in reported(current_study(point) / "tune.json")["optimizers"]
+        o.optimizer: o.hyperparams for o in reported(current_study(point) / "tune.json").optimizers
     }
-    ran = reported(paired_folder(point, design) / "tune.json")["optimizers"]
-    return {
-        o["optimizer"]: o["hyperparams"]
-        for o in ran
-        if o["hyperparams"] != campaign.get(o["optimizer"])
-    }
+    ran = reported(paired_folder(point, design) / "tune.json").optimizers
+    return {o.optimizer: o.hyperparams for o in ran if o.hyperparams != campaign.get(o.optimizer)}
 
 
 def paired_sweep_arguments(point: str, design: str, data_seed: int, jobs: int) -> list[str] | None:
@@ -962,8 +954,8 @@ def paired_table(point: str, design: str) -> str:
     study = paired_folder(point, design)
     if not (study / "tune.json").is_file():
         return ""
-    ran = reported(study / "tune.json")["optimizers"]
-    if not all(o["finished"] for o in ran):
+    ran = reported(study / "tune.json").optimizers
+    if not all(o.finished for o in ran):
         return ""
     changed = changed_winners(point, design)
     swept = swept_finals(OUT / point / "more-pairs" / f"{CURRENT}-as-{design}", more_pairs())
@@ -972,8 +964,8 @@ def paired_table(point: str, design: str) -> str:
     pairs = PROTOCOL.heldout_pairs() + more_pairs()
     ours = {}
     for entry in ran:
-        name = entry["optimizer"]
-        first_12 = [math.nan if v is None else v for v in entry["heldout_finals"]]
+        name = entry.optimizer
+        first_12 = [math.nan if v is None else v for v in entry.heldout_finals]
         ours[name] = first_12 + swept[name] if name in changed else campaign[name]
     if any(math.isnan(v) for values in ours.values() for v in values):
         return ""
@@ -995,9 +987,9 @@ def paired_table(point: str, design: str) -> str:
     ]
     read, to_firsts = [], []
     for entry in ran:
-        name = entry["optimizer"]
+        name = entry.optimizer
         winner = (
-            ", ".join(f"{k} {v}" for k, v in entry["winner"].items())
+            ", ".join(f"{k} {v}" for k, v in entry.winner.items())
             if name in changed
             else f"{CURRENT}'s"
         )
@@ -1070,7 +1062,7 @@ def design_reports(point: str) -> list[tuple[str, str, dict]]:
     return [
         (design, where, ran)
         for design, where, ran in read
-        if any(o["finished"] for o in ran["optimizers"])
+        if any(o.finished for o in ran.optimizers)
     ]
 
 
@@ -1094,11 +1086,11 @@ def real_table(point: str) -> str:
     ]
     costs, summaries, together = [], [], []
     for design, name, ran in design_reports(point):
-        pairs = [tuple(p) for p in ran["optimizers"][0]["heldout_pairs"]]
+        pairs = [tuple(p) for p in ran.optimizers[0].heldout_pairs]
         gaps: list[PairedGap] = []
-        for entry in ran["optimizers"]:
-            optimizer = entry["optimizer"]
-            ours = [math.nan if v is None else v for v in entry["heldout_finals"]]
+        for entry in ran.optimizers:
+            optimizer = entry.optimizer
+            ours = [math.nan if v is None else v for v in entry.heldout_finals]
             theirs = references.get(optimizer, [])
             if len(theirs) != len(ours) or any(map(math.isnan, ours + theirs)):
                 cells = f"{_mean(ours)} | {_mean(theirs)} | pending | — "
@@ -1106,20 +1098,20 @@ def real_table(point: str) -> str:
                 gap = crossed_gap(ours, theirs, pairs)
                 gaps.append(gap)
                 cells = f"{_mean(ours)} | {_mean(theirs)} | {gap.text()} | {gap.p:.3g} "
-            moved = entry.get("moved", [])
+            moved = entry.moved
             lines.append(
-                f"| {design} | {optimizer} | {cells}| {_best_by(entry['trial_scores'])} | "
+                f"| {design} | {optimizer} | {cells}| {_best_by(entry.trial_scores)} | "
                 f"{len(moved)}: {', '.join(moved)} |"
             )
-        cost = ran.get("cost", {})
+        cost = ran.cost
         runs = sum(c["runs"] for c in cost.values())
         hours = sum(c["hours"] for c in cost.values())
-        copied = ran.get("copied_runs", 0)
+        copied = ran.copied_runs
         taken = f" (and {copied} taken from other studies)" if copied else ""
         costs.append(f"{design} ({name}): {runs} runs{taken}, {hours:.1f} run hours")
-        if gaps and len(gaps) == len(ran["optimizers"]):
+        if gaps and len(gaps) == len(ran.optimizers):
             summaries.append(f"- {design}: {bar_reading(gaps)}")
-            names = [entry["optimizer"] for entry in ran["optimizers"]]
+            names = [entry.optimizer for entry in ran.optimizers]
             together.append(design_row(design, dict(zip(names, gaps, strict=True)), runs, hours))
     lines += ["", f"Cost at {point} (one thread a run): " + "; ".join(costs) + "."]
     lines += ["", "The gaps together, and how far noise alone carries the bar:", "", *summaries]

@@ -57,7 +57,7 @@ def beside_first_model(point: str, folder: Path = FOLDER, first: Path | None = N
     """Each optimizer's winner at ``point`` on the second model beside its winner on ``tiny``
     (the map's report with the most trials that finished it), dimension by dimension, with the
     trials each search spent: where the tuned values carry across width and corpus."""
-    second = read_tune_record(folder / point).data
+    second = read_tune_record(folder / point)
     firsts = point_reports(point, first or MAP.folder)
     lines = [
         f"Winners at {point}: `tiny` on the stdlib corpus (the map) against `{MODEL}` on the "
@@ -66,14 +66,14 @@ def beside_first_model(point: str, folder: Path = FOLDER, first: Path | None = N
         "| optimizer | dimension | tiny | " + MODEL + " |",
         "|---|---|---:|---:|",
     ]
-    for outcome in second["optimizers"]:
-        name = outcome["optimizer"]
-        mine = outcome["winner"] if outcome["finished"] else None
+    for outcome in second.optimizers:
+        name = outcome.optimizer
+        mine = outcome.winner if outcome.finished else None
         theirs, trials = None, None
         for count, record in reversed(firsts):
-            found = {o["optimizer"]: o for o in record["optimizers"]}.get(name)
-            if found and found["finished"]:
-                theirs, trials = found["winner"], count
+            found = record.entry(name)
+            if found is not None and found.finished:
+                theirs, trials = found.winner, count
                 break
         if mine is None or theirs is None:
             left = "not finished" if theirs is None else f"finished at {trials} trials"
@@ -81,7 +81,7 @@ def beside_first_model(point: str, folder: Path = FOLDER, first: Path | None = N
             lines.append(f"| {name} | — | {left} | {right} |")
             continue
         for i, dimension in enumerate(mine):
-            label = f"{name} ({trials} / {second['trials']} trials)" if i == 0 else ""
+            label = f"{name} ({trials} / {second.trials} trials)" if i == 0 else ""
             lines.append(f"| {label} | {dimension} | {theirs[dimension]:g} | {mine[dimension]:g} |")
     return "\n".join(lines)
 

@@ -34,7 +34,7 @@ def measured() -> list[tuple[str, float, float]]:
     out = []
     for row in campaign_rows(CAMPAIGN / "campaign.json"):
         report = read_tune_record(CAMPAIGN / row.comparison.scope)
-        finals = {o["optimizer"]: o["heldout_finals"] for o in report.optimizers}
+        finals = {o.optimizer: o.heldout_finals for o in report.optimizers}
         differences = [
             r - c for r, c in zip(finals[row.comparison.rule], finals[row.control], strict=True)
         ]

@@ -23,6 +23,7 @@ _HARNESS = {
     "tune": ("torch_mars.train.study.objective", "tune"),
     "load_study": ("torch_mars.train.study.objective", "load_study"),
     "TuneResult": ("torch_mars.train.study.objective", "TuneResult"),
+    "VerdictEntry": ("torch_mars.train.study.tune_record", "VerdictEntry"),
 }
 
 
@@ -51,6 +52,7 @@ __all__ = [
     "StepInBackward",
     "StepTensors",
     "TuneResult",
+    "VerdictEntry",
     "__version__",
     "adamw_step",
     "load_study",

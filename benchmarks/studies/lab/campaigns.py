@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from torch_mars.train.study.family_reads import CampaignRow
-from torch_mars.train.study.tune_record import read_tune_record
+from torch_mars.train.study.tune_record import OptimizerEntry, read_tune_record
 
 # Each campaign's folder name -> its search design, oldest first; the newest is the current one.
 CAMPAIGNS = {
@@ -175,9 +175,9 @@ def format_lead(rows: list[CampaignRow], declaration: Path) -> str:
 WINNER_COLUMNS = ("lr", "beta1", "beta2", "gamma", "weight_decay")
 
 
-def _heldout_read(entry: dict) -> bool:
+def _heldout_read(entry: OptimizerEntry) -> bool:
     """Whether a stored report's optimizer ``entry`` has every held-out run finished."""
-    finals = entry.get("heldout_finals") or []
+    finals = entry.heldout_finals
     return bool(finals) and all(isinstance(v, float) and math.isfinite(v) for v in finals)
 
 
@@ -199,10 +199,10 @@ def format_winners_table(declaration: Path) -> str:
             pending.append(scope)
             continue
         for entry in entries:
-            winner, finals = entry["winner"], entry["heldout_finals"]
+            winner, finals = entry.winner, entry.heldout_finals
             values = [f"{winner[c]:.3g}" if c in winner else "-" for c in WINNER_COLUMNS]
             held = f"{sum(finals) / len(finals):.4f}"
-            cells = " | ".join([scope, entry["optimizer"], *values, held])
+            cells = " | ".join([scope, entry.optimizer, *values, held])
             lines.append(f"| {cells} |")
     if pending:
         lines += ["", f"Not read (a held-out run unfinished or failed): {', '.join(pending)}."]

@@ -6,6 +6,7 @@ given; none knows where a checkout keeps its results (:class:`.fight_map.FightMa
 from __future__ import annotations
 
 import collections
+import dataclasses
 from pathlib import Path
 
 from lab.fight_map import POINTS
@@ -15,7 +16,7 @@ from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import Selection
 from torch_mars.train.study.space import shares_space
 from torch_mars.train.study.store import stored_study, stored_study_folders
-from torch_mars.train.study.tune_record import read_tune_record
+from torch_mars.train.study.tune_record import TuneRecord, read_tune_record
 from torch_mars.train.study.tune_report import (
     OptimizerOutcome,
     Verdict,
@@ -94,7 +95,7 @@ def format_progress(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def study_reports(study: Path) -> list[tuple[int, dict]]:
+def study_reports(study: Path) -> list[tuple[int, TuneRecord]]:
     """A study's reports (``tune.json`` records) at each budget it ran, its own and those in
     ``trials-N/``, fewest trials first, each with its trials per optimizer."""
     paths = [study / "tune.json", *study.glob(f"trials-*/{study.name}/tune.json")]
@@ -102,11 +103,11 @@ def study_reports(study: Path) -> list[tuple[int, dict]]:
     for path in paths:
         if path.is_file():
             record = read_tune_record(path)
-            found.append((record.trials, record.data))
+            found.append((record.trials, record))
     return sorted(found, key=lambda item: item[0])
 
 
-def point_reports(point: str, folder: Path) -> list[tuple[int, dict]]:
+def point_reports(point: str, folder: Path) -> list[tuple[int, TuneRecord]]:
     """The reports of a point's study (the map's) at each budget it ran (:func:`study_reports`)."""
     return study_reports(folder / point)
 
@@ -141,13 +142,13 @@ def map_rows(folder: Path) -> list[dict]:
     for point in POINTS:
         by_rule: dict[str, dict] = {}
         for _, record in point_reports(point, folder):
-            trials = {o["optimizer"]: o["trials"] for o in record["optimizers"]}
-            cost = record.get("cost", {}).values()
-            runs = sum(c["runs"] for c in cost)
-            hours = sum(c["hours"] for c in cost)
-            for verdict in record["verdicts"]:
-                by_rule[verdict["rule"]] = {
-                    "point": point, "trials": trials, "runs": runs, "hours": hours, **verdict,
+            trials = {o.optimizer: o.trials for o in record.optimizers}
+            runs = sum(c["runs"] for c in record.cost.values())
+            hours = sum(c["hours"] for c in record.cost.values())
+            for verdict in record.verdicts:
+                by_rule[verdict.rule] = {
+                    "point": point, "trials": trials, "runs": runs, "hours": hours,
+                    **dataclasses.asdict(verdict),
                 }  # fmt: skip
         rows += by_rule.values()
     return rows
@@ -175,36 +176,36 @@ def format_map(rows: list[dict], over: str = "map") -> str:
     return "\n".join(lines)
 
 
-def second_against_first(first: dict, second: dict) -> list[dict]:
+def second_against_first(first: TuneRecord, second: TuneRecord) -> list[dict]:
     """Per optimizer finished in both of two searches of a point (their ``tune.json`` records;
     another order seed, or another trial budget): the second's winner against the first's on
     the same held-out runs, as a gap (second - first) with its 95% interval, seed and data
     order crossed effects (None where both found the same point); the answer holds where the
     interval holds 0."""
-    firsts = {o["optimizer"]: o for o in first["optimizers"]}
+    firsts = {o.optimizer: o for o in first.optimizers}
     rows = []
-    for second_outcome in second["optimizers"]:
-        first_outcome = firsts.get(second_outcome["optimizer"])
-        if first_outcome is None or not (first_outcome["finished"] and second_outcome["finished"]):
+    for second_outcome in second.optimizers:
+        first_outcome = firsts.get(second_outcome.optimizer)
+        if first_outcome is None or not (first_outcome.finished and second_outcome.finished):
             continue
-        if second_outcome["heldout_pairs"] != first_outcome["heldout_pairs"]:
+        if second_outcome.heldout_pairs != first_outcome.heldout_pairs:
             raise ValueError("the two searches read their winners on different held-out runs")
-        same = first_outcome["winner"] == second_outcome["winner"]
+        same = first_outcome.winner == second_outcome.winner
         gap = (
             None
             if same
             else crossed_gap(
-                second_outcome["heldout_finals"],
-                first_outcome["heldout_finals"],
-                [tuple(p) for p in first_outcome["heldout_pairs"]],
+                second_outcome.heldout_finals,
+                first_outcome.heldout_finals,
+                [tuple(p) for p in first_outcome.heldout_pairs],
             )
         )
         rows.append(
             {
-                "optimizer": second_outcome["optimizer"],
+                "optimizer": second_outcome.optimizer,
                 "same_point": same,
-                "first": first_outcome["heldout_finals"],
-                "second": second_outcome["heldout_finals"],
+                "first": first_outcome.heldout_finals,
+                "second": second_outcome.heldout_finals,
                 "gap": gap,
                 "holds": gap is None or gap.low <= 0.0 <= gap.high,
             }
@@ -231,42 +232,42 @@ def format_second_against_first(heading: str, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def pooled_verdicts(first: dict, second: dict) -> tuple[dict[str, str], list[Verdict]]:
+def pooled_verdicts(first: TuneRecord, second: TuneRecord) -> tuple[dict[str, str], list[Verdict]]:
     """Both searches of a point read as one search of twice the trials: per optimizer finished
     in both (their ``tune.json`` records), the winner with the lower mean over its choosing
     seeds (the selection's and the finalists', the same seeds in both), then the study's
     verdicts (:func:`~torch_mars.train.study.tune_report.verdicts`) on those winners, seed and
     data order crossed effects of their held-out runs. Returns which
     search each winner came from and the verdicts."""
-    firsts = {o["optimizer"]: o for o in first["optimizers"] if o["finished"]}
+    firsts = {o.optimizer: o for o in first.optimizers if o.finished}
     chosen: list[OptimizerOutcome] = []
     source: dict[str, str] = {}
-    for outcome in second["optimizers"]:
-        name = outcome["optimizer"]
-        if name not in firsts or not outcome["finished"]:
+    for outcome in second.optimizers:
+        name = outcome.optimizer
+        if name not in firsts or not outcome.finished:
             continue
-        if outcome["heldout_pairs"] != firsts[name]["heldout_pairs"]:
+        if outcome.heldout_pairs != firsts[name].heldout_pairs:
             raise ValueError("the two searches read their winners on different held-out runs")
-        if len(outcome["selection_finals"]) != len(firsts[name]["selection_finals"]):
+        if len(outcome.selection_finals) != len(firsts[name].selection_finals):
             raise ValueError(f"{name}: the two searches chose on different seeds")
         better = min(
-            (firsts[name], outcome), key=lambda o: sum(o["selection_finals"])
+            (firsts[name], outcome), key=lambda o: sum(o.selection_finals)
         )  # ties: the first search
         source[name] = "first" if better is firsts[name] else "second"
         chosen.append(
             OptimizerOutcome(
                 optimizer=name,
                 finished=True,
-                winner=better["winner"],
+                winner=better.winner,
                 trial_scores=[],
-                selection_finals=better["selection_finals"],
-                heldout_finals=better["heldout_finals"],
+                selection_finals=better.selection_finals,
+                heldout_finals=better.heldout_finals,
                 rounds=0,
                 lr_profiles=[],
-                winner_score=sum(better["selection_finals"]) / len(better["selection_finals"]),
+                winner_score=sum(better.selection_finals) / len(better.selection_finals),
             )
         )
-    pairs = [tuple(p) for p in first["optimizers"][0]["heldout_pairs"]] if chosen else None
+    pairs = [tuple(p) for p in first.optimizers[0].heldout_pairs] if chosen else None
     return source, verdicts(chosen, pairs=pairs)
 
 

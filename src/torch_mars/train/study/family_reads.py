@@ -18,7 +18,7 @@ from torch_mars.train.study.family import (
     campaign_family,
     decide,
 )
-from torch_mars.train.study.tune_record import TuneRecord, read_tune_record
+from torch_mars.train.study.tune_record import TuneRecord, VerdictEntry, read_tune_record
 from torch_mars.train.study.two_stage import design_of
 from torch_mars.train.study.verdict import PairedGap, gap_of_pairs
 
@@ -46,11 +46,7 @@ def without_correction_folder(root: Path, scope: str, rule: str) -> Path:
 def _report_finals(report: Path) -> tuple[TuneRecord, dict[str, tuple[list, list]]]:
     """A study's report and each optimizer's held-out ``(finals, pairs)`` in it."""
     stored = read_tune_record(report)
-    try:
-        finals = {o["optimizer"]: stored.heldout(o["optimizer"]) for o in stored.optimizers}
-    except (KeyError, TypeError, AttributeError) as error:
-        raise ValueError(f"{report}: not a study's report ({error})") from None
-    return stored, finals
+    return stored, {o.optimizer: o.heldout for o in stored.optimizers}
 
 
 def _gap_of(rule: tuple[list, list], control: tuple[list, list], first: int) -> PairedGap | None:
@@ -91,28 +87,25 @@ def stored_verdicts(
                 read[comparison] = (gap, control)
             continue
         for entry in stored.verdicts:
-            if not isinstance(entry, dict) or entry.get("rule") != comparison.rule:
+            if entry.rule != comparison.rule or not entry.pairs:
                 continue
-            if not entry.get("pairs") or entry.get("control") not in comparison.controls:
+            if entry.control not in comparison.controls:
                 continue
             gap = _gap_of(
-                finals.get(entry["rule"], ([], [])), finals.get(entry["control"], ([], [])), first
+                finals.get(entry.rule, ([], [])), finals.get(entry.control, ([], [])), first
             )
-            read[comparison] = (gap or _stored_gap(report, entry), entry["control"])
+            read[comparison] = (gap or _stored_gap(report, entry), entry.control)
     return read
 
 
-def _stored_gap(report: Path, entry: dict) -> PairedGap:
-    """A verdict entry's gap as its report stored it, each field checked (one line naming the
-    file and the field where one is missing or not a number)."""
-    for field in ("gap", "interval", "p", "pairs", "control"):
-        if field not in entry:
-            raise ValueError(f"{report}: a verdict without its {field!r}")
-    low_high = entry["interval"]
-    numbers = [entry["gap"], entry["p"], *(low_high if isinstance(low_high, list) else [None])]
+def _stored_gap(report: Path, entry: VerdictEntry) -> PairedGap:
+    """A verdict entry's gap as its report stored it, checked (one line naming the file where
+    its gap, interval or p is missing or not a number)."""
+    low_high = entry.interval
+    numbers = [entry.gap, entry.p, *(low_high if isinstance(low_high, list) else [None])]
     if len(numbers) != 4 or not all(isinstance(v, int | float) for v in numbers):
         raise ValueError(f"{report}: a verdict whose gap, interval or p is not numbers")
-    return PairedGap(entry["gap"], *low_high, entry["p"], int(entry["pairs"]))
+    return PairedGap(entry.gap, *low_high, entry.p, int(entry.pairs))
 
 
 def campaign_rows(declaration: Path) -> list[CampaignRow]:
@@ -138,9 +131,8 @@ def _notes(
     if control is None or not report.is_file():
         return None, None
     for entry in read_tune_record(report).verdicts:
-        if entry.get("rule") == comparison.rule and entry.get("control") == control:
-            lost = entry.get("diverged")
-            bias = entry.get("bias")
+        if entry.rule == comparison.rule and entry.control == control:
+            lost, bias = entry.diverged, entry.bias
             return (
                 tuple(lost) if isinstance(lost, list) and len(lost) == 2 else None,  # type: ignore[return-value]
                 bias if isinstance(bias, int | float) else None,

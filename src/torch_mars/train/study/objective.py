@@ -43,6 +43,12 @@ from torch_mars.train.run_record import TASK_METRICS, RunFailed, RunResult
 from torch_mars.train.run_shell import build_result
 from torch_mars.train.study.pruning import RunPruned, check_report
 from torch_mars.train.study.space import EXTRA_KEY
+from torch_mars.train.study.tune_record import (
+    OptimizerEntry,
+    TuneRecord,
+    VerdictEntry,
+    read_tune_record,
+)
 from torch_mars.train.task import OMITTED_AT_DEFAULT, Task, register_task
 
 CONTRACT = "train(make_optimizer, seed, data_seed, report) -> float"
@@ -386,15 +392,16 @@ class TuneResult:
     report (markdown; :attr:`answer` its first paragraph, the answer in words), each
     optimizer's winner as keyword arguments for
     :func:`~torch_mars.train.optimizers.build_optimizer` (paste them into your code), each
-    winner's held-out mean (NaN until its held-out runs have all finished), the verdicts (one
-    dict each: rule, control, gap, interval, p, pairs, decision, provisional), the files
+    winner's held-out mean (NaN until its held-out runs have all finished), the verdicts
+    (:class:`~torch_mars.train.study.tune_record.VerdictEntry`: rule, control, gap, interval,
+    p, pairs, decision, the adjusted interval it was read from, ...), the files
     written (absolute paths: ``summary.md``, ``tune.json``, ``family.json``, ``tune.png``),
     and, in a study with your own dimensions (``extra_space``), each winner's values of them
     (the keyword arguments your function was called with)."""
 
     table: str
     winners: dict[str, dict[str, Any]]
-    verdicts: list[dict[str, Any]]
+    verdicts: list[VerdictEntry]
     paths: list[Path]
     heldout_means: dict[str, float] = field(default_factory=dict)
     extra_winners: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -415,13 +422,11 @@ class TuneResult:
     def load(cls, folder: str | Path) -> TuneResult:
         """A finished (or begun) study's result from its report in ``folder`` alone: no
         training function, no storage."""
-        from torch_mars.train.study.tune_record import read_tune_record
-
         folder = Path(os.path.abspath(folder))
         return cls.of(folder, (folder / "summary.md").read_text(), read_tune_record(folder))
 
     @classmethod
-    def of(cls, folder: Path, summary: str, record: Any) -> TuneResult:
+    def of(cls, folder: Path, summary: str, record: TuneRecord) -> TuneResult:
         """The result of the report in ``folder`` whose ``summary.md`` text and record
         (:class:`~torch_mars.train.study.tune_record.TuneRecord`) are given: what a study
         returns from memory, and :meth:`load` from the files."""
@@ -429,19 +434,19 @@ class TuneResult:
         return cls(
             table=summary,
             winners={
-                o["optimizer"]: {
-                    k: tuple(v) if isinstance(v, list) else v for k, v in o["hyperparams"].items()
+                o.optimizer: {
+                    k: tuple(v) if isinstance(v, list) else v for k, v in o.hyperparams.items()
                 }
                 for o in record.optimizers
-                if o["hyperparams"]
+                if o.hyperparams
             },
             verdicts=list(record.verdicts),
             paths=[folder / n for n in names if (folder / n).is_file()],
             heldout_means=heldout_means(record.optimizers),
             extra_winners={
-                o["optimizer"]: o["extra_space"] for o in record.optimizers if "extra_space" in o
+                o.optimizer: o.extra_space for o in record.optimizers if o.extra_space is not None
             },
-            command=list(record.data.get("command", [])),
+            command=list(record.command),
         )
 
 
@@ -451,14 +456,14 @@ def load_study(folder: str | Path) -> TuneResult:
     return TuneResult.load(folder)
 
 
-def heldout_means(entries: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Each optimizer's held-out mean from its entry of a ``tune.json`` record (NaN where a
-    run is missing)."""
+def heldout_means(entries: Sequence[OptimizerEntry]) -> dict[str, float]:
+    """Each optimizer's held-out mean from its entry of a study's record (NaN where a run is
+    missing)."""
     means = {}
     for o in entries:
-        finals = o["heldout_finals"]
+        finals = o.heldout_finals
         complete = finals and None not in finals
-        means[o["optimizer"]] = statistics.fmean(finals) if complete else math.nan
+        means[o.optimizer] = statistics.fmean(finals) if complete else math.nan
     return means
 
 

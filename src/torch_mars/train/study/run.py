@@ -309,11 +309,11 @@ def second_look_plan(plan: TunePlan, record: TuneRecord) -> TunePlan | None:
         return None
     first = []
     for entry in record.verdicts:
-        numbers = [entry.get(k) for k in ("gap", "error", "level")]
-        if entry.get("decision") != "inconclusive" or entry.get("pairs") != looks.first:
+        numbers = [entry.gap, entry.error, entry.level]
+        if entry.decision != "inconclusive" or entry.pairs != looks.first:
             continue
         if all(isinstance(v, int | float) and math.isfinite(v) for v in numbers):
-            first.append((Stage(entry["gap"], entry["error"], looks.first), entry["level"]))
+            first.append((Stage(entry.gap, entry.error, looks.first), entry.level))
     wanted = second_look(first, looks, looks.first)
     if wanted <= looks.first:
         return None
