@@ -12,7 +12,7 @@ import pytest
 from benchmark_scripts import load_benchmark_script
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.space import parse_point_key, point_key
-from torch_mars.train.study.surface import SurfaceSearch3
+from torch_mars.train.study.surface import SurfaceSearch
 from torch_mars.train.study.tune import TunePlan
 from torch_mars.train.trainer import TrainConfig
 
@@ -42,7 +42,7 @@ def test_each_point_is_scored_on_its_own_order_in_turn_and_held_out_as_asked():
 def test_without_noise_the_third_design_finds_the_toys_optimum_and_a_screen_needs_two_draws(
     capsys,
 ):
-    assert spread.regret(SurfaceSearch3, "muon", (0.0, 0.0, 0.0), draw=1) == 0.0
+    assert spread.regret(SurfaceSearch, "muon", (0.0, 0.0, 0.0), draw=1) == 0.0
     with pytest.raises(SystemExit):
         spread.main(["--draws", "1"])
     assert "--draws must be >= 2, got 1" in capsys.readouterr().err

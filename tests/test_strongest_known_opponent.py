@@ -21,7 +21,7 @@ from torch_mars.train.study.space import (
     point_key,
     start_point,
 )
-from torch_mars.train.study.surface import SurfaceSearch3
+from torch_mars.train.study.surface import SurfaceSearch
 from torch_mars.train.study.tune import TunePlan
 from torch_mars.train.study.tune_report import (
     OptimizerOutcome,
@@ -64,8 +64,8 @@ def run_together(searches) -> dict:
 
 def toy_searches(short: int = 3, long: int = 24):
     starts = {name: (start_point(name, "tiny"),) for name in ("adamw", "nadamw")}
-    adamw = SurfaceSearch3("adamw", starts["adamw"], SELECTION, short)
-    nadamw = SurfaceSearch3("nadamw", starts["nadamw"], SELECTION, long)
+    adamw = SurfaceSearch("adamw", starts["adamw"], SELECTION, short)
+    nadamw = SurfaceSearch("nadamw", starts["nadamw"], SELECTION, long)
     return dataclasses.replace(adamw, peers=(nadamw,)), dataclasses.replace(nadamw, peers=(adamw,))
 
 

@@ -9,6 +9,7 @@ selection seed lucky at the lr's stability edge does not choose the winner."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from pathlib import Path
@@ -20,22 +21,18 @@ from test_profiled_search import BEST_GAMMA, LR_PER_GAMMA, START, ridge, run_sea
 from torch_mars.train.study.profiled import ProfiledSearch
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.space import dimensions_of
-from torch_mars.train.study.surface import (
-    LocalSurface,
-    SurfaceSearch,
-    SurfaceSearch2,
-    SurfaceSearch3,
-    SurfaceSearch4,
-    SurfaceSearch5,
-    SurfaceSearch6,
-    joint_screen_plan,
-)
+from torch_mars.train.study.surface import DESIGNS, LocalSurface, SurfaceSearch, joint_screen_plan
 from torch_mars.train.study.tune import DEFAULT_SEARCH, DEFAULT_TRIALS, SEARCHES, TunePlan
 from torch_mars.train.trainer import TrainConfig
 
+# each design by its name: one class, its options (surface.DESIGNS)
+SurfaceSearch1, SurfaceSearch2, SurfaceSearch3, SurfaceSearch4, SurfaceSearch5, SurfaceSearch6 = (
+    functools.partial(SurfaceSearch, design=DESIGNS[name])
+    for name in ("surface", "surface-2", "surface-3", "surface-4", "surface-5", "surface-6")
+)
 FIVE = ("adamw", "nadamw", "mars-adamw", "muon", "mars-shampoo")
 # every surface design tune can run, the default first
-DESIGNS = [search for name, search in SEARCHES.items() if name.startswith("surface")]
+SURFACE_SEARCHES = [search for name, search in SEARCHES.items() if name.startswith("surface")]
 
 
 def five_optimizer_plan(selection=PROTOCOL, **settings) -> TunePlan:
@@ -54,10 +51,12 @@ def bowl(centre: dict[str, int]):
 def test_the_default_is_the_surface_search_at_40_trials_on_one_selection_seed():
     plan = five_optimizer_plan()
     assert (plan.search, plan.trials) == (DEFAULT_SEARCH, DEFAULT_TRIALS) == ("surface-3", 40)
-    assert all(type(s) is SurfaceSearch3 for s in plan.searches())
+    assert all(type(s) is SurfaceSearch for s in plan.searches())
+    assert all(s.design is DESIGNS["surface-3"] for s in plan.searches())
     assert PROTOCOL.seeds == (0,) and len(PROTOCOL.heldout_pairs()) == 12
     # the studies that ran the earlier designs replay their own
-    assert SEARCHES["surface-2"] is SurfaceSearch2 and SEARCHES["surface"] is SurfaceSearch
+    assert SEARCHES["surface-2"].keywords["design"] is DESIGNS["surface-2"]
+    assert SEARCHES["surface"].keywords["design"] is DESIGNS["surface"]
     assert SEARCHES["lr-profiled"] is ProfiledSearch
 
 
@@ -77,7 +76,7 @@ def test_every_dimension_of_every_optimizer_moves_within_12_trials(search, order
         assert moved == set(dimensions_of(search.optimizer)), search.optimizer
 
 
-@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize("design", SURFACE_SEARCHES)
 @pytest.mark.parametrize("order_seed", [0, 1, 2, 3])
 def test_a_gamma_lr_ridge_is_followed_to_its_optimum_within_40_trials(design, order_seed):
     search = design("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed)
@@ -87,7 +86,7 @@ def test_a_gamma_lr_ridge_is_followed_to_its_optimum_within_40_trials(design, or
     assert state.spent and len(state.trials) == 40
 
 
-@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize("design", SURFACE_SEARCHES)
 def test_a_replay_takes_the_same_path_whatever_order_the_runs_finished_in(design):
     search = design("mars-adamw", (START,), PROTOCOL, trials=30)
     in_order, _ = run_search(search)
@@ -96,7 +95,7 @@ def test_a_replay_takes_the_same_path_whatever_order_the_runs_finished_in(design
     assert len(trained) == len(set(trained))
 
 
-@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize("design", SURFACE_SEARCHES)
 def test_more_trials_extend_the_same_search_and_it_trains_exactly_its_plan(design):
     short, _ = run_search(design("mars-adamw", (START,), PROTOCOL, trials=15))
     search = design("mars-adamw", (START,), PROTOCOL, trials=30)
@@ -106,7 +105,7 @@ def test_more_trials_extend_the_same_search_and_it_trains_exactly_its_plan(desig
     assert len(trained) == search.planned_runs == 30 + 4 * 2 + 12
 
 
-@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize("design", SURFACE_SEARCHES)
 def test_a_diverged_trial_never_wins_and_the_fit_survives_it(design):
     def diverges_above_the_start_lr(point, seed):
         return math.nan if point["lr"] > START["lr"] else ridge(point, seed)
@@ -164,7 +163,7 @@ def test_a_screen_step_that_lost_is_tried_the_other_way(order_seed):
     assert state.point["beta1"] == START["beta1"] - 1
     if order_seed == 1:  # the first design's even ridge predicts no gain there: never tried
         first, _ = run_search(
-            SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed),
+            SurfaceSearch1("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed),
             objective=one_sided_beta1,
         )
         assert min(p["beta1"] for p, _ in first.trials) == START["beta1"]
@@ -192,7 +191,7 @@ def test_a_selection_seed_lucky_at_the_lr_edge_does_not_choose_the_winner(order_
     assert finalist_lrs == [EDGE - 1] + [EDGE] * 3
     assert len(trained) <= search.planned_runs + len(PROTOCOL.seeds)  # the step down, if new
     first, _ = run_search(
-        SurfaceSearch("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed),
+        SurfaceSearch1("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed),
         objective=lucky_at_the_edge,
     )
     assert first.point["lr"] == EDGE  # its four finalists all sit at the edge
@@ -253,7 +252,7 @@ def test_a_beta1_gamma_valley_is_followed_by_the_pair_probe(design, order_seed):
     assert state.point["gamma"] >= START["gamma"] + 2 and state.point["beta1"] < START["beta1"]
     # without the probe no trial moves two dimensions but the lr together: the valley is
     # invisible to the fit and neither earlier design leaves the start's setting of gamma
-    for design in (SurfaceSearch, SurfaceSearch2):
+    for design in (SurfaceSearch1, SurfaceSearch2):
         earlier, _ = run_search(
             design("mars-adamw", (START,), PROTOCOL, trials=40, order_seed=order_seed),
             objective=valley,

@@ -36,7 +36,7 @@ from torch_mars.train.study.engine import RunId
 from torch_mars.train.study.profiled import ProfiledState
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.space import Point, parse_point_key, point_key
-from torch_mars.train.study.surface import SurfaceSearch3
+from torch_mars.train.study.surface import SurfaceSearch
 from torch_mars.train.study.tune import TunePlan
 from torch_mars.train.trainer import TrainConfig
 
@@ -51,7 +51,7 @@ TRIALS = 40
 
 
 @dataclasses.dataclass(frozen=True)
-class OrderSpreadSearch(SurfaceSearch3):
+class OrderSpreadSearch(SurfaceSearch):
     """The third design with each point's selection runs (and its finalists' runs) on its own
     data order, :data:`ROTATION`'s next in the order the search first asks for the point; runs
     on other orders (the held-out ones) are left as asked."""
@@ -106,7 +106,7 @@ def toy_runs(
     return true, run
 
 
-def regret(design: type[SurfaceSearch3], optimizer: str, scales, draw: int) -> float:
+def regret(design: type[SurfaceSearch], optimizer: str, scales, draw: int) -> float:
     """One draw: the winner's true loss above the optimum's."""
     plan = TunePlan(TrainConfig(model="tiny"), ("adamw", *OPTIMIZERS, "mars-shampoo"), PROTOCOL,
                     Path("unused"))  # fmt: skip
@@ -126,13 +126,13 @@ def screen(draws: int) -> str:
     rows = []
     for scales in NOISE_CASES:
         for optimizer in OPTIMIZERS:
-            for design in (SurfaceSearch3, OrderSpreadSearch):
+            for design in (SurfaceSearch, OrderSpreadSearch):
                 regrets = sorted(regret(design, optimizer, scales, d) for d in range(draws))
                 rows.append(
                     [
                         " / ".join(f"{s:g}" for s in scales),
                         optimizer,
-                        "surface-3" if design is SurfaceSearch3 else "orders spread",
+                        "surface-3" if design is SurfaceSearch else "orders spread",
                         f"{math.fsum(regrets) / draws:.4f}",
                         f"{regrets[int(0.9 * (draws - 1))]:.4f}",
                     ]

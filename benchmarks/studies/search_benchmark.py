@@ -109,7 +109,7 @@ from torch_mars.train.study.space import (
     start_point,
 )
 from torch_mars.train.study.store import refuse_link, restore_journals, stored_study
-from torch_mars.train.study.surface import SurfaceSearch3, SurfaceSearch6
+from torch_mars.train.study.surface import DESIGNS as SURFACE_DESIGNS
 from torch_mars.train.study.tune import SEARCHES, plan_of_identity
 from torch_mars.train.study.tune_record import OptimizerEntry, TuneRecord, read_tune_record
 from torch_mars.train.study.verdict import (
@@ -337,7 +337,7 @@ def toy_table() -> str:
         for dimension, far in TOY_VALLEYS:
             start, floor, true_loss = valley(optimizer, dimension, far)
             cells = [optimizer, f"{dimension} {floor:+d}"]
-            for design in (SurfaceSearch3, SurfaceSearch6):
+            for design in (SEARCHES["surface-3"], SEARCHES["surface-6"]):
                 regrets, reached = [], []
                 for order in TOY_ORDERS:
                     search = design(
@@ -378,8 +378,7 @@ def replay_table() -> str:
             plan = plan_of_identity(identity, study, None, study.name, history)
             results = finished_results(trials)
             for search in plan.searches():
-                fields = dataclasses.fields(search)
-                pattern = SurfaceSearch6(**{f.name: getattr(search, f.name) for f in fields})
+                pattern = dataclasses.replace(search, design=SURFACE_DESIGNS["surface-6"])
                 state = pattern.replay(results)
                 where = (
                     f"leaves the campaign's path at trial {len(state.trials) + 1}"
@@ -395,8 +394,8 @@ def pattern_move_report(replicates: int) -> str:
     campaign's studies replayed, the surrogate at b64-4x and b16-4x), in
     ``search-benchmark/pattern-move.md``."""
     designs = {
-        "surface-3, 1 seed": (SurfaceSearch3, PROTOCOL),
-        "surface-6, 1 seed": (SurfaceSearch6, PROTOCOL),
+        "surface-3, 1 seed": (SEARCHES["surface-3"], PROTOCOL),
+        "surface-6, 1 seed": (SEARCHES["surface-6"], PROTOCOL),
     }
     parts = [
         "The sixth design (surface-6, a pattern move) screened beside the third "

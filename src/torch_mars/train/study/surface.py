@@ -29,14 +29,12 @@ seeds (by default one: the noise is paid where it decides, by the finalists). Th
    read on the final seeds too, and the best mean over every choosing seed wins; without
    finalists the best point scored wins. The winner is then read on the held-out runs.
 
-That walk is the first design (:class:`SurfaceSearch`); the second (:class:`SurfaceSearch2`)
-takes a dimension as straight until both sides of the best point are scored and hedges the
-finalists' lr; the third (:class:`SurfaceSearch3`, tune's default) adds a pair probe after the
-screen, so a valley between two dimensions is seen; the fourth (:class:`SurfaceSearch4`, a
-candidate) profiles the probe's best pair and steps one ladder step at a time; the fifth
-(:class:`SurfaceSearch5`, a candidate) screens with points that move every dimension together;
-the sixth (:class:`SurfaceSearch6`, a candidate) takes a step that gained once more the same way.
-Each earlier design stays, so that the studies that ran it replay.
+That walk is one class, :class:`SurfaceSearch`, whose :class:`SurfaceDesign` says how it screens,
+fits, probes, steps and draws its finalists; :data:`DESIGNS` names each design a study ran:
+``surface-3`` is tune's default (a dimension taken as straight until both sides of the best point
+are scored, the finalists' lr hedged, a pair probe after the screen), ``surface`` and
+``surface-2`` the campaigns' first two, ``surface-4``, ``-5`` and ``-6`` candidates measured
+and not adopted (docs/harness-history.md). Each stays, so that the studies that ran it replay.
 
 Every decision reads only runs the search asked for, and the path never depends on the budget:
 a replay on more results takes the same path (a killed study resumes), and more trials extend
@@ -46,12 +44,12 @@ lr-profiled coordinate descent (:mod:`.profiled`), is measured in docs/harness.m
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import combinations
-from typing import ClassVar
 
 import numpy as np
 
@@ -159,18 +157,80 @@ class LocalSurface:
         return _features(offsets, self.dimensions.index("lr"), columns) @ self.coefficients
 
 
+# The second design's finalists, in the report's words.
+HEDGED_FINALISTS = (
+    "its best point, that setting one lr step down, then the best points of other settings"
+)
+
+
+@dataclass(frozen=True)
+class SurfaceDesign:
+    """How a :class:`SurfaceSearch` walks: every choice its designs differ in, measured at
+    b64-4x (docs/harness-history.md).
+
+    Attributes:
+        curvature_ridge: the fit's ridge on the squared terms: :data:`RIDGE` (even, the first
+            design), or :data:`CURVATURE_RIDGE`, which takes a dimension as straight until
+            trials on both sides of the best point show it bends, so that a screen step that
+            lost predicts a gain the other way.
+        single_steps: the ladder steps a candidate moves one dimension by (two dimensions move
+            by one step each).
+        follows_a_gain: a step that gained is taken once more the same way, lr-profiled,
+            before the fit chooses again (Hooke and Jeeves' pattern move).
+        hedged_finalists: the finalists are the best point, the same setting one lr step down
+            (one selection seed flatters the lr at the stability edge most), then the best
+            points of other settings; else the best points scored.
+        screen: ``"one at a time"``: every dimension but the lr one step from the start, at the
+            lr one step down then up; ``"joint"``: as many points moving every dimension
+            together in balanced random signs (:func:`joint_screen_plan`).
+        probe: after the screen, two dimensions moved together one step each, every sign, and
+            their product a term of the fit: the two the fit finds the score most sensitive to
+            (``"sensitivity"``), the pair whose product a fit with every pair's finds largest
+            (``"product"``), or none.
+        probe_profiled: the probe's best pair is lr-profiled at once.
+    """
+
+    curvature_ridge: float = RIDGE
+    single_steps: tuple[int, ...] = (-1, 1, -2, 2)
+    follows_a_gain: bool = False
+    hedged_finalists: bool = False
+    screen: str = "one at a time"
+    probe: str = "none"
+    probe_profiled: bool = False
+
+    @property
+    def finalists_drawn(self) -> str:
+        """How the finalists are drawn, in the report's words."""
+        return HEDGED_FINALISTS if self.hedged_finalists else ProfiledSearch.finalists_drawn
+
+
+_SECOND = SurfaceDesign(curvature_ridge=CURVATURE_RIDGE, hedged_finalists=True)
+_THIRD = dataclasses.replace(_SECOND, probe="sensitivity")
+# Each design by the name a study records: tune's default first, then the campaigns' earlier
+# two, then the candidates measured and not adopted (the fourth: the probe's pair profiled and
+# one-step candidates; the fifth: a joint screen; the sixth: a pattern move).
+DESIGNS: dict[str, SurfaceDesign] = {
+    "surface-3": _THIRD,
+    "surface-2": _SECOND,
+    "surface": SurfaceDesign(),
+    "surface-4": dataclasses.replace(_THIRD, single_steps=(-1, 1), probe_profiled=True),
+    "surface-5": dataclasses.replace(_THIRD, screen="joint", probe="product"),
+    "surface-6": dataclasses.replace(_THIRD, follows_a_gain=True),
+}
+
+
 @dataclass(frozen=True)
 class SurfaceSearch(ProfiledSearch):
-    """The search of one optimizer (see the module's docstring); ``order_seed`` draws the
-    screen's directions and the order it visits the dimensions in. ``max_rounds`` caps the
-    model's steps (a quick look; a comparison never sets it). The first design (the campaign's
-    first studies replay it): an even ridge on every term, finalists the best points scored."""
+    """The search of one optimizer (see the module's docstring) by ``design`` (tune's default
+    unless given); ``order_seed`` draws the screen's directions and the order it visits the
+    dimensions in. ``max_rounds`` caps the model's steps (a quick look; a comparison never sets
+    it)."""
 
-    curvature_ridge: ClassVar[float] = RIDGE
-    # The steps a candidate moves one dimension by (ladder steps); two dimensions move by one.
-    single_steps: ClassVar[tuple[int, ...]] = (-1, 1, -2, 2)
-    # Whether a step that gained is taken once more the same way before the fit chooses again.
-    follows_a_gain: ClassVar[bool] = False
+    design: SurfaceDesign = DESIGNS["surface-3"]
+
+    @property
+    def finalists_drawn(self) -> str:  # type: ignore[override]
+        return self.design.finalists_drawn
 
     def _search(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
         dimensions = self.dimensions
@@ -179,7 +239,10 @@ class SurfaceSearch(ProfiledSearch):
         self.score_points(results, state, [{**own, "lr": own["lr"] + k} for k in (0, -1, 1)])
         self.score_points(results, state, list(peers))
         state.moves.append("start")
-        self._screen(results, state, [d for d in dimensions if d != "lr"])
+        others = [d for d in dimensions if d != "lr"]
+        self._screen(results, state, others)
+        if self.design.probe != "none" and len(others) >= 2:
+            self._probe(results, state, others)
         follow: Point | None = None
         while not self._capped(state):
             surface = self._fit(state)
@@ -195,14 +258,14 @@ class SurfaceSearch(ProfiledSearch):
             if self._best_score(state) < before:
                 moved = [d for d in dimensions if d != "lr" and chosen[d] != incumbent[d]]
                 state.moves.append("+".join(moved))
-                if self.follows_a_gain:
+                if self.design.follows_a_gain:
                     follow = self._continued(state.point, incumbent, moved, profiled)
 
     def _fit(self, state: ProfiledState) -> LocalSurface:
         """The local surface around the best point so far, with the products of
         ``state.pairs``."""
         return LocalSurface.fit(
-            self.dimensions, state.point, state.trials, self.curvature_ridge, state.pairs
+            self.dimensions, state.point, state.trials, self.design.curvature_ridge, state.pairs
         )
 
     @staticmethod
@@ -212,9 +275,21 @@ class SurfaceSearch(ProfiledSearch):
     def _screen(
         self, results: Mapping[RunId, float], state: ProfiledState, others: list[str]
     ) -> None:
-        """Every dimension but the lr one step from the best point so far, at the lr one step
-        down, then at the lr one step up."""
+        """The design's screen from the best point so far (:attr:`SurfaceDesign.screen`)."""
         centre = dict(state.point)
+        if self.design.screen == "joint":
+            points = []
+            for moves in joint_screen_plan(others, 2 * len(others), self.order_seed):
+                point = dict(centre)
+                for dimension, step in moves.items():
+                    here, ladder = centre[dimension], self.ladder(dimension)
+                    point[dimension] = next(
+                        (here + s for s in (step, -step) if ladder.has(here + s)), here
+                    )
+                points.append(point)
+            self.score_points(results, state, points)
+            state.moves.append("screen")
+            return
         draw = random.Random(self.order_seed)
         order = list(others)
         draw.shuffle(order)
@@ -229,6 +304,43 @@ class SurfaceSearch(ProfiledSearch):
             self.score_points(results, state, [{**p, "lr": centre["lr"] + lr_step} for p in moved])
         state.moves.append("screen")
 
+    def _probe(
+        self, results: Mapping[RunId, float], state: ProfiledState, others: list[str]
+    ) -> list[tuple[Point, float]]:
+        """The pair probe from the best point so far (:attr:`SurfaceDesign.probe`); returns the
+        probes scored."""
+        centre = dict(state.point)
+        a, b = self._probe_pair(state, others)
+        state.pairs = ((a, b),)
+        probes = [
+            point
+            for step_a in (-1, 1)
+            for step_b in (-1, 1)
+            if (point := self._neighbour(centre, {a: step_a, b: step_b})) is not None
+        ]
+        scored = self.score_points(results, state, probes)
+        state.moves.append(f"probe {a}+{b}")
+        finite = [(p, s) for p, s in scored if math.isfinite(badness(s))]
+        if self.design.probe_profiled and finite:
+            best, _ = min(finite, key=lambda ps: badness(ps[1]))
+            self._profile(results, state, best)
+            state.moves.append("probe profiled")
+        return scored
+
+    def _probe_pair(self, state: ProfiledState, others: list[str]) -> tuple[str, str]:
+        """The two dimensions the fit finds the score most sensitive to, or (``"product"``) the
+        pair whose product is largest in a fit with every pair's product."""
+        if self.design.probe == "product":
+            pairs = tuple(combinations(others, 2))
+            surface = LocalSurface.fit(
+                self.dimensions, state.point, state.trials, self.design.curvature_ridge, pairs
+            )
+            products = surface.coefficients[-len(pairs) :]
+            return pairs[int(np.argmax(np.abs(products)))]
+        surface = self._fit(state)
+        a, b = sorted(others, key=lambda d: -surface.sensitivity(d))[:2]
+        return a, b
+
     def _continued(
         self, best: Point, incumbent: Point, moved: list[str], profiled: set[str]
     ) -> Point | None:
@@ -241,11 +353,11 @@ class SurfaceSearch(ProfiledSearch):
         return point
 
     def _next_step(self, surface: LocalSurface, best: Point, profiled: set[str]) -> Point | None:
-        """The candidate setting (one dimension of ``best`` moved by one of
-        :attr:`single_steps`, or two by one step each) predicted lowest at its own predicted
-        best lr, among those not yet profiled."""
+        """The candidate setting (one dimension of ``best`` moved by one of the design's
+        :attr:`~SurfaceDesign.single_steps`, or two by one step each) predicted lowest at its
+        own predicted best lr, among those not yet profiled."""
         others = [d for d in surface.dimensions if d != "lr"]
-        moves = [{d: s} for d in others for s in self.single_steps]
+        moves = [{d: s} for d in others for s in self.design.single_steps]
         moves += [
             {a: sa, b: sb} for a, b in combinations(others, 2) for sa in (-1, 1) for sb in (-1, 1)
         ]
@@ -264,33 +376,12 @@ class SurfaceSearch(ProfiledSearch):
         index = int(np.argmin(values))  # the first of equals: the moves' declared order
         return {**candidates[index], "lr": best["lr"] - LR_REACH + int(best_lr[index])}
 
-
-@dataclass(frozen=True)
-class SurfaceSearch2(SurfaceSearch):
-    """The second design (campaign-2's): the same walk with two mends measured at b64-4x
-    (docs/harness.md).
-
-    - The fit assumes a dimension straight until trials on both sides of the best point show it
-      bends (:data:`CURVATURE_RIDGE`), so a screen step that lost predicts a gain the other way
-      and the steps try it.
-    - The finalists hedge the lr: the best point, the same setting one lr step down, then the
-      best points of other settings. One selection seed flatters the lr at the stability edge
-      most, where the seeds spread most; the finalists' seeds judge the two lrs evenly. The step
-      down is read on every choosing seed, its selection seed too where no trial scored it
-      (one run more than the plan's).
-    """
-
-    curvature_ridge: ClassVar[float] = CURVATURE_RIDGE
-    finalists_drawn: ClassVar[str] = (
-        "its best point, that setting one lr step down, then the best points of other settings"
-    )
-
     def _final(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
         count = self.selection.finalists
         finite = sorted(
             ((p, s) for p, s in state.trials if math.isfinite(badness(s))), key=lambda ps: ps[1]
         )
-        if not count or not finite:
+        if not self.design.hedged_finalists or not count or not finite:
             super()._final(results, state)
             return
         best = finite[0][0]
@@ -312,83 +403,6 @@ class SurfaceSearch2(SurfaceSearch):
         state.point = state.finalists[0][0]
 
 
-@dataclass(frozen=True)
-class SurfaceSearch3(SurfaceSearch2):
-    """The third design, tune's default: the second's walk with a pair probe after the screen,
-    for the miss measured at b64-4x (docs/harness.md).
-
-    A dimension's slope measured at another setting of a dimension it interacts with
-    misleads: MARS-Shampoo's gamma was stepped up only at beta1 0.98, where the correction's
-    strength gamma * beta1 / (1 - beta1) is five times that at 0.95, lost, and was never tried
-    at 0.95; no trial had moved two dimensions but the lr together, so the fit could not see
-    the valley between them. After the screen, the two dimensions the fit finds the score most
-    sensitive to (the largest slope plus curvature, in ladder steps) are moved together one
-    step each, every sign, from the best point at its lr (at most four trials), and the fit
-    gets their product as a term: the steps can then follow a valley between them. One rule
-    for every optimizer: which two dimensions is the screen's finding, not a prior.
-    """
-
-    def _screen(
-        self, results: Mapping[RunId, float], state: ProfiledState, others: list[str]
-    ) -> None:
-        super()._screen(results, state, others)
-        if len(others) >= 2:
-            self._probe(results, state, others)
-
-    def _probe(
-        self, results: Mapping[RunId, float], state: ProfiledState, others: list[str]
-    ) -> list[tuple[Point, float]]:
-        """The pair probe from the best point so far; returns the probes scored."""
-        centre = dict(state.point)
-        a, b = self._probe_pair(state, others)
-        state.pairs = ((a, b),)
-        probes = [
-            point
-            for step_a in (-1, 1)
-            for step_b in (-1, 1)
-            if (point := self._neighbour(centre, {a: step_a, b: step_b})) is not None
-        ]
-        scored = self.score_points(results, state, probes)
-        state.moves.append(f"probe {a}+{b}")
-        return scored
-
-    def _probe_pair(self, state: ProfiledState, others: list[str]) -> tuple[str, str]:
-        """The two dimensions the fit finds the score most sensitive to."""
-        surface = self._fit(state)
-        a, b = sorted(others, key=lambda d: -surface.sensitivity(d))[:2]
-        return a, b
-
-
-@dataclass(frozen=True)
-class SurfaceSearch4(SurfaceSearch3):
-    """The fourth design: the third's walk with two changes chosen on the search benchmark's
-    surrogate at b64-4x (docs/harness.md).
-
-    - The probe's best pair is lr-profiled at once. The probe scores a pair at the centre's lr,
-      where a correction made stronger (a larger gamma, a smaller beta1) wants another lr: at
-      b64-4x the third design's MARS-Shampoo probe found beta1 0.9 with gamma 0.1 level with
-      its incumbent at that lr, and its steps never judged the pair one lr step up, where the
-      reference sits.
-    - A candidate step moves a dimension by one ladder step only. A two-step candidate is
-      where the fit's straight prior extrapolates furthest from what was scored: in flat
-      dimensions the third design spent its steps there (weight decay 0.3, beta1 0.85 for
-      MARS-Shampoo) before the lr neighbour of its best setting.
-    """
-
-    single_steps: ClassVar[tuple[int, ...]] = (-1, 1)
-
-    def _probe(
-        self, results: Mapping[RunId, float], state: ProfiledState, others: list[str]
-    ) -> list[tuple[Point, float]]:
-        scored = super()._probe(results, state, others)
-        finite = [(p, s) for p, s in scored if math.isfinite(badness(s))]
-        if finite:
-            best, _ = min(finite, key=lambda ps: badness(ps[1]))
-            self._profile(results, state, best)
-            state.moves.append("probe profiled")
-        return scored
-
-
 def joint_screen_plan(dimensions: list[str], count: int, seed: int) -> list[dict[str, int]]:
     """The joint screen's moves (ladder steps from the centre): ``count`` points, each moving
     every one of ``dimensions`` one step (a balanced column of -1 and +1 per dimension) and the
@@ -403,66 +417,3 @@ def joint_screen_plan(dimensions: list[str], count: int, seed: int) -> list[dict
     columns = {d: column((-1, 1)) for d in dimensions}
     columns["lr"] = column((-1, 0, 1))
     return [{d: values[i] for d, values in columns.items()} for i in range(count)]
-
-
-@dataclass(frozen=True)
-class SurfaceSearch5(SurfaceSearch3):
-    """The fifth design (a candidate): the third's walk with a joint screen, for the miss the
-    third shows where its start lies far from the optimum (docs/harness.md).
-
-    The third design's screen moves one dimension at a time from the start; where the optimum
-    is several steps away in several dimensions at once (b64-4x, started from b16-4x's
-    winners), each of those moves judges a dimension at the others' wrong settings. The joint
-    screen spends the same trials (two per dimension but the lr) on points that move every
-    dimension one step together, in balanced random signs, with the lr one step down, at the
-    centre's lr or one step up (:func:`joint_screen_plan`; AlgoPerf's quasi-random first
-    trials, kept within a step of the centre so that a start near the optimum loses little).
-    Each dimension's slope is then read over many settings of the others, and every pair's
-    product is estimable, so the pair probe moves the pair whose product a fit with every
-    pair's product finds largest (the third design's probe ranks dimensions by slope and
-    curvature, which a screen of one-step moves in every dimension cannot separate: every
-    squared offset is 1). The steps then follow as in the third design. A move off a ladder's
-    end is taken the other way.
-    """
-
-    def _screen(
-        self, results: Mapping[RunId, float], state: ProfiledState, others: list[str]
-    ) -> None:
-        centre = dict(state.point)
-        points = []
-        for moves in joint_screen_plan(others, 2 * len(others), self.order_seed):
-            point = dict(centre)
-            for dimension, step in moves.items():
-                here, ladder = centre[dimension], self.ladder(dimension)
-                point[dimension] = next(
-                    (here + s for s in (step, -step) if ladder.has(here + s)), here
-                )
-            points.append(point)
-        self.score_points(results, state, points)
-        state.moves.append("screen")
-        if len(others) >= 2:
-            self._probe(results, state, others)
-
-    def _probe_pair(self, state: ProfiledState, others: list[str]) -> tuple[str, str]:
-        """The pair whose product is largest in a fit with every pair's product."""
-        pairs = tuple(combinations(others, 2))
-        surface = LocalSurface.fit(
-            self.dimensions, state.point, state.trials, self.curvature_ridge, pairs
-        )
-        products = surface.coefficients[-len(pairs) :]
-        return pairs[int(np.argmax(np.abs(products)))]
-
-
-@dataclass(frozen=True)
-class SurfaceSearch6(SurfaceSearch3):
-    """The sixth design (a candidate): the third's walk, where a step that gained is taken once
-    more the same way, lr-profiled from the new best lr, before the fit chooses the next (Hooke
-    and Jeeves' pattern move); while the follow-on steps gain they go on, and once one loses
-    the fit chooses again, now with a trial beyond the gain (docs/harness.md).
-
-    The fit is local, and its straight prior reaches a point beyond the best only where the
-    slope is clear in its weights; at b64-4x both of AdamW's 80-trial references sit one step
-    further along beta1 than the third design's search stopped. One rule for every optimizer.
-    """
-
-    follows_a_gain: ClassVar[bool] = True

@@ -16,9 +16,10 @@ rerunning a finished trial.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,14 +62,7 @@ from torch_mars.train.study.space import (
     start_point,
     tunable_optimizers,
 )
-from torch_mars.train.study.surface import (
-    SurfaceSearch,
-    SurfaceSearch2,
-    SurfaceSearch3,
-    SurfaceSearch4,
-    SurfaceSearch5,
-    SurfaceSearch6,
-)
+from torch_mars.train.study.surface import DESIGNS, SurfaceSearch
 from torch_mars.train.study.two_stage import Design
 from torch_mars.train.task import task_of
 from torch_mars.train.trainer import TrainConfig
@@ -86,17 +80,20 @@ PROTOCOL_KEYS = (
     "starts",
     "prune",
 )
-# The searches a study can run, by the name its record keeps: the default first.
-SEARCHES: dict[str, type[ProfiledSearch]] = {
-    "surface-3": SurfaceSearch3,
-    "surface-4": SurfaceSearch4,
-    "surface-5": SurfaceSearch5,
-    "surface-6": SurfaceSearch6,
-    "surface-2": SurfaceSearch2,
-    "surface": SurfaceSearch,
+# The searches a study can run, by the name its record keeps: the surface search by each of its
+# designs (tune's default first), and the lr-profiled coordinate descent the map's studies ran.
+SEARCHES: dict[str, Callable[..., ProfiledSearch]] = {
+    **{name: functools.partial(SurfaceSearch, design=d) for name, d in DESIGNS.items()},
     "lr-profiled": ProfiledSearch,
 }
 DEFAULT_SEARCH = "surface-3"
+
+
+def finalists_drawn(search: str) -> str:
+    """How the search named ``search`` draws its finalists, in the report's words."""
+    return DESIGNS[search].finalists_drawn if search in DESIGNS else ProfiledSearch.finalists_drawn
+
+
 # Every optimizer's trials unless told: the surface search's budget (docs/harness.md).
 DEFAULT_TRIALS = 40
 # The optimizers a study tunes unless told, declared once for both doors (`torch-mars tune`,

@@ -55,9 +55,9 @@ from torch_mars.train.study.space import (
 from torch_mars.train.study.store import owner_of
 from torch_mars.train.study.tune import (
     DEFAULT_SEARCH,
-    SEARCHES,
     TunePlan,
     declared_family,
+    finalists_drawn,
 )
 from torch_mars.train.study.tune_record import TuneRecord, write_tune_record
 from torch_mars.train.study.two_stage import Design, design_of
@@ -779,7 +779,7 @@ def finalists_table(
 ) -> str:
     """Each optimizer's finalists (as the ``search`` design draws them), each with its score
     on the selection seeds and its mean over the finalists' seeds too (the winner first)."""
-    drawn = SEARCHES[search].finalists_drawn
+    drawn = finalists_drawn(search)
     lines = [
         f"Finalists: {sel.finalists} points of each search ({drawn}) re-read on seeds "
         f"{','.join(map(str, sel.final_seeds))}{sel.final_orders_text()}; the best mean over seeds "
