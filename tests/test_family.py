@@ -14,14 +14,10 @@ from lab.campaigns import format_campaign_table
 
 from torch_mars.train.study.family import Comparison, campaign_family, decide
 from torch_mars.train.study.family_reads import campaign_rows
+from torch_mars.train.study.outcomes import OptimizerOutcome, sibling_gaps, verdicts
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.tune import FAMILY_ATTR, TunePlan, declare_family
-from torch_mars.train.study.tune_report import (
-    OptimizerOutcome,
-    report_json,
-    sibling_gaps,
-    verdicts,
-)
+from torch_mars.train.study.tune_report import report_json
 from torch_mars.train.study.verdict import PairedGap, student_t_quantile
 from torch_mars.train.trainer import TrainConfig
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from torch_mars.train.study.outcomes import OptimizerOutcome, verdicts
 from torch_mars.train.study.pairs import verdict_bias
+from torch_mars.train.study.report_text import peer_sentences
 from torch_mars.train.study.selection import PROTOCOL, Selection, protocol_selection
 from torch_mars.train.study.space import (
     LADDERS,
@@ -23,11 +25,6 @@ from torch_mars.train.study.space import (
 )
 from torch_mars.train.study.surface import SurfaceSearch
 from torch_mars.train.study.tune import TunePlan
-from torch_mars.train.study.tune_report import (
-    OptimizerOutcome,
-    peer_sentences,
-    verdicts,
-)
 from torch_mars.train.trainer import TrainConfig
 
 SELECTION = Selection(

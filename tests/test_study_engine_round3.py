@@ -20,6 +20,8 @@ from torch import nn
 import torch_mars
 from torch_mars.train.study.family import Comparison, campaign_family
 from torch_mars.train.study.family_reads import stored_verdicts
+from torch_mars.train.study.outcomes import OptimizerOutcome, curves_of
+from torch_mars.train.study.report_text import format_tune_table
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.space import point_key, start_point
 from torch_mars.train.study.store import (
@@ -31,7 +33,6 @@ from torch_mars.train.study.store import (
     stored_study,
 )
 from torch_mars.train.study.tune import TunePlan, stored_starts
-from torch_mars.train.study.tune_report import OptimizerOutcome, curves_of, format_tune_table
 from torch_mars.train.trainer import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,9 +161,9 @@ def test_r08_stored_data_of_the_wrong_shape_is_one_line_naming_what(monkeypatch)
     )
     with pytest.raises(ValueError, match="owner record"):
         owner_of(trial)
-    from torch_mars.train.study import tune_report
+    from torch_mars.train.study import outcomes
 
-    monkeypatch.setattr(tune_report, "run_of", lambda t: ("adamw", "{}", 0, 0))
+    monkeypatch.setattr(outcomes, "run_of", lambda t: ("adamw", "{}", 0, 0))
     with pytest.raises(ValueError, match="curve whose rows are not rows"):
         curves_of([trial], "val_loss")
 

@@ -20,7 +20,7 @@ import torch
 from harness_helpers import kill_when_paused, toy_tune_plan, write_synthetic_text
 from torch_mars.cli import main
 from torch_mars.train.runtime import describe_device
-from torch_mars.train.study import run, tune, tune_report
+from torch_mars.train.study import outcomes, report_text, run, tune
 from torch_mars.train.study.engine import finished_results, open_study
 from torch_mars.train.study.store import open_storage
 from torch_mars.train.study.tune import TunePlan
@@ -229,11 +229,11 @@ def test_a_worker_takes_its_settings_from_the_study_and_refuses_others(tmp_path,
 
 def test_the_report_tells_an_unbegun_optimizer_from_an_unfinished_one(tmp_path, corpus_file):
     plan = toy_plan(tmp_path, corpus_file)
-    (unbegun,) = tune_report.outcomes(plan, [])
+    (unbegun,) = outcomes.outcomes(plan, [])
     assert unbegun.trial_scores == [] and not unbegun.finished
-    assert "| adamw (not started) |" in tune_report.format_tune_table(plan, [unbegun])
+    assert "| adamw (not started) |" in report_text.format_tune_table(plan, [unbegun])
     begun = dataclasses.replace(unbegun, trial_scores=[2.0])
-    assert "| adamw (unfinished) |" in tune_report.format_tune_table(plan, [begun])
+    assert "| adamw (unfinished) |" in report_text.format_tune_table(plan, [begun])
 
 
 def test_a_study_keeps_the_starts_it_began_with_when_the_defaults_move(
@@ -331,7 +331,7 @@ def test_a_run_records_its_cost_and_the_report_sums_it(tmp_path, corpus_file):
     (trial,) = trials_of(plan)
     cost = trial.user_attrs[RUN_COST_ATTR]
     assert isinstance(cost, float) and cost > 0
-    (device,) = tune_report.run_cost([trial]).values()
+    (device,) = outcomes.run_cost([trial]).values()
     assert device["hours"] == pytest.approx(cost / 3600)
 
 
@@ -349,9 +349,9 @@ def test_a_runs_cost_is_what_it_recorded_and_its_wall_time_where_it_recorded_non
         return trial
 
     recorded, older = run(**{RUN_COST_ATTR: 30.0}), run()
-    assert tune_report.run_seconds(recorded) == 30.0
-    assert tune_report.run_seconds(older) == 3600.0
-    (device,) = tune_report.run_cost([recorded, older]).values()
+    assert outcomes.run_seconds(recorded) == 30.0
+    assert outcomes.run_seconds(older) == 3600.0
+    (device,) = outcomes.run_cost([recorded, older]).values()
     assert device["hours"] == pytest.approx(1 + 30 / 3600)
 
 
@@ -362,9 +362,9 @@ def test_the_cost_line_says_where_threads_were_not_recorded():
         owner = {"device": "cpu-x"} | ({} if threads is None else {"threads": threads})
         return optuna.trial.create_trial(value=1.0, system_attrs={OWNER_ATTR: owner})
 
-    assert tune_report.devices_note([run(1), run(None)]).endswith(
+    assert report_text.devices_note([run(1), run(None)]).endswith(
         "(2 runs, 0.00 h of run time, 1 thread(s) per run where recorded)"
     )
-    assert tune_report.devices_note([run(None)]).endswith("threads per run not recorded)")
-    assert tune_report.devices_note([run(1), run(2)]).endswith("1/2 thread(s) per run)")
-    assert tune_report.devices_note([]) == "no runs"
+    assert report_text.devices_note([run(None)]).endswith("threads per run not recorded)")
+    assert report_text.devices_note([run(1), run(2)]).endswith("1/2 thread(s) per run)")
+    assert report_text.devices_note([]) == "no runs"

@@ -11,14 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from torch_mars.train.study.outcomes import OptimizerOutcome, moved_dimensions
+from torch_mars.train.study.report_text import format_tune_table
 from torch_mars.train.study.selection import PROTOCOL
 from torch_mars.train.study.space import dimensions_of, start_point
 from torch_mars.train.study.tune import TunePlan
-from torch_mars.train.study.tune_report import (
-    OptimizerOutcome,
-    format_tune_table,
-    moved_dimensions,
-)
 from torch_mars.train.trainer import TrainConfig
 
 PLAN = TunePlan(TrainConfig(model="tiny"), ("nadamw", "mars-adamw"), PROTOCOL, Path("unused"))
@@ -95,7 +92,8 @@ def test_the_held_out_runs_keep_their_reported_curves_and_the_figure_draws_them(
     import optuna
 
     import torch_mars
-    from torch_mars.train.study.tune_report import _mean_curve, curves_of
+    from torch_mars.train.study.outcomes import curves_of
+    from torch_mars.train.study.report_plot import _mean_curve
 
     small = dict(seeds=(0,), heldout_seeds=(1, 2), heldout_data_seeds=(1,), finalists=0)
     result = torch_mars.tune(
@@ -112,7 +110,7 @@ def test_the_held_out_runs_keep_their_reported_curves_and_the_figure_draws_them(
 
 
 def test_a_dimension_scored_at_fewer_than_the_declared_depth_is_warned_not_tuned():
-    from torch_mars.train.study.tune_report import TUNED_DEPTH, depth_sentences
+    from torch_mars.train.study.report_text import TUNED_DEPTH, depth_sentences
 
     short = dataclasses.replace(
         outcome("mars-adamw", [start_point("mars-adamw", "tiny")], [2.0] * 12),

@@ -9,9 +9,9 @@ import math
 import pytest
 
 from torch_mars.train.study.family import Comparison, decide
+from torch_mars.train.study.outcomes import OptimizerOutcome, verdicts
 from torch_mars.train.study.pairs import diverged, same_machine, verdict_bias
 from torch_mars.train.study.selection import Selection, protocol_selection
-from torch_mars.train.study.tune_report import OptimizerOutcome, verdicts
 from torch_mars.train.study.two_stage import (
     Design,
     Reading,

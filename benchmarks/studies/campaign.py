@@ -65,6 +65,7 @@ from lab.map_report import format_progress, progress_rows
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.family_reads import campaign_rows, without_correction_folder
+from torch_mars.train.study.outcomes import median_run_seconds
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import PROTOCOL, Selection
 from torch_mars.train.study.space import shares_space
@@ -75,7 +76,6 @@ from torch_mars.train.study.store import (
     stored_study_folders,
 )
 from torch_mars.train.study.tune_record import read_tune_record
-from torch_mars.train.study.tune_report import median_run_seconds
 from torch_mars.train.study.two_stage import Stage, design_of, second_stage_pairs
 
 MAP = FightMap(Path(__file__).resolve().parents[2])

@@ -12,18 +12,18 @@ from pathlib import Path
 from lab.fight_map import POINTS
 from torch_mars.train.compare import mean_std_text
 from torch_mars.train.plots import save_figure
-from torch_mars.train.study.profiled import planned_runs
-from torch_mars.train.study.selection import Selection
-from torch_mars.train.study.space import shares_space
-from torch_mars.train.study.store import stored_study, stored_study_folders
-from torch_mars.train.study.tune_record import TuneRecord, read_tune_record
-from torch_mars.train.study.tune_report import (
+from torch_mars.train.study.outcomes import (
     OptimizerOutcome,
     Verdict,
     median_run_seconds,
     run_cost,
     verdicts,
 )
+from torch_mars.train.study.profiled import planned_runs
+from torch_mars.train.study.selection import Selection
+from torch_mars.train.study.space import shares_space
+from torch_mars.train.study.store import stored_study, stored_study_folders
+from torch_mars.train.study.tune_record import TuneRecord, read_tune_record
 from torch_mars.train.study.verdict import PairedGap, crossed_gap, holm_decisions
 
 
@@ -236,7 +236,7 @@ def pooled_verdicts(first: TuneRecord, second: TuneRecord) -> tuple[dict[str, st
     """Both searches of a point read as one search of twice the trials: per optimizer finished
     in both (their ``tune.json`` records), the winner with the lower mean over its choosing
     seeds (the selection's and the finalists', the same seeds in both), then the study's
-    verdicts (:func:`~torch_mars.train.study.tune_report.verdicts`) on those winners, seed and
+    verdicts (:func:`~torch_mars.train.study.outcomes.verdicts`) on those winners, seed and
     data order crossed effects of their held-out runs. Returns which
     search each winner came from and the verdicts."""
     firsts = {o.optimizer: o for o in first.optimizers if o.finished}

@@ -14,7 +14,7 @@ the last digits and then by up to 0.005 in the final loss: measured at b64-4x be
 AMD EPYC runs and this Intel Xeon's), and, where this study keeps the run's evaluation curve,
 the donor kept it too. A taken run is marked (:data:`COPIED_ATTR`: the donor's
 folder and trial number) and keeps its donor's owner record, so reports count it apart from the
-runs trained here (:func:`~.tune_report.run_cost`). A donor's failed runs are never taken (they
+runs trained here (:func:`~.outcomes.run_cost`). A donor's failed runs are never taken (they
 train again), its diverged runs are (a divergence is a result).
 
 A study that re-reads another (``tune --reread STUDY``; campaign-4's re-read of campaign-3's
