@@ -27,10 +27,10 @@ cli() { python -m torch_mars.cli "$@"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
 if [ "$mode" = all ]; then
     # A failing test is reported, not fatal: the timings below are still wanted.
-    python -m pytest -q -p no:cacheprovider tests/test_fused_parity.py tests/test_compiled_step.py \
-        tests/test_foreach_parity.py tests/test_nonfinite_skip.py tests/test_step_host_cost.py \
-        tests/test_newton_schulz.py tests/test_step_plan.py tests/test_cuda_graph.py \
-        tests/test_symmetric_products.py 2>&1 \
+    python -m pytest -q -p no:cacheprovider tests/optim/test_fused_parity.py tests/optim/test_compiled_step.py \
+        tests/optim/test_foreach_parity.py tests/optim/test_nonfinite_skip.py tests/train/test_step_host_cost.py \
+        tests/optim/test_newton_schulz.py tests/optim/test_step_plan.py tests/optim/test_cuda_graph.py \
+        tests/optim/test_symmetric_products.py 2>&1 \
         | tail -15 | tee "$out/tests.txt" || true
     python benchmarks/reliability/sync_check.py | tee "$out/sync-check.txt"
     python benchmarks/perf/host_calls.py | tee "$out/host-calls.txt"

@@ -8,7 +8,7 @@ clipped corrected gradient in place of ``g``::
 (per tensor), where ``g_tilde`` is the previous step's gradient (approximate mode) or the
 gradient of the current batch at the previous parameters (exact mode, through a closure). The
 wrapped optimizer's own update then runs on ``c``: on ``torch.optim.AdamW`` this is MARS-AdamW
-(``tests/test_mars_correction.py`` checks it against :class:`~torch_mars.MARS` in float64),
+(``tests/optim/test_mars_correction.py`` checks it against :class:`~torch_mars.MARS` in float64),
 on SGD with momentum a variance-reduced SGD, on Muon a MARS-Muon.
 
 ``p.grad`` is never written in place: it is reassigned to ``c`` for the wrapped step and to the

@@ -1,0 +1,211 @@
+"""A campaign is declared before its first run and never changes mid-way: each committed
+campaign.json is exactly what campaign.py declares for it (every point of tiny's map in its
+order, the second model's two, the first stage, the family Holm runs over, its search design),
+and an edited declaration is refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmark_scripts import load_script
+from torch_mars.train.study.tune import DEFAULT_SEARCH
+
+ROOT = Path(__file__).resolve().parents[2]
+campaign = load_script(ROOT / "benchmarks" / "studies" / "campaign.py")
+
+
+@pytest.mark.parametrize("name", ["campaign", "campaign-2"])
+def test_each_committed_declaration_is_the_declared_campaign(name):
+    stored = campaign.check_declaration(name)
+    assert stored["protocol"].startswith(f"--search {campaign.CAMPAIGNS[name]} ")
+    labels = [f"{p['model']}/{p['point']}" for p in stored["points"]]
+    assert labels[:9] == [f"tiny/{p}" for p in (
+        "b64-4x", "b16-4x", "b256-16x", "b128-16x", "b4-4x", "b128-4x", "b256-4x", "b16-1x",
+        "b16-8x",
+    )]  # fmt: skip
+    assert labels[9:] == ["tiny-w64/b16-4x", "tiny-w64/b64-4x"]
+    assert stored["first_stage"] == [
+        "tiny/b64-4x", "tiny/b16-4x", "tiny/b256-16x", "tiny/b4-4x", "tiny-w64/b64-4x",
+    ]  # fmt: skip
+    assert len(stored["family"]) == 10 and stored["trials"] == 40
+
+
+def test_the_current_campaign_runs_tunes_default_search():
+    assert campaign.CAMPAIGNS[campaign.CURRENT] == DEFAULT_SEARCH
+
+
+def test_an_edited_declaration_is_refused_before_any_run(tmp_path, monkeypatch):
+    edited = json.loads(campaign.declaration_of(campaign.CURRENT).read_text())
+    edited["family"] = edited["family"][:1]  # a family cut down after the results
+    folder = tmp_path / "benchmarks" / "results" / campaign.CURRENT
+    folder.mkdir(parents=True)
+    (folder / "campaign.json").write_text(json.dumps(edited))
+    monkeypatch.setattr(campaign, "ROOT", tmp_path)
+    with pytest.raises(SystemExit, match="differs from the campaign this script declares"):
+        campaign.main(["--stage", "1"])
+
+
+def test_a_campaigns_point_takes_the_runs_the_other_studies_there_trained():
+    entry = {"model": "tiny", "point": "b64-4x", "data": "stdlib", "optimizers": ["adamw"]}
+    arguments = campaign.arguments_of("campaign-3", entry, jobs=2, report=False)
+    donors = arguments[arguments.index("--reuse-runs") + 1 : arguments.index("--model")]
+    assert "benchmarks/results/fight-map/b64-4x" in donors
+    assert "benchmarks/results/campaign-2/tiny/b64-4x" in donors
+    assert "benchmarks/results/campaign-3/tiny/b64-4x" not in donors  # the study itself
+    # a report trains nothing and takes nothing
+    assert "--reuse-runs" not in campaign.arguments_of("campaign-3", entry, jobs=2, report=True)
+
+
+def test_a_runs_cost_per_step_and_per_token_is_fitted_from_two_or_more_points():
+    a, b = 0.008, 8e-6  # seconds a step, seconds a token
+    runs = [(s, k, a * s + b * k) for s, k in ((966, 1_978_368), (3864, 1_978_368))]
+    assert campaign.fit_run_cost(runs) == pytest.approx((a, b))
+    assert campaign.fit_run_cost(runs[:1]) is None
+
+
+def test_the_points_not_begun_are_costed_from_the_begun_points_of_their_model(monkeypatch):
+    """b4-4x's 300 runs at the cost the begun points of `tiny` fit (each point's median run,
+    so one run stretched by a pause does not move it); the second model, with no point begun,
+    is said unknown."""
+    import optuna
+
+    from torch_mars.train.study.engine import RUN_COST_ATTR
+
+    a, b = 0.008, 8e-6
+
+    def stored(folder):
+        steps, tokens = campaign.run_budget(f"tiny/{folder.name}")
+        costs = [a * steps + b * tokens] * 4 + [10 * (a * steps + b * tokens)]
+        runs = [optuna.trial.create_trial(value=1.0, user_attrs={RUN_COST_ATTR: c}) for c in costs]
+        return runs, {}, []
+
+    monkeypatch.setattr(campaign, "stored_study", stored)
+    declared = campaign.declared()
+    begun, waiting = ["tiny/b64-4x", "tiny/b16-4x"], ["tiny/b4-4x", "tiny-w64/b64-4x"]
+    text = campaign.waiting_text(campaign.CURRENT, declared, begun, waiting)
+    steps, tokens = campaign.run_budget("tiny/b4-4x")
+    hours = 300 * (a * steps + b * tokens) / 3600
+    assert f"| tiny/b4-4x | 300 | {hours:.1f} | 8.0 ms a step + 8.00 µs a token" in text
+    assert "| tiny-w64/b64-4x | 240 | — | fewer than two begun points of tiny-w64 |" in text
+
+
+def test_a_point_of_a_model_not_yet_begun_is_priced_by_its_earlier_study_at_that_budget(
+    monkeypatch, tmp_path
+):
+    import optuna
+
+    from torch_mars.train.study.engine import RUN_COST_ATTR
+
+    earlier = tmp_path / "benchmarks" / "results" / "second-model"
+    (earlier / "b64-4x").mkdir(parents=True)
+    (earlier / "b64-4x" / "study.log.gz").write_bytes(b"")
+    steps, _ = campaign.run_budget("tiny-w64/b64-4x")
+
+    def stored(folder):
+        runs = [
+            optuna.trial.create_trial(value=1.0, user_attrs={RUN_COST_ATTR: c})
+            for c in (100.0, 120.0, 600.0)
+        ]
+        return runs, {"budget": {"steps": steps if folder.parent == earlier else 1}}, []
+
+    monkeypatch.setattr(campaign, "stored_study", stored)
+    monkeypatch.setattr(campaign, "ROOT", tmp_path)
+    monkeypatch.setattr(campaign, "EARLIER_STUDIES", {"tiny-w64": earlier})
+    text = campaign.earlier_estimate("tiny-w64/b64-4x", 240)
+    assert text.startswith(f"{240 * 120 / 3600:.1f} | the median run of second-model/b64-4x")
+    assert "(2.0 min, wall time)" in text
+    # another budget there, or no earlier study, says unknown
+    monkeypatch.setattr(campaign, "run_budget", lambda label: (steps + 1, 0))
+    assert campaign.earlier_estimate("tiny-w64/b64-4x", 240).startswith("— | fewer than two")
+    assert campaign.earlier_estimate("tiny-w64/b16-4x", 240).startswith("— | fewer than two")
+
+
+def test_campaign_4_declares_its_pairs_and_two_looks_before_its_first_run():
+    stored = campaign.check_declaration("campaign-4")
+    pairs = stored["pairs"]["declared"]
+    assert len(pairs) == 64 == stored["pairs"]["cap"] and stored["pairs"]["first_stage"] == 12
+    seeds, orders = [s for s, _ in pairs], [o for _, o in pairs]
+    assert len(set(seeds)) == 64 and len(set(orders)) == 64 and min(seeds + orders) >= 1000
+    assert len(stored["family"]) == 44  # 11 points x (2 controls + 2 without the correction)
+    assert sum("@gamma=0" in e["controls"][0] for e in stored["family"]) == 22
+
+
+def test_a_second_look_extends_the_declared_pairs_and_plans_from_the_spread(monkeypatch):
+    from torch_mars.train.study.family import Comparison, Decision
+    from torch_mars.train.study.family_reads import CampaignRow
+    from torch_mars.train.study.verdict import PairedGap
+
+    protocol = campaign.protocol_at("campaign-4", "tiny/b16-8x", 20)
+    listed = protocol.split(" --pairs ")[1].split()
+    assert listed == [f"{s}:{o}" for s, o in campaign.declared_pairs()[:20]]
+    declared, pairs = campaign.protocol_of("campaign-4").split(" --pairs ")
+    # the declaration's "opponent": each side at its best-known setting
+    assert campaign.protocol_at("campaign-4", "tiny/b16-8x") == (
+        f"{declared} --peer-winners on --pairs {pairs}"
+    )
+    entry = campaign.declared("campaign-3")["points"][0]
+    old = campaign.arguments_of("campaign-3", entry, 2, report=True)
+    assert old[old.index("--peer-winners") + 1] == "off"  # its winners were its searches' own
+    scope = "tiny/b16-8x"
+    noisy = PairedGap(-0.003, -0.01, 0.004, 0.3, 12, 0.003, 11, ((-0.003, 0.003, 12),))
+    clear = PairedGap(-0.02, -0.03, -0.01, 0.0001, 12, 0.002, 11, ((-0.02, 0.002, 12),))
+    rows = [
+        CampaignRow(Comparison("mars-adamw", ("nadamw",), scope), "nadamw", noisy,
+                    Decision("inconclusive", False, -0.012, 0.006, 0.05 / 44)),
+        CampaignRow(Comparison("mars-shampoo", ("muon",), scope), "muon", clear,
+                    Decision("win", False, -0.03, -0.01, 0.05 / 44)),
+    ]  # fmt: skip
+    monkeypatch.setattr(campaign, "campaign_rows", lambda declaration: rows)
+    planned = campaign.second_look_pairs("campaign-4", scope)
+    assert 12 < planned <= 64  # the inconclusive one plans more pairs, the win none
+
+
+def test_the_corrections_worth_reads_the_rule_against_itself_at_gamma_0_on_the_points_pairs(
+    tmp_path, monkeypatch
+):
+    from torch_mars.train.study.family import Comparison
+    from torch_mars.train.study.family_reads import stored_verdicts, without_correction_folder
+
+    pairs = [[1000 + k, 2000 + k] for k in range(4)]
+    point = {
+        "optimizers": [
+            {"optimizer": "mars-adamw", "finished": True, "heldout_pairs": pairs,
+             "heldout_finals": [1.70, 1.71, 1.69, 1.70],
+             "winner": {"lr": 0.0865, "beta1": 0.9, "beta2": 0.95, "gamma": 0.1}},
+            {"optimizer": "nadamw", "heldout_pairs": pairs,
+             "heldout_finals": [1.72, 1.72, 1.71, 1.73]},
+        ],
+        "verdicts": [{"rule": "mars-adamw", "control": "nadamw", "pairs": 4}],
+    }  # fmt: skip
+    (tmp_path / "tiny" / "b16-1x").mkdir(parents=True)
+    (tmp_path / "tiny" / "b16-1x" / "tune.json").write_text(json.dumps(point))
+    without = without_correction_folder(tmp_path, "tiny/b16-1x", "mars-adamw")
+    without.mkdir()
+    (without / "tune.json").write_text(json.dumps({"optimizers": [
+        {"optimizer": "mars-adamw", "heldout_pairs": pairs,
+         "heldout_finals": [1.705, 1.716, 1.694, 1.707]}]}))  # fmt: skip
+    control = Comparison("mars-adamw", ("adamw", "nadamw"), "tiny/b16-1x")
+    worth = Comparison("mars-adamw", ("mars-adamw@gamma=0",), "tiny/b16-1x")
+    read = stored_verdicts(tmp_path, [control, worth])
+    assert read[control][1] == "nadamw" and read[control][0].mean == pytest.approx(-0.02)
+    assert read[worth][1] == "mars-adamw@gamma=0"
+    assert read[worth][0].mean == pytest.approx(-0.0055)  # what the correction bought here
+    from lab.fight_map import FightMap
+
+    monkeypatch.setattr(campaign, "folder_of", lambda name: tmp_path)
+    monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
+    entry = {"model": "tiny", "data": "stdlib", "point": "b16-1x", "optimizers": ["mars-adamw"]}
+    arguments = campaign.gamma0_arguments("campaign-4", entry, "mars-adamw", 1, False)
+    text = " ".join(arguments)
+    assert "--report" not in arguments  # trains; only report=True reports
+    assert "--report" in campaign.gamma0_arguments("campaign-4", entry, "mars-adamw", 1, True)
+    assert (
+        "--fixed beta1=0.9 beta2=0.95 gamma=0.0 " in text and "lr=" not in text.split("--model")[0]
+    )
+    assert (
+        "--optimizers mars-adamw --trials 12 " in text
+        and "--name b16-1x.gamma=0.mars-adamw" in text
+    )
