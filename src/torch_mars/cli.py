@@ -859,6 +859,16 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "marked with where it came from and not counted as trained here",
     )
     group.add_argument(
+        "--known-winners",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="STUDY_DIR",
+        help="tune studies of the same budget whose winners (each optimizer's, moved onto this "
+        "study's ladders) are read on the choosing runs beside the peers' winners: each side "
+        "is read at its best-known setting (needs --peer-winners on, the default)",
+    )
+    group.add_argument(
         "--reread",
         type=Path,
         metavar="STUDY_DIR",
@@ -1002,6 +1012,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             overwrite=args.overwrite,
             reuse_runs=args.reuse_runs,
             reread=args.reread,
+            known_winners=args.known_winners,
             extra_space=dict(args.extra_space),
             prune=args.prune,
             two_looks=args.two_looks,

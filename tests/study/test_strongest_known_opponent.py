@@ -11,10 +11,14 @@ import math
 from pathlib import Path
 
 import pytest
+from torch import nn
 
+import torch_mars
+from torch_mars.train.study.objective import ObjectiveConfig, function_path
 from torch_mars.train.study.outcomes import OptimizerOutcome, verdicts
 from torch_mars.train.study.pairs import verdict_bias
 from torch_mars.train.study.report_text import peer_sentences
+from torch_mars.train.study.run import tune_plan
 from torch_mars.train.study.selection import PROTOCOL, Selection, protocol_selection
 from torch_mars.train.study.space import (
     LADDERS,
@@ -25,6 +29,7 @@ from torch_mars.train.study.space import (
 )
 from torch_mars.train.study.surface import SurfaceSearch
 from torch_mars.train.study.tune import TunePlan
+from torch_mars.train.study.tune_record import read_tune_record
 from torch_mars.train.trainer import TrainConfig
 
 SELECTION = Selection(
@@ -177,3 +182,51 @@ def test_a_plans_searches_carry_the_peers_that_share_their_space(tmp_path: Path)
     assert all(not p.peers for s in plan.searches() for p in s.peers)  # one level deep
     off = dataclasses.replace(plan, selection=protocol_selection(peer_winners=False))
     assert all(not s.peers for s in off.searches())
+
+
+def lr_bowl(make_optimizer, seed, data_seed, report):
+    """Lowest at lr 0.03 (about five 1.5x steps above AdamW's default), with a little noise:
+    a search of 2 trials stops short of it, one of 12 reaches it."""
+    import random
+
+    lr = make_optimizer(nn.Linear(2, 1)).param_groups[0]["lr"]
+    return (math.log10(lr / 0.03)) ** 2 + random.Random(seed * 31 + data_seed).gauss(0, 1e-4)
+
+
+def test_a_stored_studys_better_winner_is_what_a_short_search_is_read_at(tmp_path):
+    protocol = dict(seeds=(0,), finalists=0, heldout_seeds=(1, 2), heldout_data_seeds=(1,))
+    torch_mars.tune(lr_bowl, ["adamw"], trials=12, out_dir=tmp_path, name="long",
+                    progress=False, **protocol)  # fmt: skip
+    long = read_tune_record(tmp_path / "long").entry("adamw")
+    result = torch_mars.tune(lr_bowl, ["adamw"], trials=2, out_dir=tmp_path, name="short",
+                             known_winners=[tmp_path / "long"], progress=False,
+                             **protocol)  # fmt: skip
+    short = read_tune_record(tmp_path / "short").entry("adamw")
+    assert short.best_known_from == str(tmp_path / "long")
+    assert short.winner["lr"] == long.winner["lr"] != short.own_winner["lr"]
+    assert f"adamw at {tmp_path / 'long'}'s winner moved onto its space" in result.table
+    again = tune_plan(
+        ObjectiveConfig(function_path(lr_bowl), model="tiny"),
+        study_dir=tmp_path / "x",
+        name="x",
+        known_winners=[tmp_path / "long"],
+        **protocol,
+    )
+    assert "--known-winners" in again.command_line()
+    with pytest.raises(ValueError, match=r"--known-winners: .* tuned another budget"):
+        tune_plan(
+            ObjectiveConfig(function_path(lr_bowl), model="tiny", version="2"),
+            study_dir=tmp_path / "y",
+            name="y",
+            known_winners=[tmp_path / "long"],
+            **protocol,
+        )
+    with pytest.raises(ValueError, match="--peer-winners on"):
+        tune_plan(
+            ObjectiveConfig(function_path(lr_bowl), model="tiny"),
+            study_dir=tmp_path / "z",
+            name="z",
+            known_winners=[tmp_path / "long"],
+            peer_winners=False,
+            **protocol,
+        )

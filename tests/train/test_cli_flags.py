@@ -36,6 +36,12 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     # a landed study's folder (its snapshot is tracked): the flag checks it holds a study
     "--reuse-runs": [str(Path(__file__).parents[2] / "benchmarks/results/campaign-3/tiny/b64-4x")],
     "--reread": [str(Path(__file__).parents[2] / "benchmarks/results/campaign-3/tiny/b64-4x")],
+    # a landed study's winners, at its budget (another budget is refused: test_strongest_known_...)
+    "--known-winners": [
+        str(Path(__file__).parents[2] / "benchmarks/results/campaign-3/tiny/b64-4x"),
+        *("--model", "tiny", "--steps", "966", "--batch-size", "64"),
+        *("--eval-interval", "966", "--eval-tokens", "131072"),
+    ],
     (("prepare",), "--out"): ["other-shards"],
     (("doctor",), "--out"): ["report.md"],
     (("eval",), "--device"): ["cuda"],

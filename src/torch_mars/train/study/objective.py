@@ -495,6 +495,7 @@ def tune(
     progress: bool = True,
     reuse_runs: Sequence[str | Path] = (),
     reread: str | Path | None = None,
+    known_winners: Sequence[str | Path] = (),
     family_file: str | Path | None = None,
     order_seed: int = 0,
     max_rounds: int | None = None,
@@ -533,7 +534,10 @@ def tune(
     :mod:`~torch_mars.train.study.reuse`), as ``torch-mars tune --reuse-runs``.
     ``reread``: a stored tune study whose selection this one walks again (its starts, its
     selection runs taken whichever machine trained them; the finalists' other seeds, peers'
-    reads and pairs train here), as ``--reread``.
+    reads and pairs train here), as ``--reread``. ``known_winners``: stored studies of the
+    same function and budget whose winners are read on the choosing runs beside the peers'
+    (``--known-winners``): a setting they found that beats a search's own is what it is read
+    at.
     ``family_file``: a campaign's declaration, whose family Holm runs over; ``order_seed``:
     another order of the search's dimensions (a second search); ``max_rounds``: a quick look
     that spends fewer trials (never a comparison); ``overwrite``: start a study recorded with
@@ -585,6 +589,7 @@ def tune(
             overwrite=overwrite,
             reuse_runs=reuse_runs,
             reread=reread,
+            known_winners=known_winners,
             extra_space=extra_space,
             prune=prune,
             two_looks=two_looks,

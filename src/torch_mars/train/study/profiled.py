@@ -33,7 +33,9 @@ The protocol:
    before this step) moved onto this space, at this winner's values of the dimensions the peer
    lacks, is read on the same choosing runs; the best mean over the winner and them is the
    best-known setting, and it is what the held-out runs read. A search stopped short is then
-   not what a verdict reads (issue "Verdicts that decide": the strongest known opponent).
+   not what a verdict reads (issue "Verdicts that decide": the strongest known opponent). So
+   are the winners stored studies of the same point found (``known``: ``tune
+   --known-winners``), each moved onto this space the same way.
 7. The winner is read on the held-out runs (:class:`~.selection.Selection`): new
    initialisations on new data orders.
 
@@ -166,6 +168,9 @@ class ProfiledSearch:
     # on its space where the selection says ``peer_winners``
     peers: tuple[ProfiledSearch, ...] = ()
     extra: Ladders = ()
+    # settings stored studies of the point found for this optimizer, each named by its study and
+    # holding the dimensions that study tuned (``tune --known-winners``): read as peers' are
+    known: tuple[tuple[str, Point], ...] = ()
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -191,7 +196,7 @@ class ProfiledSearch:
     def planned_runs(self) -> int:
         """At least :func:`planned_runs`; with peers' winners read, up to each peer's on every
         choosing run more (fewer where a peer's lands on a point read already)."""
-        peers = len(self.peers) * len(self.selection.choosing_pairs())
+        peers = (len(self.peers) + len(self.known)) * len(self.selection.choosing_pairs())
         return planned_runs(self.trials, self.selection) + peers
 
     def hyperparams(self, key: str) -> dict[str, Any]:
@@ -285,7 +290,7 @@ class ProfiledSearch:
         """Each peer's own winner moved onto this space, read on every choosing run; the best
         mean of them and this search's winner becomes ``state.point`` (step 6). Waits (raises
         :class:`Needs` with the peer's runs) until every peer has chosen its winner."""
-        if not self.selection.peer_winners or not self.peers or not state.point:
+        if not self.selection.peer_winners or not (self.peers or self.known) or not state.point:
             return
         pairs = self.selection.choosing_pairs()
         state.own_point = dict(state.point)
@@ -296,6 +301,7 @@ class ProfiledSearch:
                 raise Needs(theirs.needed)
             if theirs.point:
                 candidates.append((peer.optimizer, point_at(theirs.point, state.own_point)))
+        candidates += [(name, point_at(point, state.own_point)) for name, point in self.known]
         points = [state.own_point] + [p for _, p in candidates]
         need(results, [self.run(p, s, d) for p in points for s, d in pairs])
         state.own_score = self.score(results, state.own_point, pairs)

@@ -27,9 +27,16 @@ from torch_mars.train.study.engine import (
     protocol_history,
     study_progress,
 )
-from torch_mars.train.study.reuse import check_donors, reread_study
+from torch_mars.train.study.reuse import WHERE_FIELDS, check_donors, reread_study
 from torch_mars.train.study.selection import protocol_selection
-from torch_mars.train.study.space import check_extra, check_fixed, check_ladders
+from torch_mars.train.study.space import (
+    check_extra,
+    check_fixed,
+    check_ladders,
+    free_dimensions,
+    ladder_of,
+    point_key,
+)
 from torch_mars.train.study.store import check_study_name, describe
 from torch_mars.train.study.tune import (
     DEFAULT_SEARCH,
@@ -40,7 +47,7 @@ from torch_mars.train.study.tune import (
     report_plan,
     stored_starts,
 )
-from torch_mars.train.study.tune_record import TuneRecord
+from torch_mars.train.study.tune_record import TuneRecord, read_tune_record
 from torch_mars.train.study.tune_report import WrittenReport, write_tune_report
 from torch_mars.train.study.two_stage import Design, Stage, drawn_pairs, second_look
 from torch_mars.train.study.workers import run_workers
@@ -74,6 +81,7 @@ def tune_plan(
     overwrite: bool = False,
     reuse_runs: Sequence[str | Path] = (),
     reread: str | Path | None = None,
+    known_winners: Sequence[str | Path] = (),
     extra_space: Mapping[str, Sequence[float]] | None = None,
     prune: bool = False,
     two_looks: bool = False,
@@ -88,7 +96,10 @@ def tune_plan(
     on independent pairs the study draws (:func:`~.two_stage.drawn_pairs`), the first
     ``Design().first``, then up to ``Design().cap`` where a word is inconclusive. ``reread``:
     a stored tune study whose selection this one walks again (its starts; its selection runs
-    taken whichever machine trained them; :attr:`~.tune.TunePlan.reread`)."""
+    taken whichever machine trained them; :attr:`~.tune.TunePlan.reread`). ``known_winners``:
+    stored tune studies of the same budget whose winners (each optimizer's, moved onto this
+    study's ladders) are read on the choosing runs beside the peers' winners
+    (:func:`known_settings`)."""
     looks = Design() if two_looks else None
     if looks is not None:
         if pairs or heldout_seeds is not None or heldout_data_seeds is not None:
@@ -111,7 +122,7 @@ def tune_plan(
         pairs,
         peer_winners,
     )
-    return TunePlan(
+    plan = TunePlan(
         base=base,
         optimizers=chosen,
         selection=selection,
@@ -134,6 +145,41 @@ def tune_plan(
         prune=prune,
         looks=looks,
     )
+    if not known_winners:
+        return plan
+    return dataclasses.replace(plan, known=known_settings(plan, known_winners))
+
+
+def known_settings(
+    plan: TunePlan, folders: Sequence[str | Path]
+) -> tuple[tuple[str, str, str], ...]:
+    """Per optimizer of ``plan``, the winner each tune study in ``folders`` found for it (read
+    from its report), on ``plan``'s ladders, holding the dimensions that study tuned and
+    ``plan`` tunes: ``(optimizer, folder as given, point key)``. A study of another budget (its
+    winner is another point's), or with no report, is refused by name."""
+    budget = _budget_of(plan.spec().identity())
+    known = []
+    for folder in folders:
+        record = read_tune_record(Path(folder))
+        if _budget_of({"budget": record.budget}) != budget:
+            raise ValueError(f"--known-winners: {folder} tuned another budget than this study")
+        for optimizer in plan.optimizers:
+            entry = record.entry(optimizer)
+            if entry is None or not entry.finished or not entry.winner:
+                continue
+            free = set(free_dimensions(optimizer, plan.fixed)) | {d for d, _ in plan.extra}
+            point = {
+                d: ladder_of(d, plan.all_ladders).nearest(v)
+                for d, v in entry.winner.items()
+                if d in free
+            }
+            known.append((optimizer, str(folder), point_key(point)))
+    return tuple(known)
+
+
+def _budget_of(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """A study's budget but where its data were read from."""
+    return {k: v for k, v in identity.get("budget", {}).items() if k not in WHERE_FIELDS}
 
 
 # The command line's flag for each keyword of :func:`tune_plan` that does not spell it alike

@@ -79,6 +79,7 @@ PROTOCOL_KEYS = (
     "max_rounds",
     "starts",
     "prune",
+    "known",
 )
 # The searches a study can run, by the name its record keeps: the surface search by each of its
 # designs (tune's default first), and the lr-profiled coordinate descent the map's studies ran.
@@ -149,6 +150,11 @@ class TunePlan:
             a training function only); part of the identity.
         prune: stop trials' runs early on the values your function reports, against the
             median of the same optimizer's (:mod:`.pruning`; a training function only).
+        known: settings stored studies of the same point found, read on the choosing runs
+            beside the peers' winners (``(optimizer, study folder, point key)``; the key holds
+            the dimensions that study tuned, on this study's ladders; ``tune
+            --known-winners``); a protocol setting (a study takes more of them on, its runs
+            kept).
         looks: the two-look design the study declares (:class:`~.two_stage.Design`): its
             words read on the first ``looks.first`` drawn pairs, then on up to ``looks.cap``
             where one is inconclusive (:func:`~.run.run_study`); part of the identity.
@@ -175,6 +181,7 @@ class TunePlan:
     extra: Ladders = ()
     prune: bool = False
     looks: Design | None = None
+    known: tuple[tuple[str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.optimizers:
@@ -204,6 +211,10 @@ class TunePlan:
             raise ValueError(
                 "extra_space: the text task has no dimensions of yours (it is this package's "
                 "model); your own dimensions are for a training function (--objective)"
+            )
+        if self.known and not self.selection.peer_winners:
+            raise ValueError(
+                "--known-winners: read beside the peers' winners; give --peer-winners on"
             )
         both = {d for d, _ in self.fixed} & {d for d, _ in self.ladders}
         if both:
@@ -301,6 +312,8 @@ class TunePlan:
             args += ["--reuse-runs", *map(str, self.reuse)]
         if self.reread is not None:
             args += ["--reread", str(self.reread)]
+        if self.known:
+            args += ["--known-winners", *dict.fromkeys(source for _, source, _ in self.known)]
         args += ["--name", self.study_name, "--out-dir", str(Path(self.study_dir).parent)]
         return [*args, "--jobs", str(self.jobs)]
 
@@ -332,6 +345,11 @@ class TunePlan:
                     for peer in own
                     if peer is not search and shares_space(peer.optimizer, search.optimizer)
                 ),
+                known=tuple(
+                    (source, parse_point_key(key))
+                    for name, source, key in self.known
+                    if name == search.optimizer
+                ),
             )
             for search in own
         ]
@@ -359,6 +377,8 @@ class TunePlan:
             settings["prune"] = True
         if self.looks is not None:
             settings["looks"] = dataclasses.asdict(self.looks)
+        if self.known:  # absent when none, as the others
+            settings["known"] = [list(k) for k in self.known]
         return StudySpec(
             base=self.base,
             searches=tuple(self.searches()),
@@ -437,6 +457,7 @@ def plan_of_identity(
         extra=tuple((d, tuple(v)) for d, v in sorted(search.get("extra", {}).items())),
         prune=bool(search.get("prune", False)),
         looks=Design(**search["looks"]) if "looks" in search else None,
+        known=tuple(tuple(k) for k in search.get("known", [])),
     )
 
 
