@@ -59,7 +59,7 @@ from lab.campaigns import (
     replace_block,
     tune_studies_at,
 )
-from lab.fight_map import BLOCK, POINTS, FightMap, steps_at
+from lab.fight_map import BLOCK, EVAL_TOKENS, POINTS, FightMap, steps_at
 from lab.map_report import format_progress, progress_rows
 
 from torch_mars.atomic_files import write_text_atomically
@@ -339,6 +339,32 @@ def gamma0_arguments(
     )
 
 
+# campaign-4's best-known settings at a point read, beside the peers' winners, the winners of
+# the stored studies of the point whose searches spent the most trials (KNOWN_TRIALS: the map's
+# references), where they tuned the same budget; set 2026-12-07, before any pair of a
+# first-stage point was read (the second-stage points have no such study).
+KNOWN_TRIALS = 80
+
+
+def known_winner_studies(entry: dict[str, Any]) -> list[Path]:
+    """The folders of the stored reports at the point ``entry`` whose searches spent
+    :data:`KNOWN_TRIALS` trials or more and tuned the campaign's budget there."""
+    if entry["model"] != "tiny":
+        return []
+    results = ROOT / "benchmarks" / "results"
+    steps, _ = run_budget(f"{entry['model']}/{entry['point']}")
+    budget = {"model": "tiny", "steps": steps, "batch_size": POINTS[entry["point"]][0]}
+    budget["eval_tokens"] = EVAL_TOKENS
+    found = []
+    for folder in ("fight-map", "search-benchmark"):
+        for report in sorted((results / folder / entry["point"]).glob("**/tune.json")):
+            record = read_tune_record(report)
+            same = all(record.budget.get(k) == v for k, v in budget.items())
+            if record.trials >= KNOWN_TRIALS and same:
+                found.append(report.parent)
+    return found
+
+
 def arguments_of(
     name: str, entry: dict[str, Any], jobs: int, report: bool, pairs: int | None = None
 ) -> list[str]:
@@ -367,6 +393,9 @@ def arguments_of(
     reuse = ["--reuse-runs", *donors] if donors and not report else []
     if reread is not None:
         reuse += ["--reread", str(reread.relative_to(ROOT))]
+    known = known_winner_studies(entry) if peer_winners(name) else []
+    if known:
+        reuse += ["--known-winners", *(str(f.relative_to(ROOT)) for f in known)]
     return (
         family
         + reuse
