@@ -493,6 +493,8 @@ def waiting_text(name: str, campaign: dict[str, Any], begun: list[str], waiting:
         peers = sum(a != b and shares_space(a, b) for a in chosen for b in chosen)
         choosing = len(selection.choosing_pairs()) if selection.peer_winners else 0
         runs = planned_runs(CAMPAIGN_TRIALS, selection) * len(chosen) + peers * choosing
+        if label in campaign.get("first_stage_reread", ()):  # its selection runs are taken
+            runs -= CAMPAIGN_TRIALS * len(selection.seeds) * len(chosen)
         fit = fit_run_cost(measured)
         if fit is None:
             lines.append(f"| {label} | {runs} | {earlier_estimate(label, runs)}")
@@ -517,19 +519,32 @@ def state_text(name: str, campaign: dict[str, Any]) -> str:
         if "first_stage" in campaign
         else (campaign["second_stage"], "Second stage")
     )
-    begun = [p for p in stage if folder / p in held]
-    waiting = [p for p in stage if p not in begun]
-    later = [p for p in later_stage_points(campaign) if p not in stage]
+    reread = list(campaign.get("first_stage_reread", ()))
+    begun = [p for p in stage + reread if folder / p in held]
+    waiting = [p for p in stage + reread if p not in begun]
+    later = [p for p in later_stage_points(campaign) if p not in stage + reread]
+    reread_line = (
+        [
+            f"First stage re-read (campaign-3's selection walked again, `tune --reread`): "
+            f"{sum(p in begun for p in reread)} of {len(reread)} points begun "
+            f"({', '.join(p for p in reread if p in begun) or 'none'}).",
+            "",
+        ]
+        if reread
+        else []
+    )
     names = list(CAMPAIGNS)
     older = names.index(name) < names.index(CURRENT)
     closed = [f"Closed: campaign {CURRENT} supersedes it.", ""] if older else []
     return "\n".join(
         [
             *closed,
-            f"{which}: {len(begun)} of {len(stage)} points begun "
-            f"({', '.join(begun) or 'none'}); not begun: {', '.join(waiting) or 'none'}. "
+            f"{which}: {sum(p in begun for p in stage)} of {len(stage)} points begun "
+            f"({', '.join(p for p in stage if p in begun) or 'none'}); not begun: "
+            f"{', '.join(p for p in waiting if p in stage) or 'none'}. "
             f"Declared for other stages: {', '.join(later) or 'none'}.",
             "",
+            *reread_line,
             format_progress(progress_rows(folder)),
             *(["", waiting_text(name, campaign, begun, waiting)] if waiting else []),
         ]
@@ -585,7 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage:
         labels = campaign[stages[args.stage]]
     elif args.report:
-        labels = campaign.get("first_stage") or campaign["second_stage"]
+        labels = campaign.get("first_stage") or (
+            campaign["second_stage"] + campaign.get("first_stage_reread", [])
+        )
     else:
         labels = args.points
     unknown = [label for label in labels if label not in by_label]
