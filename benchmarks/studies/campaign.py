@@ -282,7 +282,8 @@ def protocol_at(name: str, label: str, pairs: int | None = None) -> str:
     count = pairs_read(name, label) if pairs is None else pairs
     head = protocol.split(" --pairs ")[0]
     listed = " ".join(f"{s}:{o}" for s, o in declared_pairs()[:count])
-    return f"{head} --peer-winners on --pairs {listed}"
+    # declared before the stable-winners rule (2026-12-07): its finalists rank by the mean
+    return f"{head} --peer-winners on --stable-winners off --pairs {listed}"
 
 
 def second_look_pairs(name: str, label: str) -> int:
@@ -457,7 +458,7 @@ def earlier_estimate(label: str, runs: int) -> str:
 def selection_of(name: str) -> Selection:
     """The selection protocol campaign ``name`` declares (tune's default for the first three)."""
     if name != "campaign-4":
-        return dataclasses.replace(PROTOCOL, peer_winners=False)
+        return dataclasses.replace(PROTOCOL, peer_winners=False, stable_winners=False)
     first = [tuple(p) for p in declared_pairs()[:FIRST_PAIRS]]
     finals = (1, 2, 3, 4, 5)
     return Selection(

@@ -746,6 +746,14 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         f"is not what a verdict reads (default {'on' if PROTOCOL.peer_winners else 'off'})",
     )
     group.add_argument(
+        "--stable-winners",
+        choices=("on", "off"),
+        help="rank a candidate winner with a diverged run among its choosing runs (not finite, "
+        "or more than 0.05 above their median) after every one without: a setting that fails "
+        "one run in a few is no recommendation "
+        f"(default {'on' if PROTOCOL.stable_winners else 'off'})",
+    )
+    group.add_argument(
         "--trials",
         type=_positive_int,
         help="trials every optimizer gets (a trial: one point on every selection seed; default "
@@ -1002,6 +1010,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             final_data_seeds=args.final_data_seeds,
             pairs=args.pairs,
             peer_winners=None if args.peer_winners is None else args.peer_winners == "on",
+            stable_winners=None if args.stable_winners is None else args.stable_winners == "on",
             fixed=dict(args.fixed),
             ladders=dict(args.ladder),
             family_file=args.family,

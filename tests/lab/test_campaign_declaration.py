@@ -144,7 +144,7 @@ def test_a_second_look_extends_the_declared_pairs_and_plans_from_the_spread(monk
     declared, pairs = campaign.protocol_of("campaign-4").split(" --pairs ")
     # the declaration's "opponent": each side at its best-known setting
     assert campaign.protocol_at("campaign-4", "tiny/b16-8x") == (
-        f"{declared} --peer-winners on --pairs {pairs}"
+        f"{declared} --peer-winners on --stable-winners off --pairs {pairs}"
     )
     entry = campaign.declared("campaign-3")["points"][0]
     old = campaign.arguments_of("campaign-3", entry, 2, report=True)

@@ -42,6 +42,7 @@ def same(a, b) -> None:
             final_seeds=(5, 6),
             final_data_seeds=(5, 6),
             peer_winners=False,
+            stable_winners=False,
             fixed={"weight_decay": 0.013},
             ladders={"gamma": (0.05, 0.1, 0.2)},
             extra_space={"dropout": (0.0, 0.1, 0.25)},

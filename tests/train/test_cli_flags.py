@@ -59,6 +59,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--final-data-seeds": ["7", "8"],
     "--pairs": ["1000:1000", "1001:1001"],
     "--peer-winners": ["off"],
+    "--stable-winners": ["off"],
     "--extra-space": ["dropout=0,0.1", "--objective", "examples.tabular_mlp:train"],
     "--prune": ["--objective", "examples.tabular_mlp:train"],
     "--two-looks": [],

@@ -132,6 +132,8 @@ class FightMap:
         )
         if "--peer-winners" not in protocol:  # the map's read their searches' own winners
             arguments += " --peer-winners off"
+        if "--stable-winners" not in protocol:  # and ranked their finalists by the mean alone
+            arguments += " --stable-winners off"
         return shlex.split(arguments) + (["--report"] if report else [])
 
     def winners_sweep_arguments(

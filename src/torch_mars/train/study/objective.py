@@ -482,6 +482,7 @@ def tune(
     final_data_seeds: Sequence[int] = (),
     pairs: Sequence[tuple[int, int]] = (),
     peer_winners: bool | None = None,
+    stable_winners: bool | None = None,
     search: str | None = None,
     fixed: Mapping[str, float] | None = None,
     ladders: Mapping[str, Sequence[float]] | None = None,
@@ -512,7 +513,9 @@ def tune(
     ``heldout_seeds`` x ``heldout_data_seeds`` (or on ``pairs``, independent
     ``(seed, data order)`` pairs) at its best-known setting (with ``peer_winners``, on by
     default, each peer's winner moved onto its space is read on the choosing runs too, and
-    the best mean wins: a search that stopped short is said, and not what a verdict reads),
+    the best mean wins: a search that stopped short is said, and not what a verdict reads;
+    with ``stable_winners``, on by default, a candidate with a diverged run among its choosing
+    runs ranks after every one without),
     paired intervals, tuning curves, and the report
     files in ``out_dir/name`` (``name``: the function's name). ``fixed`` holds dimensions at a
     value for every optimizer that has them, never tuned (``{"weight_decay": 0.05}``; not the
@@ -579,6 +582,7 @@ def tune(
             final_data_seeds=final_data_seeds,
             pairs=pairs,
             peer_winners=peer_winners,
+            stable_winners=stable_winners,
             fixed=fixed,
             ladders=ladders,
             family_file=None if family_file is None else Path(family_file),

@@ -29,6 +29,8 @@ The protocol:
 5. Finalists (where the selection names them): the best ``finalists`` points it scored are
    read on the final seeds too, and the best mean over every choosing seed wins; without
    finalists the best point it scored wins.
+   With the selection's ``stable_winners`` a finalist with a diverged run among its choosing
+   runs ranks after every one without (:meth:`ProfiledSearch.rank`), here and in step 6.
 6. Peers' winners (where the selection says ``peer_winners``): each peer's winner (its own,
    before this step) moved onto this space, at this winner's values of the dimensions the peer
    lacks, is read on the same choosing runs; the best mean over the winner and them is the
@@ -56,6 +58,7 @@ from typing import Any, ClassVar
 from optuna.distributions import BaseDistribution, FloatDistribution
 
 from torch_mars.train.study.engine import RunId
+from torch_mars.train.study.pairs import diverged
 from torch_mars.train.study.selection import Needs, Selection, badness, need
 from torch_mars.train.study.space import (
     DISTRIBUTIONS,
@@ -269,6 +272,17 @@ class ProfiledSearch:
         values = [results[self.run(point, s, d)] for s, d in pairs]
         return math.fsum(values) / len(values)
 
+    def rank(
+        self, results: Mapping[RunId, float], point: Point, pairs: Sequence[tuple[int, int]]
+    ) -> tuple[int, float]:
+        """How a candidate winner ranks on its choosing runs ``pairs`` (lower first): with the
+        selection's ``stable_winners``, its diverged runs (:func:`~.pairs.diverged`) first, then
+        its mean; else its mean alone."""
+        unstable = 0
+        if self.selection.stable_winners:
+            unstable = len(diverged([results[self.run(point, s, d)] for s, d in pairs]))
+        return unstable, badness(self.score(results, point, pairs))
+
     # -- the walk (raises Needs where it must wait, BudgetSpent once the budget is gone)
 
     def _final(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
@@ -283,7 +297,7 @@ class ProfiledSearch:
         need(results, [self.run(p, s, d) for p, _ in ranked for s, d in finals])
         pairs = self.selection.choosing_pairs()
         scored = [(p, self.score(results, p, pairs)) for p, _ in ranked]
-        state.finalists = sorted(scored, key=lambda ps: badness(ps[1]))
+        state.finalists = sorted(scored, key=lambda ps: self.rank(results, ps[0], pairs))
         state.point = state.finalists[0][0]
 
     def _at_peer_winners(self, results: Mapping[RunId, float], state: ProfiledState) -> None:
@@ -306,9 +320,10 @@ class ProfiledSearch:
         need(results, [self.run(p, s, d) for p in points for s, d in pairs])
         state.own_score = self.score(results, state.own_point, pairs)
         state.peer_points = [(n, p, self.score(results, p, pairs)) for n, p in candidates]
-        best = min(state.peer_points, key=lambda nps: badness(nps[2]), default=None)
-        if best is not None and badness(best[2]) < badness(state.own_score):
-            state.point = best[1]
+        ranks = [self.rank(results, p, pairs) for _, p, _ in state.peer_points]
+        best = min(range(len(ranks)), key=ranks.__getitem__, default=None)
+        if best is not None and ranks[best] < self.rank(results, state.own_point, pairs):
+            state.point = state.peer_points[best][1]
 
     def score_points(
         self, results: Mapping[RunId, float], state: ProfiledState, points: list[Point]

@@ -71,6 +71,7 @@ def tune_plan(
     final_data_seeds: Sequence[int] = (),
     pairs: Sequence[tuple[int, int]] = (),
     peer_winners: bool | None = None,
+    stable_winners: bool | None = None,
     fixed: Mapping[str, float] | None = None,
     ladders: Mapping[str, Sequence[float]] | None = None,
     family_file: Path | None = None,
@@ -121,6 +122,7 @@ def tune_plan(
         final_data_seeds,
         pairs,
         peer_winners,
+        stable_winners,
     )
     plan = TunePlan(
         base=base,

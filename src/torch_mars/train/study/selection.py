@@ -56,7 +56,10 @@ class Selection:
     design, docs/harness.md: a paired t on n - 1 degrees of freedom). With ``peer_winners``
     each search's winner is its best-known setting: every peer's winner (a study's optimizer
     with its dimensions but for gamma) moved onto its space is read on its choosing runs too,
-    and the best mean over them all wins (the strongest known opponent, docs/harness.md)."""
+    and the best mean over them all wins (the strongest known opponent, docs/harness.md). With
+    ``stable_winners`` a candidate with a diverged run among its choosing runs (not finite, or
+    more than :data:`~.pairs.DIVERGED_ABOVE_MEDIAN` above their median) ranks after every one
+    without: a setting that fails one run in a few is no recommendation, whatever its mean."""
 
     seeds: tuple[int, ...] = (0, 1, 2)
     heldout: tuple[int, ...] = (3, 4, 5)
@@ -67,6 +70,7 @@ class Selection:
     final_data_seeds: tuple[int, ...] = ()
     pairs: tuple[tuple[int, int], ...] = ()
     peer_winners: bool = False
+    stable_winners: bool = False
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -187,6 +191,8 @@ class Selection:
             del record["pairs"]
         if not self.peer_winners:
             del record["peer_winners"]
+        if not self.stable_winners:
+            del record["stable_winners"]
         return record
 
     @classmethod
@@ -225,13 +231,15 @@ def protocol_selection(
     final_data_seeds: Sequence[int] = (),
     pairs: Sequence[tuple[int, int]] = (),
     peer_winners: bool | None = None,
+    stable_winners: bool | None = None,
 ) -> Selection:
     """:data:`PROTOCOL` with what a caller gave in place of its defaults. Without
     ``final_seeds`` the finalists are read on as many seeds as the protocol's, the smallest
     that neither choose nor are held out (1 2 by default; 2 3 beside ``seeds=(0,)`` and
     ``heldout=(1,)``), and none with ``finalists=0``. With ``pairs`` (independent
     ``(seed, data order)`` pairs) the crossed held-out seeds and data orders are none;
-    ``peer_winners`` (None: the protocol's) reads each search's peers' winners on its space."""
+    ``peer_winners`` (None: the protocol's) reads each search's peers' winners on its space;
+    ``stable_winners`` (None: the protocol's) ranks a candidate with a diverged run last."""
     pairs = tuple((int(s), int(o)) for s, o in pairs)
     if pairs:
         if heldout or heldout_data_seeds:
@@ -258,13 +266,15 @@ def protocol_selection(
         final_data_seeds=tuple(final_data_seeds),
         pairs=pairs,
         peer_winners=PROTOCOL.peer_winners if peer_winners is None else peer_winners,
+        stable_winners=PROTOCOL.stable_winners if stable_winners is None else stable_winners,
     )
 
 
 # The protocol of ``torch-mars tune`` and ``torch_mars.tune`` unless told, declared once: one
 # selection seed a trial (the noise is paid where it decides), each search's 4 best points
 # re-read on two more seeds, each winner read on 4 seeds x 3 data orders, 12 crossed pairs no
-# selection saw; each winner the best-known setting of its search and its peers' winners. (The
+# selection saw; each winner the best-known setting of its search and its peers' winners, a
+# candidate with a diverged run on its choosing runs ranked last. (The
 # field defaults above are the protocol of the studies before it, which
 # a stored record that lacks a field was run under.)
 PROTOCOL = Selection(
@@ -274,4 +284,5 @@ PROTOCOL = Selection(
     finalists=4,
     final_seeds=(1, 2),
     peer_winners=True,
+    stable_winners=True,
 )

@@ -399,7 +399,7 @@ class SurfaceSearch(ProfiledSearch):
         pairs = self.selection.choosing_pairs()
         need(results, [self.run(p, s, d) for p in chosen for s, d in pairs])
         scored = [(p, self.score(results, p, pairs)) for p in chosen]
-        state.finalists = sorted(scored, key=lambda ps: badness(ps[1]))
+        state.finalists = sorted(scored, key=lambda ps: self.rank(results, ps[0], pairs))
         state.point = state.finalists[0][0]
 
 

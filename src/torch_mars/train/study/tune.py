@@ -294,6 +294,7 @@ class TunePlan:
             args += ["--heldout-seeds", *map(str, sel.heldout)]
             args += ["--heldout-data-seeds", *map(str, sel.heldout_data_seeds)]
         args += ["--peer-winners", "on" if sel.peer_winners else "off"]
+        args += ["--stable-winners", "on" if sel.stable_winners else "off"]
         for flag, pairs in (("--ladder", self.ladders), ("--extra-space", self.extra)):
             if pairs:
                 args += [flag, *(f"{d}={','.join(_numbers(v))}" for d, v in pairs)]
