@@ -23,6 +23,8 @@ REQUIRED: dict[tuple[str, ...], list[str]] = {
     ("eval",): ["runs/a", "--tasks", "hellaswag", "--include-path", "."],
 }
 
+# A landed tune study (its snapshot is tracked).
+LANDED = str(Path(__file__).parents[2] / "benchmarks/results/campaign-3/tiny/b64-4x")
 # A value other than the default for every flag ((command, flag) first, then the flag alone).
 OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     (("compare",), "--opt-arg"): ["mars-adamw:gamma=0.05"],
@@ -33,12 +35,12 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     (("plot",), "--out"): ["figure.png"],
     # it needs the fixed windows; tests/train/test_validation_slices.py checks it alone reaches runs
     "--validation-slices": ["4", "--eval-tokens", "4096"],
-    # a landed study's folder (its snapshot is tracked): the flag checks it holds a study
-    "--reuse-runs": [str(Path(__file__).parents[2] / "benchmarks/results/campaign-3/tiny/b64-4x")],
-    "--reread": [str(Path(__file__).parents[2] / "benchmarks/results/campaign-3/tiny/b64-4x")],
+    # a landed study's folder: the flag checks it holds a study
+    "--reuse-runs": [LANDED],
+    "--reread": [LANDED],
     # a landed study's winners, at its budget (another budget is refused: test_strongest_known_...)
     "--known-winners": [
-        str(Path(__file__).parents[2] / "benchmarks/results/campaign-3/tiny/b64-4x"),
+        LANDED,
         *("--model", "tiny", "--steps", "966", "--batch-size", "64"),
         *("--eval-interval", "966", "--eval-tokens", "131072"),
     ],
