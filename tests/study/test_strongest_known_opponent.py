@@ -221,6 +221,14 @@ def test_a_stored_studys_better_winner_is_what_a_short_search_is_read_at(tmp_pat
             known_winners=[tmp_path / "long"],
             **protocol,
         )
+    with pytest.raises(ValueError, match=r"^--known-winners: .*nowhere.*: no study record"):
+        tune_plan(
+            ObjectiveConfig(function_path(lr_bowl), model="tiny"),
+            study_dir=tmp_path / "w",
+            name="w",
+            known_winners=[tmp_path / "nowhere"],
+            **protocol,
+        )
     with pytest.raises(ValueError, match="--peer-winners on"):
         tune_plan(
             ObjectiveConfig(function_path(lr_bowl), model="tiny"),

@@ -162,7 +162,10 @@ def known_settings(
     budget = _budget_of(plan.spec().identity())
     known = []
     for folder in folders:
-        record = read_tune_record(Path(folder))
+        try:
+            record = read_tune_record(Path(folder))
+        except ValueError as error:
+            raise ValueError(f"--known-winners: {error}") from None
         if _budget_of({"budget": record.budget}) != budget:
             raise ValueError(f"--known-winners: {folder} tuned another budget than this study")
         for optimizer in plan.optimizers:
