@@ -59,7 +59,7 @@ from optuna.trial import TrialState
 
 from torch_mars.train.run_record import TASK_METRICS
 from torch_mars.train.run_shell import RUN_CONTROL_FIELDS
-from torch_mars.train.study.reuse import WHERE_FIELDS
+from torch_mars.train.study.reuse import budget_content
 from torch_mars.train.study.store import (
     OWNER_ATTR,
     PROTOCOL_HISTORY_ATTR,
@@ -259,9 +259,8 @@ def _protocol_of(identity: dict[str, Any], keys: Sequence[str]) -> dict[str, Any
 def _comparable(identity: dict[str, Any], keys: Sequence[str] = ()) -> dict[str, Any]:
     """``identity`` without what never changes a result: where the data was read from (its
     content is in ``data``) and, with ``keys``, the protocol."""
-    budget = {k: v for k, v in identity.get("budget", {}).items() if k not in WHERE_FIELDS}
     search = {k: v for k, v in identity.get("search", {}).items() if k not in keys}
-    return {**identity, "budget": budget, "search": search}
+    return {**identity, "budget": budget_content(identity), "search": search}
 
 
 def open_study(

@@ -54,15 +54,16 @@ COPIED_ATTR = "copied_from"
 WHERE_FIELDS = ("data",)
 
 
+def budget_content(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """A study identity's budget but where its data were read from (:data:`WHERE_FIELDS`)."""
+    return {k: v for k, v in identity.get("budget", {}).items() if k not in WHERE_FIELDS}
+
+
 def runs_train_alike(identity: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
     """Whether a run id trains the same in two studies: equal budgets (but where the data were
     read from) and equal data, by content."""
-
-    def budget(of: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in of.get("budget", {}).items() if k not in WHERE_FIELDS}
-
     return (
-        budget(identity) == budget(other)
+        budget_content(identity) == budget_content(other)
         and identity.get("data") == other.get("data")
         and identity.get("task") == other.get("task")
     )
@@ -175,8 +176,10 @@ def copied_record(folder: Path, trial: optuna.trial.FrozenTrial) -> dict[str, An
 __all__ = [
     "COPIED_ATTR",
     "WHERE_FIELDS",
+    "budget_content",
     "check_donors",
     "copied_record",
     "donated_run",
+    "reread_study",
     "runs_train_alike",
 ]

@@ -27,7 +27,7 @@ from torch_mars.train.study.engine import (
     protocol_history,
     study_progress,
 )
-from torch_mars.train.study.reuse import WHERE_FIELDS, check_donors, reread_study
+from torch_mars.train.study.reuse import budget_content, check_donors, reread_study
 from torch_mars.train.study.selection import protocol_selection
 from torch_mars.train.study.space import (
     check_extra,
@@ -159,14 +159,14 @@ def known_settings(
     from its report), on ``plan``'s ladders, holding the dimensions that study tuned and
     ``plan`` tunes: ``(optimizer, folder as given, point key)``. A study of another budget (its
     winner is another point's), or with no report, is refused by name."""
-    budget = _budget_of(plan.spec().identity())
+    budget = budget_content(plan.spec().identity())
     known = []
     for folder in folders:
         try:
             record = read_tune_record(Path(folder))
         except ValueError as error:
             raise ValueError(f"--known-winners: {error}") from None
-        if _budget_of({"budget": record.budget}) != budget:
+        if budget_content({"budget": record.budget}) != budget:
             raise ValueError(f"--known-winners: {folder} tuned another budget than this study")
         for optimizer in plan.optimizers:
             entry = record.entry(optimizer)
@@ -180,11 +180,6 @@ def known_settings(
             }
             known.append((optimizer, str(folder), point_key(point)))
     return tuple(known)
-
-
-def _budget_of(identity: Mapping[str, Any]) -> dict[str, Any]:
-    """A study's budget but where its data were read from."""
-    return {k: v for k, v in identity.get("budget", {}).items() if k not in WHERE_FIELDS}
 
 
 # The command line's flag for each keyword of :func:`tune_plan` that does not spell it alike
