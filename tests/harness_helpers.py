@@ -147,3 +147,14 @@ def dying_env(folder: Path, target: str, n: int, when: str = "before") -> dict[s
         "PYTHONPATH": path,
         "TORCH_MARS_TEST_DIE_AT": spec,
     }
+
+
+def lr_bowl(make_optimizer, seed: int, data_seed: int, report) -> float:
+    """A training function for ``tune --objective harness_helpers:lr_bowl``: a bowl in the
+    log of the lr its optimizer is built with (least at 10**-2.5), a little higher per seed."""
+    import math
+
+    import torch
+
+    group = make_optimizer(torch.nn.Linear(2, 2)).param_groups[0]
+    return (math.log10(group["lr"]) + 2.5) ** 2 + 0.01 * seed

@@ -1069,11 +1069,14 @@ def _run_tune(request: TuneRequest) -> int:
 def _tune(request: TuneRequest) -> int:
     from torch_mars.train.study.engine import join_study
     from torch_mars.train.study.run import run_study
+    from torch_mars.train.study.store import open_storage
     from torch_mars.train.study.tune import plan_of_study
 
-    plan = request.plan
+    plan, storage = request.plan, None
     if plan is None:
-        joined, identity = join_study(storage_url(request.storage, request.study_dir), request.name)
+        url = storage_url(request.storage, request.study_dir)
+        storage = open_storage(url, create=False)
+        joined, identity = join_study(storage, url, request.name)
         _check_worker_objective(identity, request)
         plan = plan_of_study(joined, request.study_dir, request.storage, request.name)
         plan = dataclasses.replace(plan, jobs=request.jobs, reuse=request.reuse)
@@ -1085,6 +1088,7 @@ def _tune(request: TuneRequest) -> int:
         max_trials=request.max_trials,
         time_budget_s=request.time_budget_s,
         show=show,
+        storage=storage,
     )
     if not request.report_only:
         print(f"{ran.trained} runs trained here")

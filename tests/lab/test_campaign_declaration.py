@@ -209,3 +209,11 @@ def test_the_corrections_worth_reads_the_rule_against_itself_at_gamma_0_on_the_p
         "--optimizers mars-adamw --trials 12 " in text
         and "--name b16-1x.gamma=0.mars-adamw" in text
     )
+
+
+def test_campaign_4_declares_two_looks_at_a_margin_of_0_005():
+    """The design campaign-4's family file declares, as its verdicts read it."""
+    from torch_mars.train.study.two_stage import Design, design_of
+
+    declared = json.loads((ROOT / "benchmarks/results/campaign-4/campaign.json").read_text())
+    assert design_of(declared) == Design(alpha=0.05, margin=0.005, first=12, cap=64)

@@ -267,34 +267,53 @@ def _live_tune_study(live):
     study.ask()  # training: not finished
 
 
-def test_the_status_counts_each_studys_finished_runs_against_its_plan(tmp_path):
-    """A tune study's plan per optimizer: 2 trials x 3 seeds + 1 finalist x 2 seeds + 6 held
-    out = 14; a running (unfinished) trial is not counted; the runs left cost the median run's
-    cost, which a run stretched by a pause does not move; nothing is written."""
-    live = tmp_path / "b64-4x" / "study.log"
-    _live_tune_study(live)
+def _toy_tune_study(folder: Path, *args: str) -> Path:
+    """A tune study of adamw on ``harness_helpers.lr_bowl`` (a bowl in the lr alone) in
+    ``folder/b64-4x/study.log``, every dimension but the lr held: 6 trials on one selection
+    seed, its 4 best on one more seed, 2 held-out runs (12 runs at least, by the protocol)."""
+    from torch_mars.cli import main
+
+    live = folder / "b64-4x" / "study.log"
+    held = ["beta1=0.9", "beta2=0.95", "weight_decay=0.01", "lr_1d_ratio=1", "weight_decay_1d=0"]
+    main(["tune", "--objective", "harness_helpers:lr_bowl", "--optimizers", "adamw",
+          "--trials", "6", "--seeds", "0", "--finalists", "4", "--final-seeds", "3",
+          "--heldout-seeds", "1", "2", "--heldout-data-seeds", "1", "--fixed", *held,
+          "--out-dir", str(folder), "--name", "b64-4x", "--storage", f"journal:{live}",
+          *args])  # fmt: skip
+    return live
+
+
+def test_the_status_counts_each_studys_finished_runs_against_its_replayed_plan(tmp_path):
+    """A study's plan per optimizer is its search replayed on the stored runs: at least the
+    protocol's 6 + 4 + 2 = 12 while it runs, exactly what it trained once finished (here 10:
+    the lr alone moves, and fewer than 4 points are finalists), so a finished study has no runs
+    left; the runs left cost the median run's cost; nothing is written."""
+    from torch_mars.train.study.outcomes import median_run_seconds
+
+    live = _toy_tune_study(tmp_path, "--max-trials", "3")
     before = sorted(p.name for p in live.parent.iterdir())
     (row,) = map_report.progress_rows(tmp_path)
-    assert row["study"] == "b64-4x" and row["runs"] == {"muon": 3}
-    assert row["planned"] == {"muon": 14, "mars-shampoo": 14}  # its protocol reads no peers
-    assert row["runs_left"] == 11 + 14
-    assert row["hours"] == pytest.approx((60 + 90 + 3600) / 3600)
-    assert row["hours_left"] == pytest.approx(25 * 90 / 3600)  # at the median run's cost
-    assert "| b64-4x | muon 3/14, mars-shampoo 0/14 |" in map_report.format_progress([row])
-    assert "| 25 |" in map_report.format_progress([row])
+    assert row["study"] == "b64-4x" and row["runs"] == {"adamw": 3}
+    assert row["planned"] == {"adamw": 12} and row["runs_left"] == 9
+    trials, _, _ = stored_study(live.parent)
+    assert row["hours_left"] == pytest.approx(9 * median_run_seconds(trials) / 3600)
+    assert "| b64-4x | adamw 3/12 | 0.0 | 9 |" in map_report.format_progress([row])
     assert sorted(p.name for p in live.parent.iterdir()) == before
+    _toy_tune_study(tmp_path)  # finished
+    (row,) = map_report.progress_rows(tmp_path)
+    assert row["runs"] == {"adamw": 10} and row["planned"] == {"adamw": 10}
+    assert row["runs_left"] == 0
 
 
 def test_the_status_of_a_clean_checkout_reads_each_study_from_its_snapshot(tmp_path):
     """A clean checkout holds only ``study.log.gz``: the status counts that study's runs as
     the live journal did, and writes no live journal beside it."""
-    live = tmp_path / "b64-4x" / "study.log"
-    _live_tune_study(live)
+    live = _toy_tune_study(tmp_path, "--max-trials", "3")
     (from_live,) = map_report.progress_rows(tmp_path)
     snapshot_journals(tmp_path)
     live.unlink()
     (from_snapshot,) = map_report.progress_rows(tmp_path)
-    assert from_snapshot == from_live and from_snapshot["runs"] == {"muon": 3}
+    assert from_snapshot == from_live and from_snapshot["runs"] == {"adamw": 3}
     assert not live.exists()
 
 
@@ -346,13 +365,13 @@ def test_a_study_whose_live_journal_is_missing_resumes_from_its_snapshot(tmp_pat
 def test_the_second_models_status_prints_its_own_studies_and_runs_nothing(
     tmp_path, monkeypatch, capsys
 ):
-    live = tmp_path / "b16-4x" / "study.log"
-    _live_tune_study(live)
+    live = _toy_tune_study(tmp_path, "--max-trials", "3")
     before = sorted(p.name for p in live.parent.iterdir())
+    capsys.readouterr()
     monkeypatch.setattr(second_model, "FOLDER", tmp_path)
     monkeypatch.setattr(sys, "argv", ["second_model.py", "--status"])
     assert second_model.main() == 0
-    assert "| b16-4x | muon 3/14, mars-shampoo 0/14 |" in capsys.readouterr().out
+    assert "| b64-4x | adamw 3/12 |" in capsys.readouterr().out
     assert sorted(p.name for p in live.parent.iterdir()) == before
 
 

@@ -21,7 +21,7 @@ from harness_helpers import kill_when_paused, toy_tune_plan, write_synthetic_tex
 from torch_mars.cli import main
 from torch_mars.train.runtime import describe_device
 from torch_mars.train.study import outcomes, report_text, run, tune
-from torch_mars.train.study.engine import finished_results, open_study
+from torch_mars.train.study.engine import finished_results, open_study, study_storage
 from torch_mars.train.study.store import open_storage
 from torch_mars.train.study.tune import TunePlan
 from torch_mars.train.study.workers import claim, work
@@ -244,10 +244,14 @@ def test_a_study_keeps_the_starts_it_began_with_when_the_defaults_move(
     plan = toy_plan(tmp_path, corpus_file)
     began = plan.starts_of("adamw")
     open_study(plan.spec())
+
+    def resumed(plan: TunePlan) -> TunePlan:
+        return run.resumed_plan(plan, study_storage(plan.spec().url, plan.study_name))
+
     moved = {**began[0], "lr": began[0]["lr"] + 3}
     monkeypatch.setattr(tune, "start_point", lambda optimizer, model: dict(moved))
     assert plan.starts_of("adamw") == (moved,)
-    assert run.resumed_plan(plan).starts_of("adamw") == began
+    assert resumed(plan).starts_of("adamw") == began
     stored = open_study(plan.spec(), read_only=True).user_attrs["identity"]
     rebuilt = tune.plan_of_identity(stored, plan.study_dir, plan.storage, plan.study_name)
     assert rebuilt.starts_of("adamw") == began
@@ -255,17 +259,17 @@ def test_a_study_keeps_the_starts_it_began_with_when_the_defaults_move(
     # resumes from the starts it began with (kept in the protocol history), for a run, a
     # worker and a report alike
     open_study(dataclasses.replace(plan, optimizers=("nadamw",)).spec())
-    assert run.resumed_plan(plan).starts_of("adamw") == began
+    assert resumed(plan).starts_of("adamw") == began
     reopened = open_study(plan.spec(), read_only=True)
     assert "adamw" not in reopened.user_attrs["identity"]["search"]["starts"]
     rebuilt = tune.plan_of_study(reopened, plan.study_dir, plan.storage, plan.study_name)
     assert rebuilt.starts_of("adamw") == began  # what a worker and a report read
-    assert rebuilt.starts_of("nadamw") == run.resumed_plan(plan).starts_of("nadamw")
+    assert rebuilt.starts_of("nadamw") == resumed(plan).starts_of("nadamw")
     # a new study (or one overwritten) starts from the defaults as they are now
     fresh = dataclasses.replace(plan, study_name="new")
-    assert run.resumed_plan(fresh).starts_of("adamw") == (moved,)
+    assert resumed(fresh).starts_of("adamw") == (moved,)
     overwritten = dataclasses.replace(plan, overwrite=True)
-    assert run.resumed_plan(overwritten).starts_of("adamw") == (moved,)
+    assert resumed(overwritten).starts_of("adamw") == (moved,)
 
 
 def test_finalists_given_to_a_finished_study_train_only_their_own_runs(tmp_path, corpus_file):

@@ -12,6 +12,7 @@ from pathlib import Path
 from lab.fight_map import POINTS
 from torch_mars.train.compare import mean_std_text
 from torch_mars.train.plots import save_figure
+from torch_mars.train.study.engine import finished_results, search_progress
 from torch_mars.train.study.outcomes import (
     OptimizerOutcome,
     Verdict,
@@ -19,10 +20,8 @@ from torch_mars.train.study.outcomes import (
     run_cost,
     verdicts,
 )
-from torch_mars.train.study.profiled import planned_runs
-from torch_mars.train.study.selection import Selection
-from torch_mars.train.study.space import shares_space
 from torch_mars.train.study.store import stored_study, stored_study_folders
+from torch_mars.train.study.tune import plan_of_identity
 from torch_mars.train.study.tune_record import TuneRecord, read_tune_record
 from torch_mars.train.study.verdict import PairedGap, crossed_gap, holm_decisions
 
@@ -31,14 +30,14 @@ def progress_rows(folder: Path) -> list[dict]:
     """Each study under ``folder`` (a point's, its second searches', its side studies'), read
     from its live journal or else its snapshot: its finished runs per optimizer, their run
     hours, and, for a tune study, the runs left and their run hours at the median run so far
-    (one run stretched by a pause does not stretch the estimate), and the runs its protocol
-    plans per optimizer (at least: :func:`~torch_mars.train.study.profiled.planned_runs`, and
-    each peer's winner on every choosing run where the protocol reads peers' winners)."""
+    (one run stretched by a pause does not stretch the estimate), and the runs each search
+    plans, its stored runs replayed (:func:`~torch_mars.train.study.engine.search_progress`:
+    a finished search's exactly, an unfinished one's at least)."""
     import optuna
 
     rows = []
     for study_dir in stored_study_folders(folder):
-        trials, identity, _ = stored_study(study_dir)
+        trials, identity, history = stored_study(study_dir)
         runs = collections.Counter(
             t.user_attrs.get("optimizer")
             for t in trials
@@ -48,14 +47,9 @@ def progress_rows(folder: Path) -> list[dict]:
         optimizers = search.get("optimizers", sorted(runs))
         planned: dict[str, int] = {}
         if search.get("kind") == "tune":
-            selection = Selection.of_record(search["selection"])
-            own = planned_runs(search["trials"], selection)
-            # each peer's winner read on every choosing run, where the protocol reads them
-            choosing = len(selection.choosing_pairs()) if selection.peer_winners else 0
-            planned = {
-                o: own + choosing * sum(p != o and shares_space(p, o) for p in optimizers)
-                for o in optimizers
-            }
+            plan = plan_of_identity(identity, study_dir, None, study_dir.name, history)
+            results = finished_results(trials)
+            planned = {s.optimizer: search_progress(s, results)[1] for s in plan.searches()}
         hours = sum(c["hours"] for c in run_cost(trials).values())
         left = sum(max(planned[o] - runs[o], 0) for o in optimizers) if planned else None
         typical = median_run_seconds(trials)

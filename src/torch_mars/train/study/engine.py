@@ -60,6 +60,7 @@ from optuna.trial import TrialState
 from torch_mars.train.run_record import TASK_METRICS
 from torch_mars.train.run_shell import RUN_CONTROL_FIELDS
 from torch_mars.train.study.reuse import budget_content
+from torch_mars.train.study.space import Fixed
 from torch_mars.train.study.store import (
     OWNER_ATTR,
     PROTOCOL_HISTORY_ATTR,
@@ -107,8 +108,8 @@ class Search(Protocol):
 
     def replay(self, results: Mapping[RunId, float]) -> SearchState: ...
 
-    def hyperparams(self, key: str) -> dict[str, Any]:
-        """The harness hyperparameters of the point ``key``."""
+    def hyperparams(self, key: str, fixed: Fixed = ()) -> dict[str, Any]:
+        """The harness hyperparameters of the point ``key`` with the study's ``fixed`` values."""
         ...
 
     def trial_params(self, key: str) -> dict[str, tuple[Any, BaseDistribution]]:
@@ -154,6 +155,9 @@ class StudySpec:
     donors: tuple[Path, ...] = ()
     donated_anywhere: frozenset[tuple[int, int]] = frozenset()
     prune: bool = False
+    # the values the study holds (``--fixed``: ``(dimension, value)`` pairs), each search's
+    # ``held`` dimensions: merged into a run's settings by its search's ``hyperparams``
+    fixed: Fixed = ()
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -263,10 +267,22 @@ def _comparable(identity: dict[str, Any], keys: Sequence[str] = ()) -> dict[str,
     return {**identity, "budget": budget_content(identity), "search": search}
 
 
+def study_storage(
+    url: str, study_name: str, read_only: bool = False
+) -> optuna.storages.BaseStorage:
+    """The storage at ``url`` that the study ``study_name`` lives in, opened (a command opens
+    it once and hands it on); ``read_only`` (a report) makes no folder or file: a storage that
+    does not exist is a ValueError naming the study."""
+    if read_only and is_missing(url):
+        raise ValueError(f"no study {study_name!r} in {describe(url)} to report (no file)")
+    return open_storage(url, create=not read_only)
+
+
 def open_study(
     spec: StudySpec,
     read_only: bool = False,
     before_taking: Callable[[optuna.Study], None] | None = None,
+    storage: optuna.storages.BaseStorage | None = None,
 ) -> optuna.Study:
     """Create the study, or open it and check that its identity is the spec's
     (:class:`StudyMismatch` otherwise; ``spec.overwrite`` deletes and recreates it, unless a
@@ -274,11 +290,11 @@ def open_study(
     ``read_only`` (a report) never changes a study that exists: it neither takes a protocol nor
     deletes; and it never creates one (a name with no study is a ValueError). ``before_taking``
     checks the study before it takes a new protocol and may refuse it (raise): a refused
-    command writes nothing."""
+    command writes nothing. ``storage``: the command's opening of :func:`study_storage` (opened
+    here where None)."""
     url = spec.url
-    if read_only and is_missing(url):  # a report makes no folder or file
-        raise ValueError(f"no study {spec.study_name!r} in {describe(url)} to report (no file)")
-    storage = open_storage(url, create=not read_only)
+    if storage is None:
+        storage = study_storage(url, spec.study_name, read_only)
     identity = spec.identity()
     keys = spec.protocol_keys
     if read_only and spec.study_name not in study_names(storage):
@@ -356,9 +372,11 @@ def ran_under(study: optuna.Study, spec: StudySpec) -> bool:
     return wanted == current or wanted in pasts
 
 
-def join_study(url: str, study_name: str) -> tuple[optuna.Study, dict[str, Any]]:
-    """An existing study and its identity (for a worker that joins it)."""
-    storage = open_storage(url, create=False)
+def join_study(
+    storage: optuna.storages.BaseStorage, url: str, study_name: str
+) -> tuple[optuna.Study, dict[str, Any]]:
+    """An existing study of the opened ``storage`` (at ``url``, named in errors) and its
+    identity (for a worker that joins it, or a plan resumed as its study began)."""
     if study_name not in study_names(storage):
         raise ValueError(f"no study {study_name!r} in {describe(url)}")
     study = load_study(storage, study_name)
@@ -463,20 +481,25 @@ class AskedFor(Mapping[RunId, float]):
 
 
 def study_progress(spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial]) -> tuple[int, int]:
-    """``(finished, planned)``: the finished runs the searches read (not the study's others:
-    another budget's, another protocol's), and the runs they plan: a finished search's exactly,
-    an unfinished one's at least :attr:`Search.planned_runs`, more where its replay already
-    asks for more (a finalist no trial scored). So the first never passes the second."""
+    """``(finished, planned)`` summed over the study's searches (:func:`search_progress`). So
+    the first never passes the second."""
     results = finished_results(trials)
-    finished = planned = 0
-    for search in spec.searches:
-        asked = AskedFor(results)
-        needed = search.replay(asked).needed
-        # its own runs: a search that reads its peers' winners replays them too
-        read = len({run for run in asked.asked & results.keys() if run[0] == search.optimizer})
-        finished += read
-        planned += max(search.planned_runs, read + len(needed)) if needed else read
-    return finished, planned
+    counts = [search_progress(search, results) for search in spec.searches]
+    return sum(f for f, _ in counts), sum(p for _, p in counts)
+
+
+def search_progress(search: Search, results: Mapping[RunId, float]) -> tuple[int, int]:
+    """``(finished, planned)`` of one search over the study's finished ``results``: the runs it
+    reads (not the study's others: another budget's, another protocol's), and the runs it
+    plans: a finished search's exactly (a search whose trial budget cannot be spent, every
+    dimension but the lr held, plans fewer than its trials), an unfinished one's at least
+    :attr:`Search.planned_runs`, more where its replay already asks for more (a finalist no
+    trial scored)."""
+    asked = AskedFor(results)
+    needed = search.replay(asked).needed
+    # its own runs: a search that reads its peers' winners replays them too
+    read = len({run for run in asked.asked & results.keys() if run[0] == search.optimizer})
+    return read, max(search.planned_runs, read + len(needed)) if needed else read
 
 
 # ---------------------------------------------------------------- owners
@@ -605,4 +628,5 @@ __all__ = [
     "join_study",
     "open_study",
     "protocol_history",
+    "study_storage",
 ]

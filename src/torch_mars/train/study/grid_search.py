@@ -11,6 +11,7 @@ from typing import Any
 from optuna.distributions import BaseDistribution, FloatDistribution
 
 from torch_mars.train.study.engine import RunId
+from torch_mars.train.study.space import Fixed
 
 # Optuna's record of a grid value: one wide range for every number.
 _GRID_VALUE = FloatDistribution(-1e12, 1e12)
@@ -44,7 +45,10 @@ class GridSearch:
             set(self.seeds) - set(self.search_seeds)
         )
 
-    def hyperparams(self, key: str) -> dict[str, Any]:
+    def hyperparams(self, key: str, fixed: Fixed = ()) -> dict[str, Any]:
+        """The point's settings: a grid's points are whole settings, nothing held beside them."""
+        if fixed:
+            raise ValueError(f"a grid search holds no fixed values, got {fixed}")
         return dict(dict(self.points)[key])
 
     def trial_params(self, key: str) -> dict[str, tuple[Any, BaseDistribution]]:

@@ -149,8 +149,9 @@ def planned_runs(trials: int, selection: Selection) -> int:
 class ProfiledSearch:
     """The search of one optimizer (lower metric is better) on the GPT config ``model``
     (whose defaults fill what the space does not set), from ``starts`` (its own defaults
-    first), spending ``trials``; the ``fixed`` dimensions (``(name, value)`` pairs) are held at
-    their values and never moved, and those of ``ladders`` step on your values; ``extra``:
+    first), spending ``trials``; the dimensions named ``held`` are never moved (the study
+    holds them at its fixed values, given to :meth:`hyperparams`), and those of ``ladders``
+    step on your values; ``extra``:
     your own dimensions (``(name, values)`` pairs, :func:`~.space.check_extra`), moved like
     ours and handed to your function, not the optimizer."""
 
@@ -165,7 +166,7 @@ class ProfiledSearch:
     order_seed: int = 0
     max_extensions: int = 4
     max_rounds: int | None = None
-    fixed: Fixed = ()
+    held: tuple[str, ...] = ()
     ladders: Ladders = ()
     # the searches of this study's peers (their own peers none), whose winners this one reads
     # on its space where the selection says ``peer_winners``
@@ -191,9 +192,9 @@ class ProfiledSearch:
 
     @property
     def dimensions(self) -> tuple[str, ...]:
-        """The dimensions this search moves: the optimizer's, but for the ``fixed`` ones, then
+        """The dimensions this search moves: the optimizer's, but for the ``held`` ones, then
         your own."""
-        return free_dimensions(self.optimizer, self.fixed) + tuple(d for d, _ in self.extra)
+        return free_dimensions(self.optimizer, self.held) + tuple(d for d, _ in self.extra)
 
     @property
     def planned_runs(self) -> int:
@@ -202,11 +203,14 @@ class ProfiledSearch:
         peers = (len(self.peers) + len(self.known)) * len(self.selection.choosing_pairs())
         return planned_runs(self.trials, self.selection) + peers
 
-    def hyperparams(self, key: str) -> dict[str, Any]:
-        """The run's hyperparameters: the optimizer's, and your dimensions' values under
+    def hyperparams(self, key: str, fixed: Fixed = ()) -> dict[str, Any]:
+        """The run's hyperparameters at the point ``key`` with the study's ``fixed`` values (one
+        for each dimension ``held``): the optimizer's, and your dimensions' values under
         :data:`~.space.EXTRA_KEY` where the study has any."""
+        if sorted(d for d, _ in fixed) != sorted(self.held):
+            raise ValueError(f"fixed {fixed}: the search of {self.optimizer} holds {self.held}")
         own, yours = split_extra(parse_point_key(key), self.extra)
-        settings = hyperparams_of(self.optimizer, own, self.model, self.fixed, self.ladders)
+        settings = hyperparams_of(self.optimizer, own, self.model, fixed, self.ladders)
         return {**settings, EXTRA_KEY: yours} if yours else settings
 
     def trial_params(self, key: str) -> dict[str, tuple[Any, BaseDistribution]]:

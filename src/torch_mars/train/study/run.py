@@ -26,6 +26,7 @@ from torch_mars.train.study.engine import (
     open_study,
     protocol_history,
     study_progress,
+    study_storage,
 )
 from torch_mars.train.study.reuse import budget_content, check_donors, reread_study
 from torch_mars.train.study.selection import protocol_selection
@@ -172,7 +173,7 @@ def known_settings(
             entry = record.entry(optimizer)
             if entry is None or not entry.finished or not entry.winner:
                 continue
-            free = set(free_dimensions(optimizer, plan.fixed)) | {d for d, _ in plan.extra}
+            free = set(free_dimensions(optimizer, plan.held)) | {d for d, _ in plan.extra}
             point = {
                 d: ladder_of(d, plan.all_ladders).nearest(v)
                 for d, v in entry.winner.items()
@@ -261,24 +262,31 @@ def run_study(
     time_budget_s: float | None = None,
     show: Show = "bar",
     announce_to: str | None = "stdout",
+    storage: optuna.storages.BaseStorage | None = None,
 ) -> StudyRun:
     """Open (or create) ``plan``'s study, train what it still needs (``max_trials``: at most
     that many runs here; ``time_budget_s``: no run begun after that many seconds, the study
     resuming later), and write its report. ``report_only`` changes and creates nothing.
-    ``announce_to``: where the opening line goes (``"stdout"``, ``"stderr"``, or None)."""
+    ``announce_to``: where the opening line goes (``"stdout"``, ``"stderr"``, or None).
+    The study's storage is opened once (``storage``, where the caller opened it already) and
+    every step of the command reads it; a worker process opens its own."""
     if time_budget_s is not None and not (math.isfinite(time_budget_s) and time_budget_s > 0):
         raise ValueError(f"the time budget must be > 0 seconds, got {time_budget_s}")
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our lines say what Optuna's would
     try:
         stop_at = None if time_budget_s is None else time.time() + time_budget_s
-        return _run_study(plan, report_only, max_trials, stop_at, show, announce_to)
+        if storage is None:
+            url = plan.spec().url
+            storage = study_storage(url, plan.study_name, read_only=report_only)
+        return _run_study(plan, storage, report_only, max_trials, stop_at, show, announce_to)
     finally:
         optuna.logging.set_verbosity(verbosity)
 
 
 def _run_study(
     plan: TunePlan,
+    storage: optuna.storages.BaseStorage,
     report_only: bool,
     max_trials: int | None,
     stop_at: float | None,
@@ -287,10 +295,13 @@ def _run_study(
 ) -> StudyRun:
     from tqdm import tqdm
 
-    plan = resumed_plan(plan)
+    plan = resumed_plan(plan, storage)
     spec = plan.spec()
     study = open_study(
-        spec, read_only=report_only, before_taking=lambda stored: declare_family(stored, plan)
+        spec,
+        read_only=report_only,
+        before_taking=lambda stored: declare_family(stored, plan),
+        storage=storage,
     )
     trained = 0
     if report_only:
@@ -317,7 +328,8 @@ def _run_study(
                 bar.write(line)  # a failure is shown as it happens, over the bar
 
         # worker processes (jobs > 1) print their own lines, none when nothing is shown
-        trained = run_workers(spec, None if show == "none" else progress, max_trials, stop_at)
+        shown = None if show == "none" else progress
+        trained = run_workers(spec, shown, max_trials, stop_at, study=study)
         bar.close()
     written = write_tune_report(plan, study)
     trials = study.get_trials(deepcopy=False)
@@ -340,7 +352,7 @@ def _run_study(
                 file=stream,
                 flush=True,
             )
-        more = _run_study(wider, report_only, max_trials, stop_at, show, announce_to)
+        more = _run_study(wider, storage, report_only, max_trials, stop_at, show, announce_to)
         return dataclasses.replace(more, trained=trained + more.trained)
     return StudyRun(plan, study, written, trained, nothing, stopped)
 
@@ -366,8 +378,8 @@ def second_look_plan(plan: TunePlan, record: TuneRecord) -> TunePlan | None:
     return dataclasses.replace(plan, selection=dataclasses.replace(sel, pairs=drawn_pairs(wanted)))
 
 
-def resumed_plan(plan: TunePlan) -> TunePlan:
-    """``plan`` as the study it names resumes it, read in one opening of its storage: the
+def resumed_plan(plan: TunePlan, storage: optuna.storages.BaseStorage) -> TunePlan:
+    """``plan`` as the study it names in the opened ``storage`` resumes it: the
     starts the study began with (:func:`~.tune.stored_starts`: the defaults move when a map's
     winners become them, and a study resumed from new starts would walk another path past its
     runs), and, where the study looked twice, the pairs it reads already. A new study, or one
@@ -375,9 +387,9 @@ def resumed_plan(plan: TunePlan) -> TunePlan:
     if plan.overwrite:
         return plan
     try:
-        study, identity = join_study(plan.spec().url, plan.study_name)
+        study, identity = join_study(storage, plan.spec().url, plan.study_name)
     except ValueError:
-        return plan  # no such study yet (a storage that cannot open says so when opened)
+        return plan  # no such study yet
     plan = dataclasses.replace(plan, starts=stored_starts(identity, protocol_history(study)))
     stored = identity.get("search", {}).get("selection", {}).get("pairs") or []
     read = tuple(tuple(p) for p in stored)

@@ -30,7 +30,7 @@ the ladders; ``hyperparams_of`` spells a point as the harness's hyperparameters.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -277,9 +277,9 @@ def onto_ladders(point: Mapping[str, int], ladders: Ladders) -> Point:
     }
 
 
-def free_dimensions(optimizer: str, fixed: Fixed = ()) -> tuple[str, ...]:
-    """The dimensions a search of ``optimizer`` moves: all it has but the ``fixed`` ones."""
-    held = {d for d, _ in fixed}
+def free_dimensions(optimizer: str, held: Collection[str] = ()) -> tuple[str, ...]:
+    """The dimensions a search of ``optimizer`` moves: all it has but those ``held`` (the
+    names of the fixed ones)."""
     return tuple(d for d in dimensions_of(optimizer) if d not in held)
 
 
@@ -343,7 +343,7 @@ def hyperparams_of(
     fixed 1-D betas (a tuple entry that is no dimension, such as MARS-Shampoo's unread
     ``betas[1]``, keeps its default)."""
     _check_known(optimizer)
-    free = free_dimensions(optimizer, fixed)
+    free = free_dimensions(optimizer, [d for d, _ in fixed])
     if set(point) != set(free):
         raise ValueError(f"a {optimizer} point needs exactly {free}, got {sorted(point)}")
     defaults = default_hyperparams(optimizer, model)

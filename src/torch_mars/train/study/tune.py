@@ -226,6 +226,11 @@ class TunePlan:
                 "needs at least 2 (refused before any run trains)"
             )
 
+    @property
+    def held(self) -> tuple[str, ...]:
+        """The dimensions :attr:`fixed` holds, by name (what each search leaves unmoved)."""
+        return tuple(d for d, _ in self.fixed)
+
     def starts_of(self, optimizer: str) -> tuple[Point, ...]:
         """One rule for every optimizer: its own defaults, then each peer's (the study's
         optimizers with its dimensions but for gamma) moved onto its space; the defaults as
@@ -239,7 +244,7 @@ class TunePlan:
             for peer in self.optimizers
             if peer != optimizer and shares_space(peer, optimizer)
         ]
-        free = free_dimensions(optimizer, self.fixed)
+        free = free_dimensions(optimizer, self.held)
         yours = {d: extra_start(values) for d, values in self.extra}
         points = [{**onto_ladders({d: p[d] for d in free}, self.ladders), **yours} for p in points]
         return tuple({point_key(p): p for p in points}.values())
@@ -330,7 +335,7 @@ class TunePlan:
                 model=self.base.model,
                 order_seed=self.order_seed,
                 max_rounds=self.max_rounds,
-                fixed=self.fixed,
+                held=self.held,
                 ladders=self.ladders,
                 extra=self.extra,
             )
@@ -383,6 +388,7 @@ class TunePlan:
         return StudySpec(
             base=self.base,
             searches=tuple(self.searches()),
+            fixed=self.fixed,
             curve_seeds=self.selection.read_seeds,
             study_dir=self.study_dir,
             settings=json.loads(json.dumps(settings)),

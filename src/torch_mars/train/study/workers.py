@@ -254,7 +254,7 @@ def train_claimed(spec: StudySpec, claimed: Claim) -> dict[str, Any]:
         spec.base,
         optimizer=optimizer,
         seed=seed,
-        hyperparams=spec.search_of(optimizer).hyperparams(key),
+        hyperparams=spec.search_of(optimizer).hyperparams(key, spec.fixed),
         run_dir=run_dir,
         quiet=True,
     )
@@ -324,14 +324,16 @@ def work(
     stale_after_s: float = _STALE_AFTER_S,
     max_trials: int | None = None,
     stop_at: float | None = None,
+    study: optuna.Study | None = None,
 ) -> int:
     """One worker: claim needed runs and train them until the study is finished, until it has
     trained ``max_trials``, or until the Unix time ``stop_at`` (a wall-clock budget: no run is
     claimed after it; the one in flight finishes); returns the number of runs it trained. While
     other workers hold every needed run, it waits for them, looking again every ``poll_s``
-    seconds."""
-    storage = open_storage(spec.url, create=False)
-    study = load_study(storage, spec.study_name)
+    seconds. ``study``: the study as this process opened it already (opened here where None:
+    a worker process opens its own)."""
+    if study is None:
+        study = load_study(open_storage(spec.url, create=False), spec.study_name)
     worse = math.inf if TASK_METRICS[spec.task].lower_is_better else -math.inf
     trained = 0
     said_waiting = False
@@ -437,6 +439,7 @@ def run_workers(
     progress: Callable[[str], None] | None = None,
     max_trials: int | None = None,
     stop_at: float | None = None,
+    study: optuna.Study | None = None,
 ) -> int:
     """Run ``spec.jobs`` workers (in this process for one) until the study is finished, each
     has trained ``max_trials``, or the wall-clock budget ends at ``stop_at`` (:func:`work`);
@@ -444,10 +447,13 @@ def run_workers(
     ``progress(line)`` is called as each run finishes here; worker processes print their lines
     themselves (prefixed ``[worker N]``), and none where ``progress`` is None. Returns when
     every worker has ended, however it ended (a killed worker's trial is trained again by the
-    others); the count is the runs this process's study gained."""
+    others); the count is the runs this process's study gained. ``study``: the study as this
+    process opened it already (opened here where None); each worker process opens its own, as
+    a process cannot share another's connection or file handle."""
+    if study is None:
+        study = load_study(open_storage(spec.url, create=False), spec.study_name)
     if spec.jobs == 1:
-        return work(spec, progress, max_trials=max_trials, stop_at=stop_at)
-    study = load_study(open_storage(spec.url, create=False), spec.study_name)
+        return work(spec, progress, max_trials=max_trials, stop_at=stop_at, study=study)
     before = len(finished_results(study.get_trials(deepcopy=False)))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     threads = max(1, (os.cpu_count() or 1) // spec.jobs)
@@ -467,7 +473,7 @@ def run_workers(
     if lost:
         print(f"worker(s) {lost} ended abnormally; their trials are retrained", file=sys.stderr)
     if lost and max_trials is None:  # what the lost workers left, so that the study is done here
-        work(spec, progress, stop_at=stop_at)
+        work(spec, progress, stop_at=stop_at, study=study)
     return len(finished_results(study.get_trials(deepcopy=False))) - before
 
 
