@@ -37,6 +37,7 @@ import json
 import random
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -254,14 +255,15 @@ def check_declaration(name: str = CURRENT) -> dict[str, Any]:
     return stored
 
 
-def pairs_read(name: str, label: str) -> int:
-    """How many of campaign-4's declared pairs the point ``label`` reads now: the first
-    :data:`FIRST_PAIRS`, or more once a second look took them (its report says)."""
+def pairs_read(name: str, label: str) -> dict[str, int]:
+    """How many of campaign-4's declared pairs each optimizer at the point ``label`` reads now
+    (its report says; a second look widens only its comparisons' sides); empty before the
+    point's first report (each then reads the first :data:`FIRST_PAIRS`)."""
     report = folder_of(name) / label / "tune.json"
     if name != "campaign-4" or not report.is_file():
-        return FIRST_PAIRS
+        return {}
     ran = read_tune_record(report).optimizers
-    return max(FIRST_PAIRS, len(ran[0].heldout_pairs) if ran else 0)
+    return {o.optimizer: max(FIRST_PAIRS, len(o.heldout_pairs)) for o in ran}
 
 
 def peer_winners(name: str) -> bool:
@@ -272,36 +274,50 @@ def peer_winners(name: str) -> bool:
     return name == "campaign-4"
 
 
-def protocol_at(name: str, label: str, pairs: int | None = None) -> str:
-    """The campaign's protocol at ``label`` as tune's flags: campaign-4's with its first
-    ``pairs`` declared pairs (default: as many as the point reads now, :func:`pairs_read`)
+def protocol_at(name: str, label: str, counts: Mapping[str, int]) -> str:
+    """The campaign's protocol at ``label`` as tune's flags for a study of the optimizers
+    ``counts`` names: campaign-4's with the first ``counts[o]`` declared pairs for each
+    optimizer ``o`` (``--pairs`` as many as the most, ``--pairs-read`` for those reading fewer)
     and its best-known settings (:func:`peer_winners`)."""
     protocol = protocol_of(name)
     if not peer_winners(name):  # the map's arguments read the searches' own winners
         return protocol
-    count = pairs_read(name, label) if pairs is None else pairs
+    most = max(counts.values())
     head = protocol.split(" --pairs ")[0]
-    listed = " ".join(f"{s}:{o}" for s, o in declared_pairs()[:count])
+    listed = " ".join(f"{s}:{o}" for s, o in declared_pairs()[:most])
+    fewer = " ".join(f"{o}={n}" for o, n in counts.items() if n < most)
     # declared before the stable-winners rule (2026-12-07): its finalists rank by the mean
-    return f"{head} --peer-winners on --stable-winners off --pairs {listed}"
+    protocol = f"{head} --peer-winners on --stable-winners off --pairs {listed}"
+    return protocol + (f" --pairs-read {fewer}" if fewer else "")
 
 
-def second_look_pairs(name: str, label: str) -> int:
-    """The pairs the point ``label`` reads after its second look: its first pairs plus the
-    most any of its inconclusive comparisons plans from its measured spread
-    (:func:`~torch_mars.train.study.two_stage.second_stage_pairs`, at the level its word was
-    read at over the whole family), up to the cap; its first pairs where none is inconclusive,
-    a comparison already looked at twice, or the point not read yet."""
+def counts_at(name: str, entry: dict[str, Any]) -> dict[str, int]:
+    """The pairs each optimizer of the point ``entry`` reads now (:func:`pairs_read`)."""
+    read = pairs_read(name, f"{entry['model']}/{entry['point']}")
+    return {o: read.get(o, FIRST_PAIRS) for o in entry["optimizers"]}
+
+
+def second_look_counts(name: str, entry: dict[str, Any]) -> dict[str, int]:
+    """The pairs each optimizer of the point ``entry`` reads after its second look: the sides
+    of its inconclusive comparisons their first pairs plus the most any of those plans from
+    its measured spread (:func:`~torch_mars.train.study.two_stage.second_stage_pairs`, at the
+    level its word was read at over the whole family), up to the cap; every other optimizer
+    what it reads now (none gains where no comparison is inconclusive, one was already looked
+    at twice, or the point is not read yet)."""
+    label = f"{entry['model']}/{entry['point']}"
     rows = [r for r in campaign_rows(declaration_of(name)) if r.comparison.scope == label]
     design = design_of(json.loads(declaration_of(name).read_text()))
-    wanted = FIRST_PAIRS
+    counts = counts_at(name, entry)
+    wanted, sides = FIRST_PAIRS, set()
     for row in rows:
         gap = row.gap
         if gap is None or row.decision.word != "inconclusive" or len(gap.stages) != 1:
             continue
         extra = second_stage_pairs(Stage(*gap.stages[0]), design, row.decision.level)
         wanted = max(wanted, FIRST_PAIRS + extra)
-    return min(wanted, PAIR_CAP)
+        sides |= {row.comparison.rule, row.control}  # a control at gamma = 0 is no optimizer
+    wanted = min(wanted, PAIR_CAP)
+    return {o: max(n, wanted) if o in sides else n for o, n in counts.items()}
 
 
 # The correction's worth (campaign-4's RULE vs RULE@gamma=0), set 2026-12-06 before any such
@@ -335,7 +351,7 @@ def gamma0_arguments(
         model=entry["model"],
         data=entry["data"],
         optimizers=(rule,),
-        protocol=protocol_at(name, label),
+        protocol=protocol_at(name, label, {rule: counts_at(name, entry)[rule]}),
         study=without_correction_folder(folder_of(name), label, rule),
     )
 
@@ -367,11 +383,16 @@ def known_winner_studies(entry: dict[str, Any]) -> list[Path]:
 
 
 def arguments_of(
-    name: str, entry: dict[str, Any], jobs: int, report: bool, pairs: int | None = None
+    name: str,
+    entry: dict[str, Any],
+    jobs: int,
+    report: bool,
+    counts: Mapping[str, int] | None = None,
 ) -> list[str]:
     """``torch-mars tune``'s arguments for the point ``entry`` of campaign ``name``: its
-    declared family, the campaign's protocol (campaign-4's with ``pairs`` of its declared
-    pairs, default as many as the point reads), and every other tune study stored at the point
+    declared family, the campaign's protocol (campaign-4's with ``counts[o]`` of its declared
+    pairs for each optimizer ``o``, default as many as each reads, :func:`counts_at`), and
+    every other tune study stored at the point
     as a donor of the runs it already trained (``--reuse-runs``; runs repeat exactly on one
     machine, and the engine takes none trained elsewhere). The points campaign-4 re-reads from
     campaign-3's first stage (its ``first_stage_reread``) walk campaign-3's selection study
@@ -408,7 +429,7 @@ def arguments_of(
             model=entry["model"],
             data=entry["data"],
             optimizers=tuple(entry["optimizers"]),
-            protocol=protocol_at(name, label, pairs),
+            protocol=protocol_at(name, label, counts or counts_at(name, entry)),
             study=study,
         )
     )
@@ -643,14 +664,16 @@ def main(argv: list[str] | None = None) -> int:
         restore_journals(folder / entry["model"] / entry["point"])
         if args.report and not (folder / label / "study.log").is_file():
             continue  # not begun: pending in the verdicts
-        pairs = None
+        counts = None
         if args.second_look:
-            pairs = second_look_pairs(name, label)
-            if pairs <= pairs_read(name, label):
+            counts = second_look_counts(name, entry)
+            wider = [o for o, n in counts.items() if n > counts_at(name, entry)[o]]
+            if not wider:
                 print(f"{label}: no comparison wants a second look", flush=True)
                 continue
-            print(f"{label}: a second look on {pairs - FIRST_PAIRS} more pairs", flush=True)
-        arguments = arguments_of(name, entry, args.jobs, args.report, pairs)
+            more = max(counts.values()) - FIRST_PAIRS
+            print(f"{label}: a second look on {more} more pairs for {', '.join(wider)}", flush=True)
+        arguments = arguments_of(name, entry, args.jobs, args.report, counts)
         print("torch-mars tune " + shlex.join(arguments), flush=True)
         code = torch_mars(["tune", *arguments])
         if code:

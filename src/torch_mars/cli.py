@@ -243,6 +243,13 @@ def _seed_order_pair(text: str) -> tuple[int, int]:
     return _nonnegative_int(seed), _nonnegative_int(order)
 
 
+def _optimizer_count(text: str) -> tuple[str, int]:
+    name, sep, count = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not OPTIMIZER=N (a name, an integer >= 2)")
+    return name, _whole_number(count, 2)
+
+
 def _step_count(text: str) -> int:
     return _whole_number(text, 1, MAX_STEPS)
 
@@ -718,6 +725,15 @@ def _tune_study_flags(parser: argparse.ArgumentParser) -> None:
         "degrees of freedom)",
     )
     group.add_argument(
+        "--pairs-read",
+        nargs="+",
+        type=_optimizer_count,
+        default=(),
+        metavar="OPTIMIZER=N",
+        help="optimizers that read only the first N of --pairs (every other reads them all): a "
+        "second look trains only the sides of the comparisons it looks at again",
+    )
+    group.add_argument(
         "--finalists",
         type=_nonnegative_int,
         help="re-read each search's K best points on --final-seeds; the best mean over every "
@@ -1009,6 +1025,7 @@ def _tune_request(args: argparse.Namespace) -> TuneRequest:
             final_seeds=args.final_seeds,
             final_data_seeds=args.final_data_seeds,
             pairs=args.pairs,
+            pairs_read=dict(args.pairs_read),
             peer_winners=None if args.peer_winners is None else args.peer_winners == "on",
             stable_winners=None if args.stable_winners is None else args.stable_winners == "on",
             fixed=dict(args.fixed),

@@ -138,16 +138,17 @@ def test_a_second_look_extends_the_declared_pairs_and_plans_from_the_spread(monk
     from torch_mars.train.study.family_reads import CampaignRow
     from torch_mars.train.study.verdict import PairedGap
 
-    protocol = campaign.protocol_at("campaign-4", "tiny/b16-8x", 20)
-    listed = protocol.split(" --pairs ")[1].split()
-    assert listed == [f"{s}:{o}" for s, o in campaign.declared_pairs()[:20]]
+    protocol = campaign.protocol_at("campaign-4", "tiny/b16-8x", {"muon": 12, "nadamw": 20})
+    listed, fewer = protocol.split(" --pairs ")[1].split(" --pairs-read ")
+    assert listed.split() == [f"{s}:{o}" for s, o in campaign.declared_pairs()[:20]]
+    assert fewer == "muon=12"  # a second look widens only its sides
     declared, pairs = campaign.protocol_of("campaign-4").split(" --pairs ")
     # the declaration's "opponent": each side at its best-known setting
-    assert campaign.protocol_at("campaign-4", "tiny/b16-8x") == (
-        f"{declared} --peer-winners on --stable-winners off --pairs {pairs}"
-    )
-    entry = campaign.declared("campaign-3")["points"][0]
-    old = campaign.arguments_of("campaign-3", entry, 2, report=True)
+    entry = next(e for e in campaign.declared("campaign-4")["points"] if e["point"] == "b16-8x")
+    assert campaign.protocol_at(
+        "campaign-4", "tiny/b16-8x", campaign.counts_at("campaign-4", entry)
+    ) == (f"{declared} --peer-winners on --stable-winners off --pairs {pairs}")
+    old = campaign.arguments_of("campaign-3", campaign.declared("campaign-3")["points"][0], 2, True)
     assert old[old.index("--peer-winners") + 1] == "off"  # its winners were its searches' own
     scope = "tiny/b16-8x"
     noisy = PairedGap(-0.003, -0.01, 0.004, 0.3, 12, 0.003, 11, ((-0.003, 0.003, 12),))
@@ -159,8 +160,11 @@ def test_a_second_look_extends_the_declared_pairs_and_plans_from_the_spread(monk
                     Decision("win", False, -0.03, -0.01, 0.05 / 44)),
     ]  # fmt: skip
     monkeypatch.setattr(campaign, "campaign_rows", lambda declaration: rows)
-    planned = campaign.second_look_pairs("campaign-4", scope)
-    assert 12 < planned <= 64  # the inconclusive one plans more pairs, the win none
+    planned = campaign.second_look_counts("campaign-4", entry)
+    # the inconclusive one plans more pairs for its two sides; the win's sides and the
+    # bystander keep their first 12
+    assert 12 < planned["mars-adamw"] == planned["nadamw"] <= 64
+    assert planned["adamw"] == planned["muon"] == planned["mars-shampoo"] == 12
 
 
 def test_the_corrections_worth_reads_the_rule_against_itself_at_gamma_0_on_the_points_pairs(
@@ -217,3 +221,42 @@ def test_campaign_4_declares_two_looks_at_a_margin_of_0_005():
 
     declared = json.loads((ROOT / "benchmarks/results/campaign-4/campaign.json").read_text())
     assert design_of(declared) == Design(alpha=0.05, margin=0.005, first=12, cap=64)
+
+
+def test_a_rule_widened_by_a_second_look_is_read_against_gamma_0_on_the_pairs_both_read(
+    tmp_path, monkeypatch
+):
+    from torch_mars.train.study.family import Comparison
+    from torch_mars.train.study.family_reads import stored_verdicts, without_correction_folder
+
+    pairs = [list(p) for p in campaign.declared_pairs()[:14]]
+    finals = [1.70, 1.71, 1.69, 1.70] * 3
+    point = {"optimizers": [
+        {"optimizer": "mars-adamw", "finished": True, "heldout_pairs": pairs,
+         "heldout_finals": [*finals, 1.60, 1.60],
+         "winner": {"lr": 0.0865, "beta1": 0.9, "beta2": 0.95, "gamma": 0.1}},
+        {"optimizer": "adamw", "finished": True, "heldout_pairs": pairs[:12],
+         "heldout_finals": [1.72] * 12},
+    ]}  # fmt: skip
+    (tmp_path / "tiny" / "b16-1x").mkdir(parents=True)
+    (tmp_path / "tiny" / "b16-1x" / "tune.json").write_text(json.dumps(point))
+    without = without_correction_folder(tmp_path, "tiny/b16-1x", "mars-adamw")
+    without.mkdir()
+    (without / "tune.json").write_text(json.dumps({"optimizers": [
+        {"optimizer": "mars-adamw", "heldout_pairs": pairs[:12],
+         "heldout_finals": [1.705, 1.716, 1.694, 1.707] * 3}]}))  # fmt: skip
+    worth = Comparison("mars-adamw", ("mars-adamw@gamma=0",), "tiny/b16-1x")
+    [(gap, _)] = stored_verdicts(tmp_path, [worth]).values()
+    assert gap.pairs == 12 and gap.mean == pytest.approx(-0.0055)  # the last two not read
+    from lab.fight_map import FightMap
+
+    monkeypatch.setattr(campaign, "folder_of", lambda name: tmp_path)
+    monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
+    entry = {"model": "tiny", "data": "stdlib", "point": "b16-1x",
+             "optimizers": ["adamw", "mars-adamw"]}  # fmt: skip
+    assert campaign.counts_at("campaign-4", entry) == {"adamw": 12, "mars-adamw": 14}
+    # the correction's worth reads the rule's pairs at the point, not its bystander's
+    arguments = campaign.gamma0_arguments("campaign-4", entry, "mars-adamw", 1, False)
+    after = arguments[arguments.index("--pairs") + 1 :]
+    listed = after[: next((k for k, a in enumerate(after) if a.startswith("--")), len(after))]
+    assert listed == [f"{s}:{o}" for s, o in pairs] and "--pairs-read" not in arguments

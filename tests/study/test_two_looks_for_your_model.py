@@ -86,3 +86,63 @@ def test_two_looks_draw_their_own_pairs_and_state_their_budget(tmp_path):
 
     assert "two looks: every word on the first 12 pairs, then on up to 64" in announce(plan, "x")
     assert "(at most 52 more runs an optimizer)" in announce(plan, "x")
+
+
+def nadamw_behind(make_optimizer, seed, data_seed, report):
+    """As :func:`gap_in_noise`, NAdamW 0.05 behind: AdamW is MARS-AdamW's strongest control,
+    and NAdamW no side of the inconclusive word."""
+    optimizer = make_optimizer(nn.Linear(2, 1))
+    mars = "gamma" in optimizer.param_groups[0]
+    behind = 0.05 * (type(optimizer).__name__ == "NAdamW")
+    noise = random.Random(seed * 7919 + data_seed * 31 + mars).gauss(0.0, 0.006)
+    return 1.0 + behind + noise
+
+
+def test_a_second_look_trains_only_the_sides_of_its_inconclusive_words(tmp_path, capsys):
+    three = ["adamw", "nadamw", "mars-adamw"]
+    result = torch_mars.tune(
+        nadamw_behind, three, out_dir=tmp_path, progress=False, two_looks=True, **SMALL
+    )
+    read = record(tmp_path, "nadamw_behind")
+    pairs = {o["optimizer"]: len(o["heldout_pairs"]) for o in read["optimizers"]}
+    assert pairs["nadamw"] == 12 and 12 < pairs["adamw"] == pairs["mars-adamw"] <= 64
+    [verdict] = read["verdicts"]
+    assert verdict["control"] == "adamw" and verdict["pairs"] == pairs["adamw"]
+    assert "nadamw their first 12" in result.table
+    capsys.readouterr()
+    again = torch_mars.tune(
+        nadamw_behind, three, out_dir=tmp_path, progress=False, two_looks=True, **SMALL
+    )  # reopened: the same pairs for each, nothing trained, no new protocol
+    assert again.table == result.table
+    assert "takes a new protocol" not in capsys.readouterr().err
+
+
+def test_pairs_read_names_an_optimizer_of_the_study_and_at_least_two_pairs(tmp_path):
+    base = ObjectiveConfig("examples.plain_loop:train")
+    four = [(1000 + k, 2000 + k) for k in range(4)]
+    plan = tune_plan(
+        base, study_dir=tmp_path / "s", name="s", optimizers=["adamw", "mars-adamw"],
+        pairs=four, pairs_read={"adamw": 2},
+    )  # fmt: skip
+    assert plan.selection.heldout_pairs("adamw") == four[:2]
+    assert plan.selection.heldout_pairs("mars-adamw") == four
+    line = plan.command_line()
+    assert line[line.index("--pairs-read") + 1] == "adamw=2"
+    with pytest.raises(ValueError, match=r"--pairs-read names muon: not an optimizer"):
+        tune_plan(base, study_dir=tmp_path / "s", name="s", optimizers=["adamw"],
+                  pairs=four, pairs_read={"muon": 2})  # fmt: skip
+    with pytest.raises(ValueError, match=r"--pairs-read adamw=5: an optimizer reads 2 to 4"):
+        tune_plan(base, study_dir=tmp_path / "s", name="s", optimizers=["adamw"],
+                  pairs=four, pairs_read={"adamw": 5})  # fmt: skip
+
+
+def test_the_command_line_maps_pairs_read_onto_the_plan():
+    from torch_mars.cli import _tune_request, build_parser
+
+    flags = ["tune", "--objective", "examples.plain_loop:train", "--optimizers", "adamw",
+             "mars-adamw", "--pairs", "1000:2000", "1001:2001", "1002:2002",
+             "--pairs-read", "adamw=2"]  # fmt: skip
+    plan = _tune_request(build_parser().parse_args(flags)).plan
+    assert plan.selection.pairs_read == (("adamw", 2),)
+    again = _tune_request(build_parser().parse_args(["tune", *plan.command_line()])).plan
+    assert again.selection == plan.selection

@@ -60,6 +60,7 @@ OTHER_VALUE: dict[tuple[tuple[str, ...], str] | str, list[str]] = {
     "--final-seeds": ["9", "--finalists", "2"],
     "--final-data-seeds": ["7", "8"],
     "--pairs": ["1000:1000", "1001:1001"],
+    "--pairs-read": ["adamw=2", "--pairs", "1000:1000", "1001:1001", "1002:1002"],
     "--peer-winners": ["off"],
     "--stable-winners": ["off"],
     "--extra-space": ["dropout=0,0.1", "--objective", "examples.tabular_mlp:train"],

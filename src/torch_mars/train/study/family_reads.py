@@ -50,12 +50,15 @@ def _report_finals(report: Path) -> tuple[TuneRecord, dict[str, tuple[list, list
 
 
 def _gap_of(rule: tuple[list, list], control: tuple[list, list], first: int) -> PairedGap | None:
-    """The gap of two sides' held-out finals on the same pairs; None where they are not all
-    read or the pairs differ."""
+    """The gap of two sides' held-out finals on the pairs both read (the shorter list of pairs,
+    where it begins the longer: a second look widens some studies' winners only); None where
+    they are not all read or the pairs differ."""
     (rule_finals, pairs), (control_finals, control_pairs) = rule, control
-    if not (len(rule_finals) == len(control_finals) == len(pairs) >= 2):
+    both = min(len(pairs), len(control_pairs))
+    if len(rule_finals) != len(pairs) or len(control_finals) != len(control_pairs) or both < 2:
         return None
-    if pairs != control_pairs or None in rule_finals + control_finals:
+    pairs, rule_finals, control_finals = pairs[:both], rule_finals[:both], control_finals[:both]
+    if pairs != control_pairs[:both] or None in rule_finals + control_finals:
         return None
     return gap_of_pairs(rule_finals, control_finals, [tuple(p) for p in pairs], first=first)
 

@@ -481,6 +481,7 @@ def tune(
     final_seeds: Sequence[int] | None = None,
     final_data_seeds: Sequence[int] = (),
     pairs: Sequence[tuple[int, int]] = (),
+    pairs_read: Mapping[str, int] | None = None,
     peer_winners: bool | None = None,
     stable_winners: bool | None = None,
     search: str | None = None,
@@ -511,7 +512,8 @@ def tune(
     ``final_seeds``, on ``final_data_seeds`` where given, one data order per final seed, the
     best mean over all of them winning), each winner read on
     ``heldout_seeds`` x ``heldout_data_seeds`` (or on ``pairs``, independent
-    ``(seed, data order)`` pairs) at its best-known setting (with ``peer_winners``, on by
+    ``(seed, data order)`` pairs; ``pairs_read`` names optimizers that read only their first
+    n, ``{"adamw": 12}``) at its best-known setting (with ``peer_winners``, on by
     default, each peer's winner moved onto its space is read on the choosing runs too, and
     the best mean wins: a search that stopped short is said, and not what a verdict reads;
     with ``stable_winners``, on by default, a candidate with a diverged run among its choosing
@@ -581,6 +583,7 @@ def tune(
             final_seeds=final_seeds,
             final_data_seeds=final_data_seeds,
             pairs=pairs,
+            pairs_read=pairs_read,
             peer_winners=peer_winners,
             stable_winners=stable_winners,
             fixed=fixed,

@@ -222,7 +222,7 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 selection_finals=[final(s, d) for s, d in plan.selection.choosing_pairs()]
                 if point
                 else [],
-                heldout_finals=[final(s, d) for s, d in plan.selection.heldout_pairs()]
+                heldout_finals=[final(s, d) for s, d in plan.selection.heldout_pairs(own)]
                 if point
                 else [],
                 rounds=state.rounds,
@@ -243,12 +243,12 @@ def outcomes(plan: TunePlan, trials: Sequence[optuna.trial.FrozenTrial]) -> list
                 },
                 heldout_curves=[
                     curves[run]
-                    for seed, data in plan.selection.heldout_pairs()
+                    for seed, data in plan.selection.heldout_pairs(own)
                     if point and (run := search.run(point, seed, data)) in curves
                 ],
                 heldout_machines=[
                     machines.get(search.run(point, seed, data), "")
-                    for seed, data in plan.selection.heldout_pairs()
+                    for seed, data in plan.selection.heldout_pairs(own)
                 ]
                 if point
                 else [],
@@ -403,16 +403,17 @@ def verdicts(
         ran = [by_name[c] for c in comparison.controls if c in by_name]
         if comparison.rule not in by_name or len(ran) < len(comparison.controls):
             continue
-        control = min(ran, key=lambda o: o.heldout_mean)
-        rule, rule_finals, control_finals = (
-            by_name[comparison.rule],
-            by_name[comparison.rule].heldout_finals,
-            control.heldout_finals,
-        )
-        read_pairs = pairs
+        # the strongest control on the pairs every control read (a second look reads more
+        # pairs for its sides alone), and each word on the pairs both its sides read
+        shared = min(len(o.heldout_finals) for o in ran)
+        control = min(ran, key=lambda o: statistics.fmean(o.heldout_finals[:shared]))
+        rule = by_name[comparison.rule]
+        both = min(len(rule.heldout_finals), len(control.heldout_finals))
+        rule_finals, control_finals = rule.heldout_finals[:both], control.heldout_finals[:both]
+        read_pairs = None if pairs is None else list(pairs)[:both]
         if pairs is not None and independent_pairs(pairs):
             # a verdict never pairs runs across machines
-            kept = same_machine(rule.heldout_machines, control.heldout_machines)
+            kept = same_machine(rule.heldout_machines[:both], control.heldout_machines[:both])
             read_pairs = [p for p, k in zip(pairs, kept, strict=True) if k]
             rule_finals = [v for v, k in zip(rule_finals, kept, strict=True) if k]
             control_finals = [v for v, k in zip(control_finals, kept, strict=True) if k]

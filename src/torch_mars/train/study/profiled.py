@@ -134,14 +134,15 @@ class ProfiledState:
         return [sorted(p) for p in profiles.values()]
 
 
-def planned_runs(trials: int, selection: Selection) -> int:
-    """The runs a search of ``trials`` trains at least: every trial on the selection seeds,
-    the finalists on the final seeds and the winner's held-out runs."""
+def planned_runs(trials: int, selection: Selection, optimizer: str | None = None) -> int:
+    """The runs a search of ``optimizer`` (None: one that reads every pair) of ``trials``
+    trains at least: every trial on the selection seeds, the finalists on the final seeds and
+    the winner's held-out runs."""
     finalists = min(selection.finalists, trials)
     return (
         trials * len(selection.seeds)
         + finalists * len(selection.final_seeds)
-        + len(selection.heldout_pairs())
+        + len(selection.heldout_pairs(optimizer))
     )
 
 
@@ -201,7 +202,7 @@ class ProfiledSearch:
         """At least :func:`planned_runs`; with peers' winners read, up to each peer's on every
         choosing run more (fewer where a peer's lands on a point read already)."""
         peers = (len(self.peers) + len(self.known)) * len(self.selection.choosing_pairs())
-        return planned_runs(self.trials, self.selection) + peers
+        return planned_runs(self.trials, self.selection, self.optimizer) + peers
 
     def hyperparams(self, key: str, fixed: Fixed = ()) -> dict[str, Any]:
         """The run's hyperparameters at the point ``key`` with the study's ``fixed`` values (one
@@ -244,7 +245,7 @@ class ProfiledSearch:
                 if not read:
                     return state
                 self._at_peer_winners(results, state)
-                self.selection.need_heldout(results, self.run, state.point)
+                self.selection.need_heldout(results, self.run, state.point, self.optimizer)
         except Needs as needs:
             state.needed = needs.runs
             state.prunable = needs.prunable

@@ -80,7 +80,7 @@ def format_tune_table(
     for o in ranked:
         progress = progress_label(o.finished, len(o.trial_scores))
         status = f" ({progress})" if progress else ""
-        states = o.heldout_states(sel.heldout_pairs())
+        states = o.heldout_states(sel.heldout_pairs(o.optimizer))
         lost = sum(state in ("diverged", "failed") for state in states)
         note = (
             f" ({lost} of {len(states)} lost: diverged or failed, not in this mean)" if lost else ""
@@ -92,11 +92,11 @@ def format_tune_table(
         )
     lines += [
         "",
-        *failure_sentences(ranked, sel.heldout_pairs()),
+        *failure_sentences(ranked, sel),
         *fixed_sentences(plan.fixed, plan.ladders, plan.extra),
         *moved_sentences(ranked),
         *depth_sentences(ranked),
-        *heldout_sentences(ranked, sel.heldout_pairs()),
+        *heldout_sentences(ranked, sel),
         *peer_sentences(ranked, plan.all_ladders),
         *pruned_sentences(ranked, plan.prune),
     ]
@@ -148,14 +148,16 @@ def answer_sentences(
     leads the next), then one sentence per comparison with its interval, its word and the
     budget it was read at. ``ranked``: best held-out mean first."""
     plural = "" if plan.trials == 1 else "s"
-    budget = (
-        f"{plan.trials} trial{plural} each, {len(plan.selection.heldout_pairs())} held-out runs"
-    )
+    counts = sorted({len(plan.selection.heldout_pairs(o)) for o in plan.optimizers})
+    runs = "-".join(map(str, (counts[0], counts[-1]) if len(counts) > 1 else counts))
+    budget = f"{plan.trials} trial{plural} each, {runs} held-out runs"
     read = [o for o in ranked if not math.isnan(o.heldout_mean)]
-    pairs = plan.selection.heldout_pairs()
+    sel = plan.selection
     if len(read) < len(ranked) or not read:
         waiting = [
-            o.optimizer for o in ranked if not o.finished or "waiting" in o.heldout_states(pairs)
+            o.optimizer
+            for o in ranked
+            if not o.finished or "waiting" in o.heldout_states(sel.heldout_pairs(o.optimizer))
         ]
         if waiting:
             return [
@@ -163,7 +165,9 @@ def answer_sentences(
                 f"({budget}); the same command resumes."
             ]
         lost = [
-            f"{o.optimizer}'s winner lost {o.lost_text(pairs)}" for o in ranked if o not in read
+            f"{o.optimizer}'s winner lost {o.lost_text(sel.heldout_pairs(o.optimizer))}"
+            for o in ranked
+            if o not in read
         ]
         return [
             f"**Answer:** none: the study has finished ({budget}) and no verdict is read from "
@@ -206,9 +210,7 @@ def word_sentence(word: str, rule: str, control: str) -> str:
     }.get(word, f"{rule} against {control}: not read yet")
 
 
-def failure_sentences(
-    found: Sequence[OptimizerOutcome], pairs: Sequence[tuple[int, int]]
-) -> list[str]:
+def failure_sentences(found: Sequence[OptimizerOutcome], sel: Selection) -> list[str]:
     """Per optimizer with failed runs: how many of the runs it reads failed, and the first
     message. A failed run scores its point worst (never the mean of its other seeds), and a
     winner with a failed held-out run gets no verdict."""
@@ -218,6 +220,7 @@ def failure_sentences(
             continue
         (seed, data), message = next((r[2:], m) for r, m in o.failures.items())
         winner = point_key(o.winner)
+        pairs = sel.heldout_pairs(o.optimizer)
         heldout = any(r[1] == winner and (r[2], r[3]) in pairs for r in o.failures)
         verdict = "; its winner has failed held-out runs: no verdict" if heldout else ""
         lines.append(
@@ -288,15 +291,13 @@ def moved_sentences(found: Sequence[OptimizerOutcome]) -> list[str]:
     return lines
 
 
-def heldout_sentences(
-    found: Sequence[OptimizerOutcome], pairs: Sequence[tuple[int, int]]
-) -> list[str]:
+def heldout_sentences(found: Sequence[OptimizerOutcome], sel: Selection) -> list[str]:
     """Per optimizer whose held-out runs have all finished: its worst run, how many lie more
     than 3 standard deviations from the median (a blow-up a mean would hide), and how many
     diverged by the declared rule (:func:`~.pairs.diverged`: counted, never dropped)."""
     lines = []
     for o in found:
-        worst, far = o.heldout_extremes(pairs)
+        worst, far = o.heldout_extremes(sel.heldout_pairs(o.optimizer))
         if worst is not None:
             value, (seed, data) = worst
             lost = len(diverged(o.heldout_finals))

@@ -71,6 +71,7 @@ def tune_plan(
     final_seeds: Sequence[int] | None = None,
     final_data_seeds: Sequence[int] = (),
     pairs: Sequence[tuple[int, int]] = (),
+    pairs_read: Mapping[str, int] | None = None,
     peer_winners: bool | None = None,
     stable_winners: bool | None = None,
     fixed: Mapping[str, float] | None = None,
@@ -96,7 +97,9 @@ def tune_plan(
     (a :class:`~torch_mars.train.trainer.TrainConfig` or an objective's config); ``study_dir``:
     the study folder; ``name``: the study's name in its storage. ``two_looks``: the words read
     on independent pairs the study draws (:func:`~.two_stage.drawn_pairs`), the first
-    ``Design().first``, then up to ``Design().cap`` where a word is inconclusive. ``reread``:
+    ``Design().first``, then up to ``Design().cap`` where a word is inconclusive (training only
+    the sides of those words). ``pairs_read``: the optimizers that read only the first n of
+    ``pairs`` (a second look's bystanders). ``reread``:
     a stored tune study whose selection this one walks again (its starts; its selection runs
     taken whichever machine trained them; :attr:`~.tune.TunePlan.reread`). ``known_winners``:
     stored tune studies of the same budget whose winners (each optimizer's, moved onto this
@@ -104,10 +107,11 @@ def tune_plan(
     (:func:`known_settings`)."""
     looks = Design() if two_looks else None
     if looks is not None:
-        if pairs or heldout_seeds is not None or heldout_data_seeds is not None:
+        if pairs or pairs_read or heldout_seeds is not None or heldout_data_seeds is not None:
             raise ValueError(
                 "two_looks: the two looks read independent pairs of their own (drawn once, the "
-                "same for every study); give no pairs, heldout_seeds or heldout_data_seeds"
+                "same for every study); give no pairs, pairs_read, heldout_seeds or "
+                "heldout_data_seeds"
             )
         pairs = drawn_pairs(looks.first)
     reread_dir, starts = reread_study(Path(reread)) if reread is not None else (None, None)
@@ -124,6 +128,7 @@ def tune_plan(
         pairs,
         peer_winners,
         stable_winners,
+        tuple((pairs_read or {}).items()),
     )
     plan = TunePlan(
         base=base,
@@ -346,9 +351,11 @@ def _run_study(
     if wider is not None:
         if announce_to is not None:
             stream = sys.stdout if announce_to == "stdout" else sys.stderr
+            bystanders = dict(wider.selection.pairs_read)
+            sides = ", ".join(o for o in plan.optimizers if o not in bystanders)
             print(
-                f"second look: {len(wider.selection.pairs)} pairs, where a word read on the "
-                f"first {len(plan.selection.pairs)} is inconclusive",
+                f"second look: {len(wider.selection.pairs)} pairs for {sides}, where a word read "
+                f"on the first {len(plan.selection.pairs)} is inconclusive",
                 file=stream,
                 flush=True,
             )
@@ -361,21 +368,25 @@ def second_look_plan(plan: TunePlan, record: TuneRecord) -> TunePlan | None:
     """``plan`` with the pairs its second look reads (None: a study without two looks, one
     whose first look left no word inconclusive, or one that looked twice already): each
     comparison inconclusive on its first look alone, read from its ``record`` just written, plans
-    its pairs from its spread (:func:`~.two_stage.second_look`)."""
+    its pairs from its spread (:func:`~.two_stage.second_look`); only those comparisons' sides
+    read them, every other optimizer its first pairs (``Selection.pairs_read``)."""
     looks, sel = plan.looks, plan.selection
     if looks is None or len(sel.pairs) != looks.first:
         return None
-    first = []
+    first, sides = [], set()
     for entry in record.verdicts:
         numbers = [entry.gap, entry.error, entry.level]
         if entry.decision != "inconclusive" or entry.pairs != looks.first:
             continue
         if all(isinstance(v, int | float) and math.isfinite(v) for v in numbers):
             first.append((Stage(entry.gap, entry.error, looks.first), entry.level))
+            sides |= {entry.rule, entry.control}
     wanted = second_look(first, looks, looks.first)
     if wanted <= looks.first:
         return None
-    return dataclasses.replace(plan, selection=dataclasses.replace(sel, pairs=drawn_pairs(wanted)))
+    bystanders = tuple((o, looks.first) for o in plan.optimizers if o not in sides)
+    wider = dataclasses.replace(sel, pairs=drawn_pairs(wanted), pairs_read=bystanders)
+    return dataclasses.replace(plan, selection=wider)
 
 
 def resumed_plan(plan: TunePlan, storage: optuna.storages.BaseStorage) -> TunePlan:
@@ -391,9 +402,11 @@ def resumed_plan(plan: TunePlan, storage: optuna.storages.BaseStorage) -> TunePl
     except ValueError:
         return plan  # no such study yet
     plan = dataclasses.replace(plan, starts=stored_starts(identity, protocol_history(study)))
-    stored = identity.get("search", {}).get("selection", {}).get("pairs") or []
-    read = tuple(tuple(p) for p in stored)
+    stored = identity.get("search", {}).get("selection", {})
+    read = tuple(tuple(p) for p in stored.get("pairs") or [])
     looked_twice = plan.looks is not None and len(read) > len(plan.selection.pairs)
     if looked_twice and read == drawn_pairs(len(read)):
-        plan = dataclasses.replace(plan, selection=dataclasses.replace(plan.selection, pairs=read))
+        bystanders = tuple((o, int(n)) for o, n in stored.get("pairs_read") or [])
+        wider = dataclasses.replace(plan.selection, pairs=read, pairs_read=bystanders)
+        plan = dataclasses.replace(plan, selection=wider)
     return plan

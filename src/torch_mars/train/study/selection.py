@@ -59,7 +59,10 @@ class Selection:
     and the best mean over them all wins (the strongest known opponent, docs/harness.md). With
     ``stable_winners`` a candidate with a diverged run among its choosing runs (not finite, or
     more than :data:`~.pairs.DIVERGED_ABOVE_MEDIAN` above their median) ranks after every one
-    without: a setting that fails one run in a few is no recommendation, whatever its mean."""
+    without: a setting that fails one run in a few is no recommendation, whatever its mean.
+    ``pairs_read`` names the optimizers that read only the first ``n`` of the ``pairs``
+    (``(optimizer, n)``; every other reads them all): a second look trains only the two sides of
+    the comparisons it looks at again (docs/harness.md)."""
 
     seeds: tuple[int, ...] = (0, 1, 2)
     heldout: tuple[int, ...] = (3, 4, 5)
@@ -71,12 +74,14 @@ class Selection:
     pairs: tuple[tuple[int, int], ...] = ()
     peer_winners: bool = False
     stable_winners: bool = False
+    pairs_read: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.seeds:
             raise ValueError("selection needs at least one seed")
         if self.pairs:
             self._check_pairs()
+        self._check_pairs_read()
         _distinct("--seeds", self.seeds)
         _distinct("--heldout-seeds", self.heldout)
         _distinct("--heldout-data-seeds", self.heldout_data_seeds)
@@ -140,6 +145,17 @@ class Selection:
                 "or the finalists': a pair is unseen by selection"
             )
 
+    def _check_pairs_read(self) -> None:
+        names = [name for name, _ in self.pairs_read]
+        if len(set(names)) != len(names):
+            raise ValueError(f"--pairs-read {list(self.pairs_read)}: an optimizer is named twice")
+        for name, count in self.pairs_read:
+            if not 2 <= count <= len(self.pairs):
+                raise ValueError(
+                    f"--pairs-read {name}={count}: an optimizer reads 2 to {len(self.pairs)} of "
+                    "the --pairs (their first n; a paired t needs two)"
+                )
+
     @property
     def read_seeds(self) -> tuple[int, ...]:
         """The seeds the winners are read on: the held-out seeds, or the pairs'."""
@@ -148,7 +164,8 @@ class Selection:
     def heldout_text(self) -> str:
         """How the winners are read, in the words of every report."""
         if self.pairs:
-            return f"{len(self.pairs)} independent pairs (seed:order {self.pairs_text()})"
+            fewer = "".join(f"; {name} their first {n}" for name, n in self.pairs_read)
+            return f"{len(self.pairs)} independent pairs (seed:order {self.pairs_text()}{fewer})"
         return f"{list(self.heldout)} x data orders {list(self.heldout_data_seeds)}"
 
     def pairs_text(self) -> str:
@@ -193,6 +210,8 @@ class Selection:
             del record["peer_winners"]
         if not self.stable_winners:
             del record["stable_winners"]
+        if not self.pairs_read:
+            del record["pairs_read"]
         return record
 
     @classmethod
@@ -204,21 +223,28 @@ class Selection:
         values = {
             k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in fields
         }
-        if "pairs" in values:
-            values["pairs"] = tuple(tuple(p) for p in values["pairs"])
+        for name in ("pairs", "pairs_read"):
+            if name in values:
+                values[name] = tuple(tuple(p) for p in values[name])
         return cls(**values)
 
-    def heldout_pairs(self) -> list[tuple[int, int]]:
-        """The held-out ``(seed, data seed)`` pairs: the independent ``pairs``, or every
-        held-out seed crossed with every held-out data order, data orders outer."""
+    def heldout_pairs(self, optimizer: str | None = None) -> list[tuple[int, int]]:
+        """The held-out ``(seed, data seed)`` pairs ``optimizer``'s winner is read on (None:
+        every pair any optimizer reads): the independent ``pairs`` (its first n where
+        ``pairs_read`` names it), or every held-out seed crossed with every held-out data
+        order, data orders outer."""
         if self.pairs:
-            return list(self.pairs)
+            return list(self.pairs[: dict(self.pairs_read).get(optimizer, len(self.pairs))])
         return [(s, d) for d in self.heldout_data_seeds for s in self.heldout]
 
     def need_heldout(
-        self, results: Mapping[RunId, float], run_of: Callable[..., RunId], point: Any
+        self,
+        results: Mapping[RunId, float],
+        run_of: Callable[..., RunId],
+        point: Any,
+        optimizer: str,
     ) -> None:
-        need(results, [run_of(point, s, d) for s, d in self.heldout_pairs()])
+        need(results, [run_of(point, s, d) for s, d in self.heldout_pairs(optimizer)])
 
 
 def protocol_selection(
@@ -232,6 +258,7 @@ def protocol_selection(
     pairs: Sequence[tuple[int, int]] = (),
     peer_winners: bool | None = None,
     stable_winners: bool | None = None,
+    pairs_read: Sequence[tuple[str, int]] = (),
 ) -> Selection:
     """:data:`PROTOCOL` with what a caller gave in place of its defaults. Without
     ``final_seeds`` the finalists are read on as many seeds as the protocol's, the smallest
@@ -239,7 +266,8 @@ def protocol_selection(
     ``heldout=(1,)``), and none with ``finalists=0``. With ``pairs`` (independent
     ``(seed, data order)`` pairs) the crossed held-out seeds and data orders are none;
     ``peer_winners`` (None: the protocol's) reads each search's peers' winners on its space;
-    ``stable_winners`` (None: the protocol's) ranks a candidate with a diverged run last."""
+    ``stable_winners`` (None: the protocol's) ranks a candidate with a diverged run last;
+    ``pairs_read`` (``(optimizer, n)``) the optimizers that read only the first n pairs."""
     pairs = tuple((int(s), int(o)) for s, o in pairs)
     if pairs:
         if heldout or heldout_data_seeds:
@@ -267,6 +295,7 @@ def protocol_selection(
         pairs=pairs,
         peer_winners=PROTOCOL.peer_winners if peer_winners is None else peer_winners,
         stable_winners=PROTOCOL.stable_winners if stable_winners is None else stable_winners,
+        pairs_read=tuple((str(name), int(n)) for name, n in pairs_read),
     )
 
 

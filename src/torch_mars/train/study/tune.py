@@ -219,7 +219,13 @@ class TunePlan:
         both = {d for d, _ in self.fixed} & {d for d, _ in self.ladders}
         if both:
             raise ValueError(f"--fixed and --ladder both name {', '.join(sorted(both))}")
-        pairs = len(self.selection.heldout_pairs())
+        strangers = [n for n, _ in self.selection.pairs_read if n not in self.optimizers]
+        if strangers:
+            raise ValueError(
+                f"--pairs-read names {', '.join(strangers)}: not an optimizer of the study "
+                f"({', '.join(self.optimizers)})"
+            )
+        pairs = min(len(self.selection.heldout_pairs(o)) for o in self.optimizers)
         if pairs < 2 and study_family(self.optimizers):
             raise ValueError(
                 f"the held-out reads give {pairs} pair; a verdict "
@@ -295,6 +301,8 @@ class TunePlan:
             args += ["--two-looks"]
         elif sel.pairs:
             args += ["--pairs", *(f"{s}:{o}" for s, o in sel.pairs)]
+            if sel.pairs_read:
+                args += ["--pairs-read", *(f"{o}={n}" for o, n in sel.pairs_read)]
         else:
             args += ["--heldout-seeds", *map(str, sel.heldout)]
             args += ["--heldout-data-seeds", *map(str, sel.heldout_data_seeds)]

@@ -96,7 +96,7 @@ def report_json(
                     }
                     for p, score, final in o.finalists
                 ],
-                "heldout_pairs": [list(p) for p in plan.selection.heldout_pairs()],
+                "heldout_pairs": [list(p) for p in plan.selection.heldout_pairs(o.optimizer)],
                 "heldout_finals": [number(v) for v in o.heldout_finals],
                 "trial_scores": [number(v) for v in o.trial_scores],
                 "tuning_curve": [number(v) for v in o.curve],
@@ -115,7 +115,7 @@ def report_json(
                     }
                     for r, m in o.failures.items()
                 ],
-                **_extremes_record(o, plan.selection.heldout_pairs()),
+                **_extremes_record(o, plan.selection.heldout_pairs(o.optimizer)),
             }
             for o in found
         ],
