@@ -65,6 +65,7 @@ from lab.map_report import format_progress, progress_rows
 
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
+from torch_mars.train.study.family import EQUIVALENCE_MARGIN
 from torch_mars.train.study.family_reads import campaign_rows, without_correction_folder
 from torch_mars.train.study.outcomes import median_run_seconds
 from torch_mars.train.study.profiled import planned_runs
@@ -684,7 +685,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = campaign_rows(declaration)
         table = format_campaign_table(rows)
         write_text_atomically(folder / "verdicts.md", table + "\n")
-        plot_campaign(rows, folder / "map.png", later_stage_points(campaign))
+        design = design_of(campaign)
+        margin = design.margin if design is not None else EQUIVALENCE_MARGIN
+        plot_campaign(rows, folder / "map.png", later_stage_points(campaign), margin)
         if name == CURRENT:
             for document in (ROOT / "README.md", ROOT / "docs" / "results.md"):
                 text = replace_block(document.read_text(), format_lead(rows, declaration))

@@ -98,7 +98,7 @@ def test_the_campaign_figure_shows_every_declared_point_read_or_pending(tmp_path
     rows = campaign_rows(declaration)
     panels = figure_panels(rows)
     declared = json.loads(declaration.read_text())["first_stage"]
-    assert set(panels) == {"mars-adamw", "mars-shampoo"}
+    assert set(panels) == {"mars-adamw - strongest control", "mars-shampoo - strongest control"}
     for points in panels.values():
         assert [scope for scope, _ in points] == declared  # the declaration's order
         # b64-4x and b16-4x have landed; a point with no report is drawn as pending
@@ -106,6 +106,22 @@ def test_the_campaign_figure_shows_every_declared_point_read_or_pending(tmp_path
         assert all(row.decision.word == "pending" for _, row in points if row.gap is None)
     written = plot_campaign(rows, tmp_path / "map.png")
     assert Image.open(written).size[0] > 600
+
+
+def test_campaign_4s_figure_has_a_panel_for_the_corrections_worth_and_no_point_left_for_later():
+    from lab.campaigns import figure_panels, later_stage_points
+
+    declaration = campaign.declaration_of("campaign-4")
+    panels = figure_panels(campaign_rows(declaration))
+    assert set(panels) == {
+        "mars-adamw - strongest control",
+        "mars-shampoo - strongest control",
+        "mars-adamw - mars-adamw at gamma = 0",
+        "mars-shampoo - mars-shampoo at gamma = 0",
+    }
+    assert all(len(points) == 11 for points in panels.values())  # every declared point
+    # its second stage and its re-read of campaign-3's first stage run every declared point
+    assert later_stage_points(json.loads(declaration.read_text())) == []
 
 
 def test_the_lead_table_gives_each_point_a_row_and_each_comparison_its_gap_and_word():

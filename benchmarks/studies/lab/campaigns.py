@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from torch_mars.train.study.family import WITHOUT_CORRECTION
 from torch_mars.train.study.family_reads import CampaignRow
 from torch_mars.train.study.tune_record import OptimizerEntry, read_tune_record
 
@@ -115,10 +116,12 @@ def format_lead_table(rows: list[CampaignRow]) -> str:
 
 
 def later_stage_points(campaign: dict) -> list[str]:
-    """The declared points of ``campaign`` (a declaration as read) outside its first stage,
-    ``model/point``, in the declaration's order: the points a later stage runs."""
+    """The declared points of ``campaign`` (a declaration as read) that none of its stages
+    runs (its first, its second, its re-read of an earlier first stage), ``model/point``, in
+    the declaration's order: the points a later stage runs."""
     scopes = [f"{e['model']}/{e['point']}" for e in campaign["points"]]
-    return [scope for scope in scopes if scope not in campaign.get("first_stage", ())]
+    run = [campaign.get(k, ()) for k in ("first_stage", "second_stage", "first_stage_reread")]
+    return [scope for scope in scopes if not any(scope in stage for stage in run)]
 
 
 # The words a campaign's tally counts, with their plurals.
@@ -238,19 +241,37 @@ def block_of(text: str, begin: str = BLOCK_BEGIN, end: str = BLOCK_END) -> str:
 
 
 def figure_panels(rows: list[CampaignRow]) -> dict[str, list[tuple[str, CampaignRow]]]:
-    """The campaign figure's content: per MARS rule, its declared points in the declaration's
-    order, each with its row (read or pending): ``{rule: [(scope, row), ...]}``."""
+    """The campaign figure's content: a panel per MARS rule and kind of comparison (against its
+    strongest control; against itself at gamma = 0, the correction's worth, where declared),
+    each with its declared points in the declaration's order and their rows (read or
+    pending): ``{"mars-adamw - strongest control": [(scope, row), ...], ...}``."""
     panels: dict[str, list[tuple[str, CampaignRow]]] = {}
     for row in rows:
-        panels.setdefault(row.comparison.rule, []).append((row.comparison.scope, row))
+        rule, (control, *_) = row.comparison.rule, row.comparison.controls
+        versus = f"{rule} at gamma = 0" if control.endswith(WITHOUT_CORRECTION) else None
+        title = f"{rule} - {versus or 'strongest control'}"
+        panels.setdefault(title, []).append((row.comparison.scope, row))
     return panels
 
 
-def plot_campaign(rows: list[CampaignRow], out_path: Path, later: Sequence[str] = ()) -> Path:
-    """The campaign's map: per MARS rule, each declared point's gap to its strongest control
-    with the Holm-adjusted interval its word is read from, in the declaration's order; a point
-    not read yet is marked "pending" on the zero line; ``later``, the declared points of later
-    stages, named in the title as not run. Below zero the rule is ahead."""
+# Each word's colour on the map (pending: grey, hollow).
+WORD_COLOURS = {
+    "win": "tab:green",
+    "loss": "tab:red",
+    "equivalent": "tab:blue",
+    "inconclusive": "tab:orange",
+}
+
+
+def plot_campaign(
+    rows: list[CampaignRow], out_path: Path, later: Sequence[str] = (), margin: float = 0.0
+) -> Path:
+    """The campaign's map, a forest plot: per panel (:func:`figure_panels`) each declared
+    point a line, in the declaration's order from the top, with the gap and the Holm-adjusted
+    interval its word is read from, coloured by the word and the word written beside it; a
+    point not read yet is a hollow grey mark at zero, "pending"; ``margin`` (the family's
+    equivalence margin) shaded around zero; ``later``, the declared points of later stages,
+    named as not run. Left of zero the rule is ahead."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -259,30 +280,43 @@ def plot_campaign(rows: list[CampaignRow], out_path: Path, later: Sequence[str] 
     from torch_mars.train.plots import save_figure
 
     panels = figure_panels(rows)
-    figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
-    for axis, (rule, points) in zip(axes[0], panels.items(), strict=True):
-        for x, (_, row) in enumerate(points):
+    columns = min(len(panels), 2)
+    grid = math.ceil(len(panels) / columns)
+    lines = max(len(points) for points in panels.values())
+    size = (7.2 * columns, 0.8 + grid * (0.9 + 0.28 * lines))
+    figure, axes = plt.subplots(grid, columns, squeeze=False, figsize=size)
+    for axis, (title, points) in zip(axes.flat, panels.items(), strict=False):
+        for y, (_, row) in enumerate(points):
             if row.gap is None:
-                axis.plot(x, 0.0, marker="o", markerfacecolor="none", color="grey")
-                axis.annotate("pending", (x, 0.0), textcoords="offset points", xytext=(0, 6),
-                              ha="center", fontsize=7, color="grey")  # fmt: skip
+                axis.plot(0.0, y, marker="o", markerfacecolor="none", color="grey")
+                axis.annotate("pending", (1.0, y), xycoords=("axes fraction", "data"),
+                              xytext=(4, 0), textcoords="offset points", va="center",
+                              fontsize=7, color="grey")  # fmt: skip
                 continue
             gap, read = row.gap, row.decision
             low, high = (gap.low, gap.high) if math.isnan(read.low) else (read.low, read.high)
-            axis.errorbar(x, gap.mean, yerr=[[gap.mean - low], [high - gap.mean]],
-                          marker="o", capsize=3, color="C0")  # fmt: skip
-            axis.annotate(f"{row.decision.text()}\nvs {row.control}", (x, gap.mean),
-                          textcoords="offset points", xytext=(6, 0), ha="left", va="center",
-                          fontsize=7)  # fmt: skip
-        axis.axhline(0.0, color="grey", linewidth=0.8)
-        axis.set_xlim(-0.5, len(points) - 0.5)
-        axis.margins(y=0.15)
-        axis.set_xticks(range(len(points)), [scope.replace("/", "\n") for scope, _ in points])
-        axis.set_ylabel("held-out gap (nats), the word's adjusted interval")
-        axis.set_title(f"{rule} - strongest control")
+            colour = WORD_COLOURS.get(read.word, "black")
+            axis.errorbar(gap.mean, y, xerr=[[gap.mean - low], [high - gap.mean]], marker="o",
+                          capsize=3, color=colour)  # fmt: skip
+            versus = "" if row.control and "@" in row.control else f" vs {row.control}"
+            axis.annotate(f"{read.text()} {gap.mean:+.4f}{versus}", (1.0, y),
+                          xycoords=("axes fraction", "data"), xytext=(4, 0),
+                          textcoords="offset points", va="center", fontsize=7,
+                          color=colour)  # fmt: skip
+        if margin:
+            axis.axvspan(-margin, margin, color="tab:blue", alpha=0.08, linewidth=0)
+        axis.axvline(0.0, color="grey", linewidth=0.8)
+        axis.set_ylim(len(points) - 0.5, -0.5)  # the declaration's first point on top
+        axis.set_yticks(range(len(points)), [scope for scope, _ in points], fontsize=8)
+        axis.set_xlabel("held-out gap, rule - control (nats; < 0: the rule ahead)", fontsize=8)
+        axis.set_title(title, fontsize=9)
+    for axis in list(axes.flat)[len(panels) :]:
+        axis.set_visible(False)
+    read = sum(row.gap is not None for row in rows)
     title = (
-        f"Holm over the declared family of {len(rows)}; "
-        f"{sum(row.gap is None for row in rows)} pending"
+        f"Holm over the declared family of {len(rows)}: {read} read, {len(rows) - read} "
+        "pending; each bar the adjusted interval its word is read from"
+        + (f", the shaded band the equivalence margin ±{margin:g}" if margin else "")
     )
     if later:
         title += f"\ndeclared for later stages, not run: {', '.join(later)}"
