@@ -586,7 +586,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=[1, 2],
         help="run the first stage's points (campaign-4: 2, the second stage's six)",
     )
-    parser.add_argument("--points", nargs="+", default=[], help="MODEL/POINT labels to run")
+    parser.add_argument(
+        "--points",
+        nargs="+",
+        default=[],
+        help="MODEL/POINT labels to run (with --report: the points whose studies it re-reports, "
+        "default all; the verdicts, state and map read every point's stored report)",
+    )
     parser.add_argument(
         "--gamma0",
         action="store_true",
@@ -622,9 +628,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--stage {args.stage}: campaign {name} declares no such stage")
     if args.stage:
         labels = campaign[stages[args.stage]]
-    elif args.report:
-        labels = campaign.get("first_stage") or (
-            campaign["second_stage"] + campaign.get("first_stage_reread", [])
+    elif args.report:  # every run point unless --points names some (a live study is left be)
+        labels = (
+            args.points
+            or campaign.get("first_stage")
+            or (campaign["second_stage"] + campaign.get("first_stage_reread", []))
         )
     else:
         labels = args.points

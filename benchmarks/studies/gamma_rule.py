@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from lab.campaigns import CURRENT, campaign_folder
+from lab.campaigns import campaign_folder
 from lab.fight_map import POINTS, FightMap
 
 from torch_mars.atomic_files import write_text_atomically
@@ -32,7 +32,7 @@ from torch_mars.train.study.tune_record import read_tune_record
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
 
-CAMPAIGN = campaign_folder(MAP.root, CURRENT)  # the current campaign's points
+CAMPAIGN = campaign_folder(MAP.root, "campaign-3")  # the points the rule was fitted and scored on
 RULES = ("mars-adamw", "mars-shampoo")
 
 

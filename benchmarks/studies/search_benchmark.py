@@ -86,7 +86,6 @@ import numpy as np
 from lab.campaigns import (
     CAMPAIGN_TRIALS,
     CAMPAIGNS,
-    CURRENT,
     SELECTION_FLAGS,
     campaign_folder,
     tune_studies_at,
@@ -121,6 +120,8 @@ from torch_mars.train.study.verdict import (
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
 OUT = MAP.root / "benchmarks" / "results" / "search-benchmark"
+# The campaign whose searches this benchmark measured and replays (its studies, its winners).
+MEASURED = "campaign-3"
 BUDGETS = (12, 20, 40)
 # The bar: each optimizer's held-out gap to its 80-trial reference at most this (issue "A search
 # that finds the optimum at a budget users can afford").
@@ -257,7 +258,7 @@ def surrogate_table(
     lines = [
         f"Surrogate screen at {point} ({replicates} orders and noise draws; a run stored at the "
         f"point answers exactly ({len(stored)} stored), others a Gaussian process fitted on the "
-        f"stored runs; starts: campaign {CURRENT}'s): the winner's modelled mean minus the "
+        f"stored runs; starts: campaign {MEASURED}'s): the winner's modelled mean minus the "
         "80-trial winner's, mean over draws (worst draw; share of dimensions moved by trial 12).",
         "",
         "| design | trials | " + " | ".join(plan.optimizers) + " | runs / optimizer |",
@@ -369,7 +370,7 @@ def replay_table() -> str:
     per search, the campaign's path and winner, or the trial where it would ask for a run the
     campaign did not train."""
     rows = []
-    folder = campaign_folder(MAP.root, CURRENT)
+    folder = campaign_folder(MAP.root, MEASURED)
     for model in ("tiny", "tiny-w64"):
         for study in sorted((folder / model).glob("*")):
             if not (study / "study.log.gz").is_file():
@@ -407,7 +408,7 @@ def pattern_move_report(replicates: int) -> str:
         "",
         toy_table(),
         "",
-        f"{CURRENT}'s studies replayed with the sixth design on the runs they stored:",
+        f"{MEASURED}'s studies replayed with the sixth design on the runs they stored:",
         "",
         replay_table(),
     ]
@@ -418,7 +419,7 @@ def pattern_move_report(replicates: int) -> str:
 
 def current_study(point: str) -> Path:
     """The current campaign's study at ``point`` (its report's folder too)."""
-    return campaign_folder(MAP.root, CURRENT) / "tiny" / point
+    return campaign_folder(MAP.root, MEASURED) / "tiny" / point
 
 
 def reported(report: Path) -> TuneRecord:
@@ -437,7 +438,7 @@ def finals_on_24_pairs(point: str) -> tuple[dict[str, list[float]], dict[str, li
     references)``, NaN where a run is missing."""
     folder = OUT / point / "more-pairs"
     further_references = swept_finals(folder / "references", more_pairs())
-    further = swept_finals(folder / CURRENT, more_pairs())
+    further = swept_finals(folder / MEASURED, more_pairs())
     first = reference_finals(point)
     ours = {
         e.optimizer: [math.nan if v is None else v for v in e.heldout_finals] + further[e.optimizer]
@@ -552,11 +553,11 @@ def second_reference_table(point: str) -> str:
         "order seed, the same protocol; the optimizers it did not run in their own study from "
         "the first study's starts, search-benchmark/POINT/second-reference-rest/) swept on all "
         f"24 held-out pairs (search-benchmark/POINT/second-reference/); second - first "
-        f"reference, and {CURRENT}'s winners minus each reference and minus both (on each pair "
+        f"reference, and {MEASURED}'s winners minus each reference and minus both (on each pair "
         "the mean of the two references' finals), with crossed intervals.",
         "",
-        f"| optimizer | second - first | p | {CURRENT} - first | {CURRENT} - second | "
-        f"{CURRENT} - both |",
+        f"| optimizer | second - first | p | {MEASURED} - first | {MEASURED} - second | "
+        f"{MEASURED} - both |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     gaps, to_boths = [], []
@@ -582,7 +583,7 @@ def second_reference_table(point: str) -> str:
     lines += ["", f"- By the rule written before the runs: {verdict}."]
     short = [n for n, g in zip(names, to_boths, strict=True) if g.mean > BAR]
     lines.append(
-        f"- Against both references together: {CURRENT}'s winners within {BAR} for "
+        f"- Against both references together: {MEASURED}'s winners within {BAR} for "
         f"{len(names) - len(short)} of {len(names)}"
         + (f"; over it: {', '.join(short)}." if short else ".")
     )
@@ -632,7 +633,7 @@ def further_study(point: str, design: str | None) -> tuple[str, Path]:
     """The sweep tag and the study folder of the winners read on the further pairs: the current
     campaign's study at ``point``, or the candidate ``design``'s own."""
     if design is None:
-        return CURRENT, current_study(point)
+        return MEASURED, current_study(point)
     return f"design-{design}", design_folder(point, design)
 
 
@@ -676,7 +677,7 @@ def more_pairs_table(point: str, design: str | None = None) -> str:
         return ""
     chosen_on = {o.optimizer: o.selection_finals for o in reference_report(point)}
     orders = PROTOCOL.heldout_data_seeds
-    whose = f"{CURRENT}'s" if design is None else f"the {design} design's"
+    whose = f"{MEASURED}'s" if design is None else f"the {design} design's"
     lines = [
         f"Twelve more held-out pairs at {point} (seeds {MORE_HELDOUT[0]}-{MORE_HELDOUT[-1]} x "
         f"data orders {orders[0]}-{orders[-1]}, read by no study): {whose} winners and the "
@@ -781,7 +782,7 @@ def median_table(point: str) -> str:
         return ""
     ours_24, references = finals_on_24_pairs(point)
     lines = [
-        f"The median of the choosing runs at {point}: {CURRENT}'s searches replayed on their "
+        f"The median of the choosing runs at {point}: {MEASURED}'s searches replayed on their "
         "stored runs with each finalist judged by its median over its three choosing runs; "
         "the winners that changes swept on all 24 held-out pairs (search-benchmark/POINT/"
         "median-choosing/); design - reference on the 24 pairs, by the mean and by the median.",
@@ -859,7 +860,7 @@ def refinal_arguments(point: str, jobs: int) -> list[str]:
     takes the new protocol, keeps its starts and its first phase, and trains only the new
     finalist runs and the held-out runs of any winner they change."""
     orders = " ".join(map(str, REFINAL_ORDERS))
-    protocol = f"--search {CAMPAIGNS[CURRENT]} {SELECTION_FLAGS} --final-data-seeds {orders}"
+    protocol = f"--search {CAMPAIGNS[MEASURED]} {SELECTION_FLAGS} --final-data-seeds {orders}"
     return MAP.tune_arguments(
         point, jobs, CAMPAIGN_TRIALS, report=False, study=refinal_folder(point), protocol=protocol
     )
@@ -897,7 +898,7 @@ def warm_arguments(point: str, jobs: int) -> list[str]:
         jobs,
         CAMPAIGN_TRIALS,
         study=study,
-        protocol=f"--search {CAMPAIGNS[CURRENT]} {SELECTION_FLAGS}",
+        protocol=f"--search {CAMPAIGNS[MEASURED]} {SELECTION_FLAGS}",
     )
     return reusing_runs(arguments, point, study)
 
@@ -905,7 +906,7 @@ def warm_arguments(point: str, jobs: int) -> list[str]:
 def paired_folder(point: str, design: str) -> Path:
     """Where the candidate ``design`` runs in a copy of the current campaign's study at
     ``point`` (the folder's name is the study's, as in the campaign)."""
-    return OUT / point / f"{CURRENT}-as-{design}" / point
+    return OUT / point / f"{MEASURED}-as-{design}" / point
 
 
 def paired_arguments(point: str, design: str, jobs: int) -> list[str]:
@@ -941,7 +942,7 @@ def paired_sweep_arguments(point: str, design: str, data_seed: int, jobs: int) -
         return None
     seeds = tuple(str(s) for s in MORE_HELDOUT)
     folder = OUT / point / "more-pairs"
-    name = f"{CURRENT}-as-{design}-data{data_seed}"
+    name = f"{MEASURED}-as-{design}-data{data_seed}"
     return MAP.winners_sweep_arguments(point, winners, folder, name, seeds, jobs, data_seed)
 
 
@@ -957,7 +958,7 @@ def paired_table(point: str, design: str) -> str:
     if not all(o.finished for o in ran):
         return ""
     changed = changed_winners(point, design)
-    swept = swept_finals(OUT / point / "more-pairs" / f"{CURRENT}-as-{design}", more_pairs())
+    swept = swept_finals(OUT / point / "more-pairs" / f"{MEASURED}-as-{design}", more_pairs())
     campaign, references = finals_on_24_pairs(point)
     second = second_finals(point)
     pairs = PROTOCOL.heldout_pairs() + more_pairs()
@@ -969,8 +970,8 @@ def paired_table(point: str, design: str) -> str:
     if any(math.isnan(v) for values in ours.values() for v in values):
         return ""
     lines = [
-        f"{design} in a copy of {CURRENT}'s study at {point} (search-benchmark/POINT/"
-        f"{CURRENT}-as-{design}/): the campaign's starts and runs, {design}'s search; a "
+        f"{design} in a copy of {MEASURED}'s study at {point} (search-benchmark/POINT/"
+        f"{MEASURED}-as-{design}/): the campaign's starts and runs, {design}'s search; a "
         "changed winner swept on the further 12 pairs (search-benchmark/POINT/more-pairs/). "
         "Each search's winner minus the first 80-trial reference"
         + (
@@ -980,8 +981,8 @@ def paired_table(point: str, design: str) -> str:
         )
         + " on all 24 held-out pairs, with crossed intervals.",
         "",
-        f"| optimizer | {design}'s winner | {design} - first | {CURRENT} - first"
-        + (f" | {design} - both | {CURRENT} - both |" if second else " |"),
+        f"| optimizer | {design}'s winner | {design} - first | {MEASURED} - first"
+        + (f" | {design} - both | {MEASURED} - both |" if second else " |"),
         "|---|---|---:|---:|" + ("---:|---:|" if second else ""),
     ]
     read, to_firsts = [], []
@@ -990,7 +991,7 @@ def paired_table(point: str, design: str) -> str:
         winner = (
             ", ".join(f"{k} {v}" for k, v in entry.winner.items())
             if name in changed
-            else f"{CURRENT}'s"
+            else f"{MEASURED}'s"
         )
         to_first = crossed_gap(ours[name], references[name], pairs)
         was_first = crossed_gap(campaign[name], references[name], pairs)
@@ -1036,15 +1037,15 @@ def design_reports(point: str) -> list[tuple[str, str, dict]]:
     ]
     found.append(
         (
-            f"{CAMPAIGNS[CURRENT]} from {WARM_FROM}'s winners",
+            f"{CAMPAIGNS[MEASURED]} from {WARM_FROM}'s winners",
             f"warm-from-{WARM_FROM}",
             warm_folder(point) / "tune.json",
         )
     )
     found += [
         (
-            f"{design} in {CURRENT}'s study",
-            f"{CURRENT}-as-{design}",
+            f"{design} in {MEASURED}'s study",
+            f"{MEASURED}-as-{design}",
             paired_folder(point, design) / "tune.json",
         )
         for design in candidate_designs()
@@ -1052,8 +1053,8 @@ def design_reports(point: str) -> list[tuple[str, str, dict]]:
     orders = ",".join(map(str, REFINAL_ORDERS))
     found.append(
         (
-            f"{CAMPAIGNS[CURRENT]}, finalists on orders {orders}",
-            f"{CURRENT} re-finaled",
+            f"{CAMPAIGNS[MEASURED]}, finalists on orders {orders}",
+            f"{MEASURED} re-finaled",
             refinal_folder(point) / "tune.json",
         )
     )
@@ -1262,7 +1263,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm == WARM_FROM:
         parser.error(f"--warm {args.warm}: the recipe is {args.warm}'s own winners, no warm start")
     if args.paired and not (current_study(args.paired) / "study.log.gz").is_file():
-        parser.error(f"--paired {args.paired}: campaign {CURRENT} has no landed study there")
+        parser.error(f"--paired {args.paired}: campaign {MEASURED} has no landed study there")
     runs: list[tuple[str, list[str]]] = []
     if args.run:
         runs.append(("tune", design_arguments(args.run, args.design, args.jobs, report=False)))

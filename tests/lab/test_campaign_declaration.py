@@ -83,9 +83,9 @@ def test_the_points_not_begun_are_costed_from_the_begun_points_of_their_model(mo
         return runs, {}, []
 
     monkeypatch.setattr(campaign, "stored_study", stored)
-    declared = campaign.declared()
+    declared = campaign.declared("campaign-3")
     begun, waiting = ["tiny/b64-4x", "tiny/b16-4x"], ["tiny/b4-4x", "tiny-w64/b64-4x"]
-    text = campaign.waiting_text(campaign.CURRENT, declared, begun, waiting)
+    text = campaign.waiting_text("campaign-3", declared, begun, waiting)
     steps, tokens = campaign.run_budget("tiny/b4-4x")
     hours = 300 * (a * steps + b * tokens) / 3600
     assert f"| tiny/b4-4x | 300 | {hours:.1f} | 8.0 ms a step + 8.00 µs a token" in text

@@ -22,9 +22,9 @@ CAMPAIGNS = {
     "campaign-3": "surface-3",
     "campaign-4": "surface-3",
 }
-# The newest campaign with read points, whose words the README and docs/results.md print;
-# campaign-4 (the map's second stage on independent pairs, issue #83) takes over when read.
-CURRENT = "campaign-3"
+# The campaign whose words the README and docs/results.md print: campaign-4 re-reads
+# campaign-3's first stage on independent pairs and runs the map's second stage (issue #83).
+CURRENT = "campaign-4"
 # Every campaign's protocol: its trials per optimizer, and its selection's seeds and finalists.
 CAMPAIGN_TRIALS = 40
 SELECTION_FLAGS = (
@@ -86,22 +86,28 @@ def format_campaign_table(rows: list[CampaignRow]) -> str:
     return "\n".join(lines)
 
 
+def _lead_column(row: CampaignRow) -> str:
+    """The lead table's column of ``row``: its rule against its strongest control, or against
+    itself at gamma = 0 (the correction's worth)."""
+    rule, (control, *_) = row.comparison.rule, row.comparison.controls
+    return (
+        f"{rule} - {'itself at gamma = 0' if control.endswith(WITHOUT_CORRECTION) else 'control'}"
+    )
+
+
 def format_lead_table(rows: list[CampaignRow]) -> str:
-    """The verdicts one row a point, one column a MARS rule (each cell: the rule's held-out gap
-    to its strongest control with its interval, and the word): what README and
-    docs/results.md carry between the block markers, generated from the same rows as
-    :func:`format_campaign_table`."""
-    rules = list(dict.fromkeys(row.comparison.rule for row in rows))
+    """The verdicts one row a point, one column a MARS rule and kind of comparison (each cell:
+    the rule's held-out gap to its strongest control, or to itself at gamma = 0, with its
+    interval and the word): what README and docs/results.md carry between the block markers,
+    generated from the same rows as :func:`format_campaign_table`."""
+    columns = list(dict.fromkeys(_lead_column(row) for row in rows))
     scopes = list(dict.fromkeys(row.comparison.scope for row in rows))
-    cells = {(row.comparison.scope, row.comparison.rule): row for row in rows}
-    lines = [
-        "| point | " + " | ".join(f"{rule} - control" for rule in rules) + " |",
-        "|---|" + "---|" * len(rules),
-    ]
+    cells = {(row.comparison.scope, _lead_column(row)): row for row in rows}
+    lines = ["| point | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for scope in scopes:
         row_cells = []
-        for rule in rules:
-            row = cells.get((scope, rule))
+        for column in columns:
+            row = cells.get((scope, column))
             if row is None:
                 row_cells.append("not declared")
             elif row.gap is None:
@@ -133,6 +139,28 @@ TALLY_WORDS = (
 )
 
 
+def _heldout_design(declared: dict) -> str:
+    """How the campaign ``declared`` (a declaration as read) draws and reads its held-out
+    pairs, as the lead's caption says it: crossed seeds and data orders (campaign-3 and before)
+    or independent pairs with a second look (campaign-4)."""
+    if "heldout" in declared:
+        heldout = declared["heldout"].split(";")[0].split(" (")[0]
+        return f"seed and data order as crossed effects: {heldout}"
+    pairs, verdict = declared["pairs"], declared["verdict"]
+    return (
+        f"independent pairs, each on a seed and a data order of its own: {pairs['first_stage']} "
+        f"first, up to {pairs['cap']} where the first look cannot decide, two looks combined; "
+        f"equivalent: inside ±{verdict['margin']}"
+    )
+
+
+def _opponent(declared: dict) -> str:
+    """The caption's clause on the setting each side is read at, where the campaign
+    ``declared`` says (campaign-4: its best-known, not only its search's winner)."""
+    opponent = declared.get("verdict", {}).get("opponent") if "pairs" in declared else None
+    return f"; {opponent}" if opponent else ""
+
+
 def format_lead(rows: list[CampaignRow], declaration: Path) -> str:
     """The campaign's answer as README and docs/results.md carry it between the block markers:
     a caption read from the declaration (held-out design, trials, search, family size), the
@@ -141,19 +169,24 @@ def format_lead(rows: list[CampaignRow], declaration: Path) -> str:
     declared = json.loads(Path(declaration).read_text())
     flags = declared["protocol"].split()
     search = flags[flags.index("--search") + 1]
-    heldout = declared["heldout"].split(";")[0].split(" (")[0]
     done = [row for row in rows if row.gap is not None]
+    versus = "rule - strongest control"
+    if any(_lead_column(row).endswith("gamma = 0") for row in rows):
+        versus += " and rule - itself at gamma = 0"
     caption = (
-        "Held-out validation loss, rule - strongest control (< 0: MARS ahead), each word read "
-        "from the Holm-adjusted interval beside it (seed and data order as crossed effects: "
-        f"{heldout}); each optimizer tuned by "
-        f"{declared['trials']} trials of the {search} search, one selection seed a trial; Holm "
-        f"over the {len(rows)} comparisons declared before the first run ({len(done)} read, "
-        f"{len(rows) - len(done)} pending)."
+        f"Held-out validation loss, {versus} (< 0: MARS ahead), each word read from the "
+        f"Holm-adjusted interval beside it ({_heldout_design(declared)}); each optimizer tuned "
+        f"by {declared['trials']} trials of the {search} search, one selection seed a trial"
+        f"{_opponent(declared)}; Holm over the {len(rows)} comparisons declared before the "
+        f"first run ({len(done)} read, {len(rows) - len(done)} pending)."
     )
     by_word: dict[str, list[str]] = {w: [] for w, _ in TALLY_WORDS}
     for row in done:
-        by_word[row.decision.word].append(f"{row.comparison.rule} at {row.comparison.scope}")
+        rule, scope = row.comparison.rule, row.comparison.scope
+        named = f"{rule} at {scope}"
+        if _lead_column(row).endswith("gamma = 0"):
+            named = f"{rule}'s correction at {scope}"
+        by_word[row.decision.word].append(named)
     parts = []
     for word, plural in TALLY_WORDS:
         named = by_word[word]
@@ -184,18 +217,42 @@ def _heldout_read(entry: OptimizerEntry) -> bool:
     return bool(finals) and all(isinstance(v, float) and math.isfinite(v) for v in finals)
 
 
+def stage_points(declared: dict) -> list[str]:
+    """The points the campaign ``declared`` (a declaration as read) runs, ``model/point``, in
+    the declaration's order: its first stage's, or its re-read and second stage's."""
+    run = [*declared.get("first_stage", ()), *declared.get("first_stage_reread", ())]
+    run += declared.get("second_stage", [])
+    return [
+        f"{e['model']}/{e['point']}"
+        for e in declared["points"]
+        if f"{e['model']}/{e['point']}" in run
+    ]
+
+
+def _setting_from(entry: OptimizerEntry) -> str:
+    """Where the setting a report read ``entry`` at came from: its own search, a peer's
+    winner moved onto its space, or a stored reference study of the point."""
+    source = entry.best_known_from
+    if not source:
+        return "its search"
+    return "a reference study" if "/" in source else f"{source}'s winner"
+
+
 def format_winners_table(declaration: Path) -> str:
-    """Each read point's winners as its report stored them: per optimizer its lr, beta1, beta2,
-    gamma and weight decay (``-`` where the optimizer has no such setting) and its held-out mean
-    over its held-out runs; a point where any held-out run is unfinished or failed is named
-    below the table instead (no mean is read from a point that lost runs)."""
+    """Each read point's winners as its report stored them: per optimizer the setting it was
+    read at (its lr, beta1, beta2, gamma and weight decay, ``-`` where the optimizer has no such
+    setting), where that setting came from, its held-out runs and their mean; a point where any
+    held-out run is unfinished or failed is named below the table instead (no mean is read from
+    a point that lost runs)."""
     declared = json.loads(Path(declaration).read_text())
     lines = [
-        "| point | optimizer | " + " | ".join(WINNER_COLUMNS) + " | held-out mean |",
-        "|---|---|" + "---:|" * (len(WINNER_COLUMNS) + 1),
+        "| point | optimizer | "
+        + " | ".join(WINNER_COLUMNS)
+        + " | setting from | held-out runs | held-out mean |",
+        "|---|---|" + "---:|" * len(WINNER_COLUMNS) + "---|---:|---:|",
     ]
     pending = []
-    for scope in declared["first_stage"]:
+    for scope in stage_points(declared):
         report = Path(declaration).parent / scope / "tune.json"
         entries = read_tune_record(report).optimizers if report.is_file() else ()
         if not entries or not all(_heldout_read(e) for e in entries):
@@ -205,7 +262,9 @@ def format_winners_table(declaration: Path) -> str:
             winner, finals = entry.winner, entry.heldout_finals
             values = [f"{winner[c]:.3g}" if c in winner else "-" for c in WINNER_COLUMNS]
             held = f"{sum(finals) / len(finals):.4f}"
-            cells = " | ".join([scope, entry.optimizer, *values, held])
+            cells = " | ".join(
+                [scope, entry.optimizer, *values, _setting_from(entry), str(len(finals)), held]
+            )
             lines.append(f"| {cells} |")
     if pending:
         lines += ["", f"Not read (a held-out run unfinished or failed): {', '.join(pending)}."]
