@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import random
 import shlex
 import sys
@@ -66,7 +67,7 @@ from lab.map_report import format_progress, progress_rows
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.train.study.family import EQUIVALENCE_MARGIN
-from torch_mars.train.study.family_reads import campaign_rows, without_correction_folder
+from torch_mars.train.study.family_reads import campaign_rows, fixed_gamma_folder
 from torch_mars.train.study.outcomes import median_run_seconds
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import PROTOCOL, Selection
@@ -322,38 +323,59 @@ def second_look_counts(name: str, entry: dict[str, Any]) -> dict[str, int]:
 
 
 # The correction's worth (campaign-4's RULE vs RULE@gamma=0), set 2026-12-06 before any such
-# run: the rule's winner at the point with gamma fixed at 0 and every other dimension held at
-# the winner's, its lr re-profiled by tune's default search over this many trials (with
-# nothing else free it spends them on the lr), its finalists on the campaign's five more
-# seeds, and read on the point's pairs.
-GAMMA0_TRIALS = 12
+# run, and the gamma to take (RULE vs RULE@gamma=CANDIDATE, gamma-to-take.json, 2026-12-07):
+# the rule's winner at the point with gamma fixed and every other dimension held at the
+# winner's, its lr re-profiled by tune's default search over this many trials (with nothing
+# else free it spends them on the lr), its finalists on the campaign's five more seeds, and
+# read on the pairs the rule reads at the point.
+FIXED_GAMMA_TRIALS = 12
 RULES = ("mars-adamw", "mars-shampoo")
 
 
-def gamma0_arguments(
-    name: str, entry: dict[str, Any], rule: str, jobs: int, report: bool
-) -> list[str] | None:
-    """``torch-mars tune``'s arguments for ``rule`` at gamma = 0 at the point ``entry`` of
-    campaign-4 (:data:`GAMMA0_TRIALS`); None until the point's report has the rule's winner."""
-    label = f"{entry['model']}/{entry['point']}"
+def gamma_to_take(name: str) -> dict[str, float]:
+    """Each rule's candidate gamma as campaign ``name``'s gamma-to-take declaration states it
+    (written by ``gamma_to_take.py --declare`` before any run at a candidate); empty where
+    none is declared."""
+    declared = folder_of(name) / "gamma-to-take.json"
+    if not declared.is_file():
+        return {}
+    return {rule: float(g) for rule, g in json.loads(declared.read_text())["candidates"].items()}
+
+
+def point_winner(name: str, label: str, rule: str) -> dict[str, Any] | None:
+    """The setting ``rule`` is read at (its best-known) at the point ``label`` of campaign
+    ``name``, from the point's report; None until the report has it."""
     point_report = folder_of(name) / label / "tune.json"
     if not point_report.is_file():
         return None
     ran = read_tune_record(point_report).entry(rule)
     if ran is None or not ran.finished or not ran.winner:
         return None
-    held = {d: v for d, v in ran.winner.items() if d not in ("lr", "gamma")}
-    fixed = ["--fixed", *(f"{d}={v}" for d, v in sorted({**held, "gamma": 0.0}.items()))]
+    return dict(ran.winner)
+
+
+def fixed_gamma_arguments(
+    name: str, entry: dict[str, Any], rule: str, gamma: float, jobs: int, report: bool
+) -> list[str] | None:
+    """``torch-mars tune``'s arguments for ``rule`` at ``gamma`` at the point ``entry`` of
+    campaign-4 (:data:`FIXED_GAMMA_TRIALS`); None until the point's report has the rule's
+    winner (:func:`point_winner`)."""
+    label = f"{entry['model']}/{entry['point']}"
+    winner = point_winner(name, label, rule)
+    if winner is None:
+        return None
+    held = {d: v for d, v in winner.items() if d not in ("lr", "gamma")}
+    fixed = ["--fixed", *(f"{d}={v}" for d, v in sorted({**held, "gamma": gamma}.items()))]
     return fixed + MAP.tune_arguments(
         entry["point"],
         jobs,
-        GAMMA0_TRIALS,
+        FIXED_GAMMA_TRIALS,
         report,
         model=entry["model"],
         data=entry["data"],
         optimizers=(rule,),
         protocol=protocol_at(name, label, {rule: counts_at(name, entry)[rule]}),
-        study=without_correction_folder(folder_of(name), label, rule),
+        study=fixed_gamma_folder(folder_of(name), label, rule, gamma),
     )
 
 
@@ -600,6 +622,13 @@ def main(argv: list[str] | None = None) -> int:
         "re-profiled, on the point's pairs (the correction's worth)",
     )
     parser.add_argument(
+        "--gamma-to-take",
+        action="store_true",
+        help="campaign-4: read each MARS rule's winner at the --points at its declared gamma to "
+        "take (gamma-to-take.json), its lr re-profiled, on the point's pairs, where the winner "
+        "takes another gamma",
+    )
+    parser.add_argument(
         "--second-look",
         action="store_true",
         help="campaign-4: give the --points whose first look left a comparison inconclusive "
@@ -645,24 +674,41 @@ def main(argv: list[str] | None = None) -> int:
     if args.snapshot:
         for entry in campaign["points"]:
             label = f"{entry['model']}/{entry['point']}"
-            # the point's study and, beside it, each rule's at gamma = 0 (--gamma0)
+            # the point's study and, beside it, each rule's at gamma = 0 (--gamma0) and at
+            # its gamma to take (--gamma-to-take)
+            candidates = gamma_to_take(name)
             studies = [folder / label] + [
-                without_correction_folder(folder, label, rule) for rule in RULES
+                fixed_gamma_folder(folder, label, rule, gamma)
+                for rule in RULES
+                for gamma in sorted({0.0, candidates.get(rule, 0.0)})
             ]
             for study in studies:
                 for written in snapshot_journals(study):
                     print(f"wrote {written.relative_to(ROOT)}")
         return 0
-    if (args.second_look or args.gamma0) and name != "campaign-4":
-        raise SystemExit(f"--second-look, --gamma0: campaign-4's; {name} declares neither")
-    if args.gamma0:
+    if (args.second_look or args.gamma0 or args.gamma_to_take) and name != "campaign-4":
+        raise SystemExit(
+            f"--second-look, --gamma0, --gamma-to-take: campaign-4's; {name} declares none"
+        )
+    if args.gamma0 or args.gamma_to_take:
+        candidates = gamma_to_take(name)
+        if args.gamma_to_take and not candidates:
+            raise SystemExit(
+                f"--gamma-to-take: {name} declares no gamma to take yet "
+                "(benchmarks/studies/gamma_to_take.py --declare)"
+            )
         for label in labels:
             entry = by_label[label]
             for rule in (r for r in RULES if r in entry["optimizers"]):
-                arguments = gamma0_arguments(name, entry, rule, args.jobs, False)
-                if arguments is None:
-                    print(f"{label}: {rule}'s winner not read yet; no gamma = 0 run", flush=True)
+                gamma = 0.0 if args.gamma0 else candidates[rule]
+                winner = point_winner(name, label, rule)
+                if winner is None:
+                    print(f"{label}: {rule}'s winner not read yet; no run", flush=True)
                     continue
+                if args.gamma_to_take and math.isclose(winner["gamma"], gamma):
+                    print(f"{label}: {rule}'s winner takes gamma {gamma:g}; no run", flush=True)
+                    continue
+                arguments = fixed_gamma_arguments(name, entry, rule, gamma, args.jobs, False)
                 print("torch-mars tune " + shlex.join(arguments), flush=True)
                 code = torch_mars(["tune", *arguments])
                 if code:

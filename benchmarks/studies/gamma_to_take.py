@@ -1,35 +1,54 @@
-"""The gamma to take (issue "The map, second stage", item 3), screened on the searches' own
-trials while the map's pairs are read: for each MARS rule, at each read point of campaign-3 and
-campaign-4, the best selection score the point's search found at each gamma of the ladder (any
-setting of the other dimensions, the lr profiled), less the best it found at any gamma. A gamma
-whose shortfall is small at every point is the candidate a user could take; a gamma the search
-never scored at a point is a blank, not a zero.
+"""The gamma to take (issue "The map, second stage", item 3): for each MARS rule, one gamma
+whose loss at every point of campaign-4's map is within the campaign's margin of the point's
+winner, read on the point's pairs, or the table that shows no single gamma is.
 
-This is a screen, not the issue's answer: a selection score is one seed on one data order, and
-the settings beside each gamma were chosen by the search. The answer reads a gamma's setting on
-the point's pairs (``--gamma0`` does so for gamma = 0).
+First a screen on the searches' own trials: at each read point of campaign-3 and campaign-4,
+the best selection score the point's search found at each gamma of the ladder (any setting of
+the other dimensions, the lr profiled), less the best it found at any gamma; a gamma the search
+never scored at a point is a blank, not a zero. A selection score is one seed on one data
+order, and the settings beside each gamma were chosen by the search: the screen only chooses
+each rule's candidate (the gamma its best trial took at the most points), declared once
+(``--declare``: ``gamma-to-take.json``) before any run at a candidate.
 
-    python benchmarks/studies/gamma_to_take.py   # writes results/campaign-4/gamma-to-take.md
+Then the answer, on pairs: at each point whose winner takes another gamma, the winner at the
+candidate, its lr re-profiled (``campaign.py --gamma-to-take``), against the winner on the
+pairs the rule reads there, by campaign-4's two-look design, Holm over the comparisons so
+realised (which depend on the winners, chosen on selection runs, never on a pair). The
+candidate holds at a point where the adjusted interval of winner - candidate lies above
+-margin (at most the margin behind), fails where it lies below, and holds by construction
+where the winner takes it.
+
+    python benchmarks/studies/gamma_to_take.py            # results/campaign-4/gamma-to-take.md
+    python benchmarks/studies/gamma_to_take.py --declare  # once: gamma-to-take.json
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import sys
+from datetime import date
 from pathlib import Path
 
 from lab.campaigns import campaign_folder
 
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.study.engine import finished_results
+from torch_mars.train.study.family import AT_GAMMA, Comparison, decide
+from torch_mars.train.study.family_reads import stored_verdicts
 from torch_mars.train.study.space import LADDERS
 from torch_mars.train.study.store import stored_study, stored_study_folders
 from torch_mars.train.study.tune import plan_of_identity
+from torch_mars.train.study.tune_record import read_tune_record
+from torch_mars.train.study.two_stage import design_of
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ("mars-adamw", "mars-shampoo")
 CAMPAIGNS = ("campaign-3", "campaign-4")
-OUT = campaign_folder(ROOT, "campaign-4") / "gamma-to-take.md"
+CAMPAIGN = campaign_folder(ROOT, "campaign-4")
+OUT = CAMPAIGN / "gamma-to-take.md"
+DECLARATION = CAMPAIGN / "gamma-to-take.json"
 
 
 def shortfalls(folder: Path) -> dict[str, dict[float, float]]:
@@ -54,30 +73,52 @@ def shortfalls(folder: Path) -> dict[str, dict[float, float]]:
     return found
 
 
-def table() -> str:
-    gammas = LADDERS["gamma"].levels
+def screened() -> dict[str, list[tuple[str, dict[float, float]]]]:
+    """Per rule, each screened point (``CAMPAIGN/MODEL/POINT``) with its shortfall per gamma
+    (:func:`shortfalls`); a point campaign-4 re-reads from campaign-3 counted once."""
     rows: dict[str, list[tuple[str, dict[float, float]]]] = {rule: [] for rule in RULES}
     seen: set[str] = set()
     for name in CAMPAIGNS:
         for folder in stored_study_folders(campaign_folder(ROOT, name)):
-            if ".gamma=0." in folder.name or folder.parent.parent.name != name:
+            if ".gamma=" in folder.name or folder.parent.parent.name != name:
                 continue
             point = f"{folder.parent.name}/{folder.name}"
             if name != CAMPAIGNS[0] and point in seen:
                 continue  # a re-read walks the earlier campaign's selection: the same trials
             seen.add(point)
-            label = f"{name}/{point}"
             for rule, gaps in shortfalls(folder).items():
-                rows[rule].append((label, gaps))
+                rows[rule].append((f"{name}/{point}", gaps))
+    return rows
+
+
+def candidate(points: list[tuple[str, dict[float, float]]]) -> float:
+    """The gamma the rule's best trial took at the most screened ``points`` (a tie: the one
+    whose worst shortfall over the points is smaller, then the smaller gamma)."""
+    taken: dict[float, int] = {}
+    for _, gaps in points:
+        for gamma, shortfall in gaps.items():
+            taken[gamma] = taken.get(gamma, 0) + (shortfall == 0)
+    if not taken:
+        raise ValueError("no screened point scored any gamma")
+
+    def worst(gamma: float) -> float:
+        return max(gaps.get(gamma, math.inf) for _, gaps in points)
+
+    return min(taken, key=lambda g: (-taken[g], worst(g), g))
+
+
+def screen_table(rows: dict[str, list[tuple[str, dict[float, float]]]]) -> list[str]:
+    """The screen as markdown lines: per rule a row per point, a column per gamma."""
+    gammas = LADDERS["gamma"].levels
     lines = [
-        "# The gamma to take: a screen on the searches' own trials",
+        "## The screen: the searches' own trials",
         "",
-        "Written by benchmarks/studies/gamma_to_take.py (its docstring says what this is and is "
-        "not). Each cell: the best selection score at that gamma less the best at any gamma, at "
-        "the point (0: the gamma the search's best trial took; — : no trial at that gamma).",
+        "Each cell: the best selection score at that gamma less the best at any gamma, at the "
+        "point (0: the gamma the search's best trial took; — : no trial at that gamma). It "
+        "chose the candidates (docstring of benchmarks/studies/gamma_to_take.py).",
     ]
     for rule in RULES:
-        lines += ["", f"## {rule}", ""]
+        lines += ["", f"### {rule}", ""]
         lines.append("| point | " + " | ".join(f"gamma {g:g}" for g in gammas) + " |")
         lines.append("|---|" + "---:|" * len(gammas))
         worst = {g: 0.0 for g in gammas}
@@ -88,11 +129,149 @@ def table() -> str:
                 worst[g] = max(worst[g], gaps.get(g, math.inf))
         cells = ["—" if math.isinf(w) else f"{w:.4f}" for w in worst.values()]
         lines.append("| worst over the points | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def main() -> int:
-    text = table()
+def declare(rows: dict[str, list[tuple[str, dict[float, float]]]], path: Path) -> bool:
+    """Write the gamma-to-take declaration at ``path`` from the screen ``rows`` once: each
+    rule's :func:`candidate`, what chose it and how it is read; False (nothing written) where
+    one is already declared."""
+    if path.exists():
+        return False
+    declared = {
+        "question": "issue #83 item 3: for each MARS rule, one gamma whose loss at every point "
+        "of campaign-4's map is within the campaign's margin of that point's winner, read on "
+        "the point's pairs",
+        "declared": date.today().isoformat(),
+        "candidates": {rule: candidate(points) for rule, points in rows.items() if points},
+        "chosen_by": "the screen on the searches' selection runs (none of them a pair): the "
+        "gamma the rule's best trial took at the most read points, "
+        + ", ".join(sorted({label for points in rows.values() for label, _ in points})),
+        "campaign": "campaign.json",
+        "reading": "at each of the campaign's points and each rule whose winner read there "
+        "takes another gamma: the rule at the candidate, every other dimension at the winner's, "
+        "its lr re-profiled (campaign.py --gamma-to-take), against the winner on the pairs the "
+        "rule reads there, by the campaign's two-look design; Holm over the comparisons so "
+        "realised; the candidate holds where the adjusted interval of winner - candidate lies "
+        "above -margin, fails where it lies below -margin, and holds by construction where "
+        "the winner takes it",
+    }
+    write_text_atomically(path, json.dumps(declared, indent=2) + "\n")
+    return True
+
+
+def winner_gamma(root: Path, label: str, rule: str) -> float | None:
+    """The gamma of the setting ``rule`` is read at (its best-known) at the campaign point
+    ``root/label``; None until the point's report has it."""
+    report = root / label / "tune.json"
+    ran = read_tune_record(report).entry(rule) if report.is_file() else None
+    if ran is None or not ran.finished or not ran.winner:
+        return None
+    return float(ran.winner["gamma"])
+
+
+def pair_reading(path: Path) -> list[str]:
+    """The answer on pairs as markdown lines, from the declaration at ``path`` and the reports
+    of its campaign's points and their studies at each candidate: a row per point and rule,
+    then per rule where its candidate stands over the map."""
+    declared = json.loads(path.read_text())
+    campaign_file = path.parent / declared["campaign"]
+    campaign = json.loads(campaign_file.read_text())
+    design = design_of(campaign)
+    if design is None:
+        raise ValueError(f"{campaign_file}: declares no two-look design to read the pairs by")
+    root, margin = campaign_file.parent, design.margin
+    held: dict[tuple[str, str], float] = {}  # by construction: (label, rule) -> gamma
+    family: list[Comparison] = []
+    for entry in campaign["points"]:
+        label = f"{entry['model']}/{entry['point']}"
+        for rule, gamma in declared["candidates"].items():
+            if rule not in entry["optimizers"]:
+                continue
+            own = winner_gamma(root, label, rule)
+            if own is not None and math.isclose(own, gamma):
+                held[(label, rule)] = own
+            else:
+                family.append(Comparison(rule, (f"{rule}{AT_GAMMA}{gamma:g}",), label))
+    read = stored_verdicts(root, family, first=design.first)
+    decided = decide(family, {c: gap for c, (gap, _) in read.items()}, design=design)
+    lines = [
+        "## The answer, on pairs",
+        "",
+        f"Declared in [gamma-to-take.json](gamma-to-take.json) ({declared['declared']}): "
+        + ", ".join(f"{rule} gamma {g:g}" for rule, g in declared["candidates"].items())
+        + f". Gap: the winner - the winner at the candidate (its lr re-profiled), held-out "
+        f"validation loss on the rule's pairs at the point; the candidate holds where the "
+        f"adjusted interval lies above -{margin:g}. Holm over the {len(family)} comparisons "
+        f"realised ({len(held)} hold by construction: the winner takes the candidate).",
+        "",
+        "| point | rule | winner's gamma | candidate | winner - candidate, adjusted interval | "
+        "word | the candidate |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    tally: dict[str, dict[str, int]] = {rule: {} for rule in declared["candidates"]}
+    for entry in campaign["points"]:
+        label = f"{entry['model']}/{entry['point']}"
+        for rule, gamma in declared["candidates"].items():
+            if rule not in entry["optimizers"]:
+                continue
+            own = winner_gamma(root, label, rule)
+            own_text = "—" if own is None else f"{own:g}"
+            if (label, rule) in held:
+                cells = [label, rule, own_text, f"{gamma:g}", "—", "—", "holds (the winner's)"]
+                state = "holds"
+            else:
+                comparison = Comparison(rule, (f"{rule}{AT_GAMMA}{gamma:g}",), label)
+                decision = decided[comparison]
+                gap = read.get(comparison, (None, None))[0]
+                if gap is None:
+                    state, reading, word = "pending", "—", "pending"
+                else:
+                    state = (
+                        "holds"
+                        if decision.low > -margin
+                        else "fails"
+                        if decision.high < -margin
+                        else "not shown either way"
+                    )
+                    reading = f"{gap.mean:+.4f} {decision.interval_text()}"
+                    word = decision.text()
+                cells = [label, rule, own_text, f"{gamma:g}", reading, word, state]
+            tally[rule][state] = tally[rule].get(state, 0) + 1
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for rule, counts in tally.items():
+        total = sum(counts.values())
+        states = ("holds", "fails", "not shown either way", "pending")
+        parts = ", ".join(f"{state} at {counts[state]}" for state in states if state in counts)
+        gamma = declared["candidates"][rule]
+        if counts.get("fails"):
+            answer = f"not {gamma:g}: more than {margin:g} behind the winner at {counts['fails']}"
+        elif counts.get("holds", 0) == total:
+            answer = f"take gamma {gamma:g}"
+        else:
+            answer = "open"
+        lines.append(f"- {rule}, gamma {gamma:g}, over {total} points: {parts}; {answer}.")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--declare",
+        action="store_true",
+        help="write gamma-to-take.json (each rule's candidate, from the screen) once",
+    )
+    args = parser.parse_args(argv)
+    rows = screened()
+    if args.declare:
+        wrote = declare(rows, DECLARATION)
+        print(f"{'wrote' if wrote else 'already declared; unchanged:'} {DECLARATION}")
+        return 0
+    lines = ["# The gamma to take", "", *screen_table(rows)]
+    if DECLARATION.is_file():
+        lines += ["", *pair_reading(DECLARATION)]
+    text = "\n".join(lines) + "\n"
     write_text_atomically(OUT, text)
     print(text)
     return 0

@@ -171,7 +171,7 @@ def test_the_corrections_worth_reads_the_rule_against_itself_at_gamma_0_on_the_p
     tmp_path, monkeypatch
 ):
     from torch_mars.train.study.family import Comparison
-    from torch_mars.train.study.family_reads import stored_verdicts, without_correction_folder
+    from torch_mars.train.study.family_reads import fixed_gamma_folder, stored_verdicts
 
     pairs = [[1000 + k, 2000 + k] for k in range(4)]
     point = {
@@ -186,7 +186,7 @@ def test_the_corrections_worth_reads_the_rule_against_itself_at_gamma_0_on_the_p
     }  # fmt: skip
     (tmp_path / "tiny" / "b16-1x").mkdir(parents=True)
     (tmp_path / "tiny" / "b16-1x" / "tune.json").write_text(json.dumps(point))
-    without = without_correction_folder(tmp_path, "tiny/b16-1x", "mars-adamw")
+    without = fixed_gamma_folder(tmp_path, "tiny/b16-1x", "mars-adamw", 0.0)
     without.mkdir()
     (without / "tune.json").write_text(json.dumps({"optimizers": [
         {"optimizer": "mars-adamw", "heldout_pairs": pairs,
@@ -202,10 +202,12 @@ def test_the_corrections_worth_reads_the_rule_against_itself_at_gamma_0_on_the_p
     monkeypatch.setattr(campaign, "folder_of", lambda name: tmp_path)
     monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
     entry = {"model": "tiny", "data": "stdlib", "point": "b16-1x", "optimizers": ["mars-adamw"]}
-    arguments = campaign.gamma0_arguments("campaign-4", entry, "mars-adamw", 1, False)
+    arguments = campaign.fixed_gamma_arguments("campaign-4", entry, "mars-adamw", 0.0, 1, False)
     text = " ".join(arguments)
     assert "--report" not in arguments  # trains; only report=True reports
-    assert "--report" in campaign.gamma0_arguments("campaign-4", entry, "mars-adamw", 1, True)
+    assert "--report" in campaign.fixed_gamma_arguments(
+        "campaign-4", entry, "mars-adamw", 0.0, 1, True
+    )
     assert (
         "--fixed beta1=0.9 beta2=0.95 gamma=0.0 " in text and "lr=" not in text.split("--model")[0]
     )
@@ -227,7 +229,7 @@ def test_a_rule_widened_by_a_second_look_is_read_against_gamma_0_on_the_pairs_bo
     tmp_path, monkeypatch
 ):
     from torch_mars.train.study.family import Comparison
-    from torch_mars.train.study.family_reads import stored_verdicts, without_correction_folder
+    from torch_mars.train.study.family_reads import fixed_gamma_folder, stored_verdicts
 
     pairs = [list(p) for p in campaign.declared_pairs()[:14]]
     finals = [1.70, 1.71, 1.69, 1.70] * 3
@@ -240,7 +242,7 @@ def test_a_rule_widened_by_a_second_look_is_read_against_gamma_0_on_the_pairs_bo
     ]}  # fmt: skip
     (tmp_path / "tiny" / "b16-1x").mkdir(parents=True)
     (tmp_path / "tiny" / "b16-1x" / "tune.json").write_text(json.dumps(point))
-    without = without_correction_folder(tmp_path, "tiny/b16-1x", "mars-adamw")
+    without = fixed_gamma_folder(tmp_path, "tiny/b16-1x", "mars-adamw", 0.0)
     without.mkdir()
     (without / "tune.json").write_text(json.dumps({"optimizers": [
         {"optimizer": "mars-adamw", "heldout_pairs": pairs[:12],
@@ -256,7 +258,7 @@ def test_a_rule_widened_by_a_second_look_is_read_against_gamma_0_on_the_pairs_bo
              "optimizers": ["adamw", "mars-adamw"]}  # fmt: skip
     assert campaign.counts_at("campaign-4", entry) == {"adamw": 12, "mars-adamw": 14}
     # the correction's worth reads the rule's pairs at the point, not its bystander's
-    arguments = campaign.gamma0_arguments("campaign-4", entry, "mars-adamw", 1, False)
+    arguments = campaign.fixed_gamma_arguments("campaign-4", entry, "mars-adamw", 0.0, 1, False)
     after = arguments[arguments.index("--pairs") + 1 :]
     listed = after[: next((k for k, a in enumerate(after) if a.startswith("--")), len(after))]
     assert listed == [f"{s}:{o}" for s, o in pairs] and "--pairs-read" not in arguments

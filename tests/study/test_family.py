@@ -131,3 +131,30 @@ def test_each_point_and_the_campaign_table_give_every_comparison_the_same_word(t
     report["verdicts"][0]["bias"] = -0.0021  # as a point that read peers' winners records it
     first.write_text(json.dumps(report))
     assert "| win | 0, 0 | -0.0021 |" in format_campaign_table(campaign_rows(path))
+
+
+def test_a_control_at_a_fixed_gamma_is_the_rule_itself_and_any_other_is_refused(tmp_path):
+    from torch_mars.train.study.family import fixed_gamma
+    from torch_mars.train.study.family_reads import fixed_gamma_folder
+
+    assert fixed_gamma("mars-adamw@gamma=0", "mars-adamw") == 0.0
+    assert fixed_gamma("mars-adamw@gamma=0.1", "mars-adamw") == 0.1
+    for control in ("mars-shampoo@gamma=0.1", "mars-adamw@gamma=-1", "mars-adamw@gamma=x"):
+        assert fixed_gamma(control, "mars-adamw") is None, control
+    # the study a fixed gamma is read from sits beside the point's; gamma = 0's name unchanged
+    assert fixed_gamma_folder(tmp_path, "tiny/b16-1x", "mars-adamw", 0.0).name == (
+        "b16-1x.gamma=0.mars-adamw"
+    )
+    assert fixed_gamma_folder(tmp_path, "tiny/b16-1x", "mars-adamw", 0.05).name == (
+        "b16-1x.gamma=0.05.mars-adamw"
+    )
+    family = [
+        {"model": "m", "point": "p", "rule": "mars-adamw", "controls": ["mars-adamw@gamma=0.1"]},
+        {"model": "m", "point": "p", "rule": "mars-adamw", "controls": ["mars-lion@gamma=0"]},
+    ]
+    path = tmp_path / "campaign.json"
+    path.write_text(json.dumps({"family": family[:1]}))
+    assert campaign_family(path) == [Comparison("mars-adamw", ("mars-adamw@gamma=0.1",), "m/p")]
+    path.write_text(json.dumps({"family": family}))
+    with pytest.raises(ValueError, match=r"comparison 2 .*mars-lion@gamma=0.*itself at a fixed"):
+        campaign_family(path)

@@ -93,26 +93,46 @@ def study_family(optimizers: Sequence[str]) -> list[Comparison]:
     return family
 
 
-# A control that is the rule itself without its correction (gamma = 0, lr re-profiled): the
-# correction's worth, a comparison campaign-4 declares at every point.
-WITHOUT_CORRECTION = "@gamma=0"
+# A control that is the rule itself with gamma fixed at G (``RULE@gamma=G``), every other
+# dimension at the rule's winner and its lr re-profiled: at G = 0 the rule without its
+# correction (the correction's worth, a comparison campaign-4 declares at every point); at
+# another G a gamma a user could take everywhere (campaign-4's gamma to take).
+AT_GAMMA = "@gamma="
+WITHOUT_CORRECTION = f"{AT_GAMMA}0"
+
+
+def fixed_gamma(control: str, rule: str) -> float | None:
+    """G where ``control`` is ``rule`` at a fixed gamma (``RULE@gamma=G``, G finite and not
+    negative); None for any other control."""
+    if not control.startswith(rule + AT_GAMMA):
+        return None
+    try:
+        gamma = float(control.removeprefix(rule + AT_GAMMA))
+    except ValueError:
+        return None
+    return gamma if math.isfinite(gamma) and gamma >= 0 else None
 
 
 def _check_comparison(index: int, comparison: Comparison, path: Path) -> None:
     """Refuse a declared comparison whose rule is no MARS rule or whose control is neither a
-    same-cost control of it nor the rule without its correction."""
+    same-cost control of it nor the rule at a fixed gamma (:func:`fixed_gamma`)."""
     where = f"--family {path}: comparison {index + 1} ({comparison.key})"
     if comparison.rule not in SAME_COST_CONTROLS:
         raise ValueError(
             f"{where} names the rule {comparison.rule!r}, not a MARS rule "
             f"({', '.join(SAME_COST_CONTROLS)})"
         )
-    allowed = (*SAME_COST_CONTROLS[comparison.rule], comparison.rule + WITHOUT_CORRECTION)
-    unknown = [c for c in comparison.controls if c not in allowed]
+    allowed = SAME_COST_CONTROLS[comparison.rule]
+    unknown = [
+        c
+        for c in comparison.controls
+        if c not in allowed and fixed_gamma(c, comparison.rule) is None
+    ]
     if unknown or not comparison.controls:
         raise ValueError(
             f"{where} names the control(s) {unknown or 'none'}; {comparison.rule}'s are "
-            f"{', '.join(allowed)}"
+            f"{', '.join(allowed)}, or itself at a fixed gamma ({comparison.rule}{AT_GAMMA}G, "
+            "G >= 0)"
         )
 
 

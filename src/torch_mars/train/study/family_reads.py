@@ -1,7 +1,7 @@
 """A declared family's comparisons read across the studies of its points (``tune --family
 FILE``, each point's study in ``ROOT/MODEL/POINT``, ROOT the declaration's folder): each
 comparison's gap read again from its point's report (``tune.json``), its control
-``RULE@gamma=0`` from the study beside it, and every word decided by Holm over the whole family
+``RULE@gamma=G`` from the study beside it, and every word decided by Holm over the whole family
 (:func:`~.family.decide`), so that a point's own ``summary.md`` and a table of all of them read
 the same word."""
 
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torch_mars.train.study.family import (
-    WITHOUT_CORRECTION,
     Comparison,
     Decision,
     campaign_family,
     decide,
+    fixed_gamma,
 )
 from torch_mars.train.study.tune_record import TuneRecord, VerdictEntry, read_tune_record
 from torch_mars.train.study.two_stage import design_of
@@ -37,10 +37,10 @@ class CampaignRow:
     bias: float | None = None
 
 
-def without_correction_folder(root: Path, scope: str, rule: str) -> Path:
-    """Where a campaign point's ``rule`` is read at gamma = 0 with its lr re-profiled (the
-    control ``RULE@gamma=0`` of the correction's worth): beside the point's study."""
-    return Path(root) / f"{scope}.gamma=0.{rule}"
+def fixed_gamma_folder(root: Path, scope: str, rule: str, gamma: float) -> Path:
+    """Where a campaign point's ``rule`` is read at ``gamma`` with its lr re-profiled (the
+    control ``RULE@gamma=G``; at 0 the correction's worth): beside the point's study."""
+    return Path(root) / f"{scope}.gamma={gamma:g}.{rule}"
 
 
 def _report_finals(report: Path) -> tuple[TuneRecord, dict[str, tuple[list, list]]]:
@@ -71,8 +71,8 @@ def stored_verdicts(
     report yet, or one that read no gap, is left out (pending), and so is ``skip_scope``. The
     gap is read again from the report's held-out finals and pairs (:func:`gap_of_pairs`), so
     that a report written before it stored the gap's standard error reads at any level. A
-    control ``RULE@gamma=0`` is read from its own study's report
-    (:func:`without_correction_folder`) on the point's pairs."""
+    control ``RULE@gamma=G`` is read from its own study's report (:func:`fixed_gamma_folder`)
+    on the point's pairs."""
     read: dict[Comparison, tuple[PairedGap, str]] = {}
     for comparison in family:
         report = Path(root) / comparison.scope / "tune.json"
@@ -80,8 +80,9 @@ def stored_verdicts(
             continue
         stored, finals = _report_finals(report)
         (control,) = comparison.controls[:1] or ("",)
-        if control.endswith(WITHOUT_CORRECTION):
-            other = without_correction_folder(root, comparison.scope, comparison.rule)
+        gamma = fixed_gamma(control, comparison.rule)
+        if gamma is not None:
+            other = fixed_gamma_folder(root, comparison.scope, comparison.rule, gamma)
             if not (other / "tune.json").is_file() or comparison.rule not in finals:
                 continue
             _, without = _report_finals(other / "tune.json")

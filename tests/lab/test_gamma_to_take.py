@@ -1,0 +1,115 @@
+"""The gamma to take (issue #83, item 3): the screen chooses each rule's candidate, declared
+once; on pairs the candidate holds where its winner takes it or the adjusted interval of
+winner - candidate lies above -margin, fails where it lies below, and waits where unread; the
+campaign trains the candidate only where the winner takes another gamma."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from lab.fight_map import FightMap
+
+from benchmark_scripts import load_script
+
+ROOT = Path(__file__).resolve().parents[2]
+gamma_to_take = load_script(ROOT / "benchmarks" / "studies" / "gamma_to_take.py")
+campaign = load_script(ROOT / "benchmarks" / "studies" / "campaign.py")
+PAIRS = [[1000 + k, 2000 + k] for k in range(12)]
+
+
+def test_the_candidate_is_the_gamma_the_best_trials_took_at_the_most_points():
+    points = [
+        ("p1", {0.05: 0.01, 0.1: 0.0}),
+        ("p2", {0.05: 0.0, 0.1: 0.002}),
+        ("p3", {0.1: 0.0, 0.2: 0.03}),
+    ]
+    assert gamma_to_take.candidate(points) == 0.1
+    # a tie goes to the gamma whose worst shortfall is smaller
+    assert gamma_to_take.candidate(points[:2]) == 0.1
+    assert gamma_to_take.candidate([("p", {0.05: 0.0}), ("q", {0.1: 0.0, 0.05: 0.02})]) == 0.05
+
+
+def test_a_declaration_is_written_once(tmp_path):
+    rows = {"mars-adamw": [("campaign-3/tiny/b64-4x", {0.1: 0.0, 0.05: 0.02})]}
+    path = tmp_path / "gamma-to-take.json"
+    assert gamma_to_take.declare(rows, path)
+    assert json.loads(path.read_text())["candidates"] == {"mars-adamw": 0.1}
+    assert not gamma_to_take.declare({"mars-adamw": [("x", {0.2: 0.0})]}, path)
+    assert json.loads(path.read_text())["candidates"] == {"mars-adamw": 0.1}
+
+
+def _report(folder: Path, finals: list[float], gamma: float | None = None) -> None:
+    folder.mkdir(parents=True)
+    entry = {"optimizer": "mars-adamw", "finished": True, "heldout_pairs": PAIRS}
+    entry["heldout_finals"] = finals
+    if gamma is not None:
+        entry["winner"] = {"lr": 0.01, "beta1": 0.9, "gamma": gamma}
+    (folder / "tune.json").write_text(json.dumps({"optimizers": [entry]}))
+
+
+def test_on_pairs_the_candidate_holds_fails_holds_by_construction_or_waits(tmp_path):
+    points = [{"model": "m", "point": p, "optimizers": ["mars-adamw"]} for p in "abcd"]
+    design = {"pairs": {"first_stage": 12, "cap": 64}}
+    design["verdict"] = {"alpha": 0.05, "margin": 0.005, "looks": "two"}
+    (tmp_path / "campaign.json").write_text(json.dumps({"points": points, **design}))
+    declared = {"declared": "2026-12-07", "candidates": {"mars-adamw": 0.1}}
+    (tmp_path / "gamma-to-take.json").write_text(
+        json.dumps({**declared, "campaign": "campaign.json"})
+    )
+    winner = [1.70 + 0.0004 * (k % 3) for k in range(12)]
+    _report(tmp_path / "m" / "a", winner, gamma=0.1)  # the winner takes the candidate
+    _report(tmp_path / "m" / "b", winner, gamma=0.2)  # the candidate 0.001 behind
+    _report(
+        tmp_path / "m" / "b.gamma=0.1.mars-adamw",
+        [w + 0.001 + 0.0002 * (k % 2) for k, w in enumerate(winner)],
+    )
+    _report(tmp_path / "m" / "c", winner, gamma=0.025)  # the candidate 0.03 behind
+    _report(
+        tmp_path / "m" / "c.gamma=0.1.mars-adamw",
+        [w + 0.03 + 0.0002 * (k % 2) for k, w in enumerate(winner)],
+    )
+    lines = gamma_to_take.pair_reading(tmp_path / "gamma-to-take.json")
+    rows = {
+        line.split(" | ")[0].removeprefix("| "): line for line in lines if line.startswith("| m/")
+    }
+    assert rows["m/a"].endswith("| holds (the winner's) |")
+    assert rows["m/b"].endswith("| holds |") and "| -0.0011 [" in rows["m/b"]
+    assert rows["m/c"].endswith("| fails |") and "| win (provisional) |" in rows["m/c"]
+    assert rows["m/d"].endswith("| pending | pending |")  # not read: its winner unknown
+    assert "Holm over the 3 comparisons realised (1 hold by construction" in " ".join(lines)
+    assert lines[-1] == (
+        "- mars-adamw, gamma 0.1, over 4 points: holds at 2, fails at 1, pending at 1; not 0.1: "
+        "more than 0.005 behind the winner at 1."
+    )
+
+
+def test_the_campaign_trains_a_candidate_only_where_the_winner_takes_another_gamma(
+    tmp_path, monkeypatch
+):
+    folder = tmp_path / "campaign-4"
+    folder.mkdir()
+    shutil.copy(campaign.declaration_of("campaign-4"), folder / "campaign.json")
+    monkeypatch.setattr(campaign, "folder_of", lambda name: folder)
+    monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
+    called: list[list[str]] = []
+    monkeypatch.setattr(campaign, "torch_mars", lambda argv: called.append(argv) or 0)
+    points = ["--points", "tiny/b16-1x", "tiny/b16-4x"]
+    with pytest.raises(SystemExit, match="declares no gamma to take yet"):
+        campaign.main(["--campaign", "campaign-4", "--gamma-to-take", *points])
+    candidates = {"mars-adamw": 0.1, "mars-shampoo": 0.05}
+    (folder / "gamma-to-take.json").write_text(json.dumps({"candidates": candidates}))
+    for point, gammas in (("b16-1x", (0.2, 0.05)), ("b16-4x", (0.1, 0.05))):
+        entries = [
+            {"optimizer": rule, "finished": True, "winner": {"lr": 0.01, "beta1": 0.9, "gamma": g}}
+            for rule, g in zip(candidates, gammas, strict=True)
+        ]
+        (folder / "tiny" / point).mkdir(parents=True)
+        (folder / "tiny" / point / "tune.json").write_text(json.dumps({"optimizers": entries}))
+    assert campaign.main(["--campaign", "campaign-4", "--gamma-to-take", *points]) == 0
+    [argv] = called  # MARS-AdamW at b16-1x: the only winner away from its candidate
+    text = " ".join(argv)
+    assert "--fixed beta1=0.9 gamma=0.1 " in text and "--optimizers mars-adamw " in text
+    assert "--name b16-1x.gamma=0.1.mars-adamw" in text and "--trials 12 " in text
