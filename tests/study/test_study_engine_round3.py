@@ -202,7 +202,7 @@ def test_r11_a_campaign_declaration_that_is_not_json_is_one_line(tmp_path):
     results.mkdir(parents=True)
     (results / "campaign.json").write_text('{"campaign": "the map decided",\n<<<<<<< HEAD\n')
     done = subprocess.run(
-        [sys.executable, str(studies / "campaign.py"), "--status"],
+        [sys.executable, str(studies / "campaign.py"), "--campaign", "campaign-3", "--status"],
         capture_output=True,
         text=True,
         check=False,
