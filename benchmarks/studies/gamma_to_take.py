@@ -36,7 +36,7 @@ from lab.campaigns import campaign_folder
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.study.engine import finished_results
 from torch_mars.train.study.family import AT_GAMMA, Comparison, decide
-from torch_mars.train.study.family_reads import stored_verdicts
+from torch_mars.train.study.family_reads import comparison_notes, stored_verdicts
 from torch_mars.train.study.space import LADDERS
 from torch_mars.train.study.store import stored_study, stored_study_folders
 from torch_mars.train.study.tune import plan_of_identity
@@ -206,8 +206,8 @@ def pair_reading(path: Path) -> list[str]:
         f"realised ({len(held)} hold by construction: the winner takes the candidate).",
         "",
         "| point | rule | winner's gamma | candidate | winner - candidate, adjusted interval | "
-        "word | the candidate |",
-        "|---|---|---:|---:|---:|---|---|",
+        "word | diverged runs (winner, candidate) | the candidate |",
+        "|---|---|---:|---:|---:|---|---:|---|",
     ]
     tally: dict[str, dict[str, int]] = {rule: {} for rule in declared["candidates"]}
     for entry in campaign["points"]:
@@ -218,12 +218,14 @@ def pair_reading(path: Path) -> list[str]:
             own = winner_gamma(root, label, rule)
             own_text = "—" if own is None else f"{own:g}"
             if (label, rule) in held:
-                cells = [label, rule, own_text, f"{gamma:g}", "—", "—", "holds (the winner's)"]
+                cells = [label, rule, own_text, f"{gamma:g}", "—", "—", "—", "holds (the winner's)"]
                 state = "holds"
             else:
                 comparison = Comparison(rule, (f"{rule}{AT_GAMMA}{gamma:g}",), label)
                 decision = decided[comparison]
-                gap = read.get(comparison, (None, None))[0]
+                gap, control = read.get(comparison, (None, None))
+                lost, _ = comparison_notes(root, comparison, control)
+                lost_text = "—" if lost is None else f"{lost[0]}, {lost[1]}"
                 if gap is None:
                     state, reading, word = "pending", "—", "pending"
                 else:
@@ -236,7 +238,7 @@ def pair_reading(path: Path) -> list[str]:
                     )
                     reading = f"{gap.mean:+.4f} {decision.interval_text()}"
                     word = decision.text()
-                cells = [label, rule, own_text, f"{gamma:g}", reading, word, state]
+                cells = [label, rule, own_text, f"{gamma:g}", reading, word, lost_text, state]
             tally[rule][state] = tally[rule].get(state, 0) + 1
             lines.append("| " + " | ".join(cells) + " |")
     lines.append("")

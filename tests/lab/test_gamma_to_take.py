@@ -69,16 +69,16 @@ def test_on_pairs_the_candidate_holds_fails_holds_by_construction_or_waits(tmp_p
     _report(tmp_path / "m" / "c", winner, gamma=0.025)  # the candidate 0.03 behind
     _report(
         tmp_path / "m" / "c.gamma=0.1.mars-adamw",
-        [w + 0.03 + 0.0002 * (k % 2) for k, w in enumerate(winner)],
-    )
+        [w + 0.03 + 0.0002 * (k % 2) + 0.06 * (k == 5) for k, w in enumerate(winner)],
+    )  # its run on the sixth pair diverged: counted, kept in the mean
     lines = gamma_to_take.pair_reading(tmp_path / "gamma-to-take.json")
     rows = {
         line.split(" | ")[0].removeprefix("| "): line for line in lines if line.startswith("| m/")
     }
     assert rows["m/a"].endswith("| holds (the winner's) |")
     assert rows["m/b"].endswith("| holds |") and "| -0.0011 [" in rows["m/b"]
-    assert rows["m/c"].endswith("| fails |") and "| win (provisional) |" in rows["m/c"]
-    assert rows["m/d"].endswith("| pending | pending |")  # not read: its winner unknown
+    assert rows["m/c"].endswith("| win (provisional) | 0, 1 | fails |")
+    assert rows["m/d"].endswith("| pending | — | pending |")  # not read: its winner unknown
     assert "Holm over the 3 comparisons realised (1 hold by construction" in " ".join(lines)
     assert lines[-1] == (
         "- mars-adamw, gamma 0.1, over 4 points: holds at 2, fails at 1, pending at 1; not 0.1: "

@@ -18,6 +18,7 @@ from torch_mars.train.study.family import (
     decide,
     fixed_gamma,
 )
+from torch_mars.train.study.pairs import diverged
 from torch_mars.train.study.tune_record import TuneRecord, VerdictEntry, read_tune_record
 from torch_mars.train.study.two_stage import design_of
 from torch_mars.train.study.verdict import PairedGap, gap_of_pairs
@@ -122,18 +123,31 @@ def campaign_rows(declaration: Path) -> list[CampaignRow]:
     rows = []
     for comparison in family:
         gap, control = read.get(comparison, (None, None))
-        diverged, bias = _notes(Path(declaration).parent, comparison, control)
-        rows.append(CampaignRow(comparison, control, gap, decided[comparison], diverged, bias))
+        lost, bias = comparison_notes(Path(declaration).parent, comparison, control)
+        rows.append(CampaignRow(comparison, control, gap, decided[comparison], lost, bias))
     return rows
 
 
-def _notes(
+def comparison_notes(
     root: Path, comparison: Comparison, control: str | None
 ) -> tuple[tuple[int, int] | None, float | None]:
-    """A comparison's diverged runs per side and B, as its point's report recorded them."""
+    """A read comparison's diverged runs per side (:func:`~.pairs.diverged`) on the pairs its
+    gap read, and B: as its point's report recorded them, or for a control at a fixed gamma
+    counted from the two studies' held-out finals on the pairs both read (B: None, the same
+    search's winner on both sides); ``(None, None)`` where it is not read."""
     report = Path(root) / comparison.scope / "tune.json"
     if control is None or not report.is_file():
         return None, None
+    gamma = fixed_gamma(control, comparison.rule)
+    if gamma is not None:
+        other = fixed_gamma_folder(root, comparison.scope, comparison.rule, gamma) / "tune.json"
+        if not other.is_file():
+            return None, None
+        rule_finals, _ = _report_finals(report)[1].get(comparison.rule, ([], []))
+        control_finals, _ = _report_finals(other)[1].get(comparison.rule, ([], []))
+        both = min(len(rule_finals), len(control_finals))
+        lost = (len(diverged(rule_finals[:both])), len(diverged(control_finals[:both])))
+        return lost, None
     for entry in read_tune_record(report).verdicts:
         if entry.rule == comparison.rule and entry.control == control:
             lost, bias = entry.diverged, entry.bias
