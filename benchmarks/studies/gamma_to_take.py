@@ -181,18 +181,19 @@ def pair_reading(path: Path) -> list[str]:
     if design is None:
         raise ValueError(f"{campaign_file}: declares no two-look design to read the pairs by")
     root, margin = campaign_file.parent, design.margin
-    held: dict[tuple[str, str], float] = {}  # by construction: (label, rule) -> gamma
-    family: list[Comparison] = []
+    # each point and rule in the declaration's order: its winner's gamma, and the comparison
+    # it is read by (None where the winner takes the candidate: it holds by construction)
+    cases: list[tuple[str, str, float, float | None, Comparison | None]] = []
     for entry in campaign["points"]:
         label = f"{entry['model']}/{entry['point']}"
         for rule, gamma in declared["candidates"].items():
             if rule not in entry["optimizers"]:
                 continue
             own = winner_gamma(root, label, rule)
-            if own is not None and math.isclose(own, gamma):
-                held[(label, rule)] = own
-            else:
-                family.append(Comparison(rule, (f"{rule}{AT_GAMMA}{gamma:g}",), label))
+            held = own is not None and math.isclose(own, gamma)
+            comparison = Comparison(rule, (f"{rule}{AT_GAMMA}{gamma:g}",), label)
+            cases.append((label, rule, gamma, own, None if held else comparison))
+    family = [comparison for *_, comparison in cases if comparison is not None]
     read = stored_verdicts(root, family, first=design.first)
     decided = decide(family, {c: gap for c, (gap, _) in read.items()}, design=design)
     lines = [
@@ -203,44 +204,39 @@ def pair_reading(path: Path) -> list[str]:
         + f". Gap: the winner - the winner at the candidate (its lr re-profiled), held-out "
         f"validation loss on the rule's pairs at the point; the candidate holds where the "
         f"adjusted interval lies above -{margin:g}. Holm over the {len(family)} comparisons "
-        f"realised ({len(held)} hold by construction: the winner takes the candidate).",
+        f"realised ({len(cases) - len(family)} hold by construction: the winner takes the "
+        "candidate).",
         "",
         "| point | rule | winner's gamma | candidate | winner - candidate, adjusted interval | "
         "word | diverged runs (winner, candidate) | the candidate |",
         "|---|---|---:|---:|---:|---|---:|---|",
     ]
     tally: dict[str, dict[str, int]] = {rule: {} for rule in declared["candidates"]}
-    for entry in campaign["points"]:
-        label = f"{entry['model']}/{entry['point']}"
-        for rule, gamma in declared["candidates"].items():
-            if rule not in entry["optimizers"]:
-                continue
-            own = winner_gamma(root, label, rule)
-            own_text = "—" if own is None else f"{own:g}"
-            if (label, rule) in held:
-                cells = [label, rule, own_text, f"{gamma:g}", "—", "—", "—", "holds (the winner's)"]
-                state = "holds"
+    for label, rule, gamma, own, comparison in cases:
+        own_text = "—" if own is None else f"{own:g}"
+        if comparison is None:
+            cells = [label, rule, own_text, f"{gamma:g}", "—", "—", "—", "holds (the winner's)"]
+            state = "holds"
+        else:
+            decision = decided[comparison]
+            gap, control = read.get(comparison, (None, None))
+            lost, _ = comparison_notes(root, comparison, control)
+            lost_text = "—" if lost is None else f"{lost[0]}, {lost[1]}"
+            if gap is None:
+                state, reading, word = "pending", "—", "pending"
             else:
-                comparison = Comparison(rule, (f"{rule}{AT_GAMMA}{gamma:g}",), label)
-                decision = decided[comparison]
-                gap, control = read.get(comparison, (None, None))
-                lost, _ = comparison_notes(root, comparison, control)
-                lost_text = "—" if lost is None else f"{lost[0]}, {lost[1]}"
-                if gap is None:
-                    state, reading, word = "pending", "—", "pending"
-                else:
-                    state = (
-                        "holds"
-                        if decision.low > -margin
-                        else "fails"
-                        if decision.high < -margin
-                        else "not shown either way"
-                    )
-                    reading = f"{gap.mean:+.4f} {decision.interval_text()}"
-                    word = decision.text()
-                cells = [label, rule, own_text, f"{gamma:g}", reading, word, lost_text, state]
-            tally[rule][state] = tally[rule].get(state, 0) + 1
-            lines.append("| " + " | ".join(cells) + " |")
+                state = (
+                    "holds"
+                    if decision.low > -margin
+                    else "fails"
+                    if decision.high < -margin
+                    else "not shown either way"
+                )
+                reading = f"{gap.mean:+.4f} {decision.interval_text()}"
+                word = decision.text()
+            cells = [label, rule, own_text, f"{gamma:g}", reading, word, lost_text, state]
+        tally[rule][state] = tally[rule].get(state, 0) + 1
+        lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for rule, counts in tally.items():
         total = sum(counts.values())
