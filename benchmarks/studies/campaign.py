@@ -615,13 +615,14 @@ def main(argv: list[str] | None = None) -> int:
         help="MODEL/POINT labels to run (with --report: the points whose studies it re-reports, "
         "default all; the verdicts, state and map read every point's stored report)",
     )
-    parser.add_argument(
+    fixed_gamma = parser.add_mutually_exclusive_group()  # one gamma a command
+    fixed_gamma.add_argument(
         "--gamma0",
         action="store_true",
         help="campaign-4: read each MARS rule's winner at the --points at gamma = 0, its lr "
         "re-profiled, on the point's pairs (the correction's worth)",
     )
-    parser.add_argument(
+    fixed_gamma.add_argument(
         "--gamma-to-take",
         action="store_true",
         help="campaign-4: read each MARS rule's winner at the --points at its declared gamma to "

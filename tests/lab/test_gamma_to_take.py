@@ -97,6 +97,9 @@ def test_the_campaign_trains_a_candidate_only_where_the_winner_takes_another_gam
     called: list[list[str]] = []
     monkeypatch.setattr(campaign, "torch_mars", lambda argv: called.append(argv) or 0)
     points = ["--points", "tiny/b16-1x", "tiny/b16-4x"]
+    with pytest.raises(SystemExit) as both:  # one gamma a command: a usage error, exit 2
+        campaign.main(["--campaign", "campaign-4", "--gamma0", "--gamma-to-take", *points])
+    assert both.value.code == 2 and called == []
     with pytest.raises(SystemExit, match="declares no gamma to take yet"):
         campaign.main(["--campaign", "campaign-4", "--gamma-to-take", *points])
     candidates = {"mars-adamw": 0.1, "mars-shampoo": 0.05}
