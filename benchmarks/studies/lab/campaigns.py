@@ -14,6 +14,7 @@ from pathlib import Path
 from torch_mars.train.study.family import WITHOUT_CORRECTION
 from torch_mars.train.study.family_reads import CampaignRow
 from torch_mars.train.study.tune_record import OptimizerEntry, read_tune_record
+from torch_mars.train.study.two_stage import design_of
 
 # Each campaign's folder name -> its search design, oldest first; the newest is the current one.
 CAMPAIGNS = {
@@ -146,11 +147,13 @@ def _heldout_design(declared: dict) -> str:
     if "heldout" in declared:
         heldout = declared["heldout"].split(";")[0].split(" (")[0]
         return f"seed and data order as crossed effects: {heldout}"
-    pairs, verdict = declared["pairs"], declared["verdict"]
+    design = design_of(declared)
+    if design is None:
+        raise ValueError("the declaration states neither crossed pairs nor a two-look design")
     return (
-        f"independent pairs, each on a seed and a data order of its own: {pairs['first_stage']} "
-        f"first, up to {pairs['cap']} where the first look cannot decide, two looks combined; "
-        f"equivalent: inside ±{verdict['margin']}"
+        f"independent pairs, each on a seed and a data order of its own: {design.first} "
+        f"first, up to {design.cap} where the first look cannot decide, two looks combined; "
+        f"equivalent: inside ±{design.margin:g}"
     )
 
 
