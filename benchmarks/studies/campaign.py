@@ -15,9 +15,11 @@ from what this script declares (a family changed mid-campaign): a changed design
 campaign in a new folder, never an edit.
 
 Each point is one study, ``NAME/MODEL/POINT/study.log`` (a journal), resumable and landed like
-the map's: ``--snapshot`` gzips each live journal beside itself, and a point whose journal is
-missing starts from its snapshot. README's and docs/results.md's generated block reads the
-newest campaign.
+the map's: ``--snapshot`` gzips each live journal beside itself (whole records only, so a
+study still training may land and resume elsewhere), each command snapshots the studies it ran
+or reported when it ends (a report never lands beside an older journal), and a point whose
+journal is missing starts from its snapshot. README's and docs/results.md's generated block
+reads the newest campaign.
 
     python benchmarks/studies/campaign.py --declare        # once, before the first run
     python benchmarks/studies/campaign.py --stage 1 --jobs 2   # the first stage, in order
@@ -596,6 +598,16 @@ def state_text(name: str, campaign: dict[str, Any]) -> str:
     )
 
 
+def land(study: Path) -> None:
+    """Snapshot the journal under ``study`` once its command ends (finished, stopped or
+    failed), so that the report it wrote and the journal it read land together: a report is
+    never committed beside a snapshot older than it, and a stopped study resumes in another
+    checkout from every run it finished."""
+    for written in snapshot_journals(study):
+        shown = written.relative_to(ROOT) if written.is_relative_to(ROOT) else written
+        print(f"wrote {shown}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -684,8 +696,7 @@ def main(argv: list[str] | None = None) -> int:
                 for gamma in sorted({0.0, candidates.get(rule, 0.0)})
             ]
             for study in studies:
-                for written in snapshot_journals(study):
-                    print(f"wrote {written.relative_to(ROOT)}")
+                land(study)
         return 0
     if (args.second_look or args.gamma0 or args.gamma_to_take) and name != "campaign-4":
         raise SystemExit(
@@ -712,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
                 arguments = fixed_gamma_arguments(name, entry, rule, gamma, args.jobs, False)
                 print("torch-mars tune " + shlex.join(arguments), flush=True)
                 code = torch_mars(["tune", *arguments])
+                land(fixed_gamma_folder(folder, label, rule, gamma))
                 if code:
                     return code
         return 0
@@ -732,6 +744,7 @@ def main(argv: list[str] | None = None) -> int:
         arguments = arguments_of(name, entry, args.jobs, args.report, counts)
         print("torch-mars tune " + shlex.join(arguments), flush=True)
         code = torch_mars(["tune", *arguments])
+        land(folder / label)
         if code:
             return code
     if args.report:

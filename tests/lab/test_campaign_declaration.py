@@ -5,10 +5,13 @@ and an edited declaration is refused before anything runs."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from lab.fight_map import FightMap
 
 from benchmark_scripts import load_script
 from torch_mars.train.study.tune import DEFAULT_SEARCH
@@ -262,3 +265,26 @@ def test_a_rule_widened_by_a_second_look_is_read_against_gamma_0_on_the_pairs_bo
     after = arguments[arguments.index("--pairs") + 1 :]
     listed = after[: next((k for k, a in enumerate(after) if a.startswith("--")), len(after))]
     assert listed == [f"{s}:{o}" for s, o in pairs] and "--pairs-read" not in arguments
+
+
+def test_a_point_lands_its_journal_when_its_command_ends_even_a_stopped_one(tmp_path, monkeypatch):
+    """The report a command writes and the journal it read land together; a command that
+    stops (a failed or interrupted tune) still lands the runs it finished."""
+    folder = tmp_path / "campaign-4"
+    folder.mkdir()
+    shutil.copy(campaign.declaration_of("campaign-4"), folder / "campaign.json")
+    monkeypatch.setattr(campaign, "folder_of", lambda name: folder)
+    monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
+    journal = folder / "tiny" / "b64-4x" / "study.log"
+
+    def tune(argv: list[str]) -> int:
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        with journal.open("ab") as live:
+            live.write(b'{"op_code": 0}\n{"op_code": 1')  # the second record torn mid-write
+        return 1
+
+    monkeypatch.setattr(campaign, "torch_mars", tune)
+    monkeypatch.setattr(campaign, "arguments_of", lambda *args: [])
+    assert campaign.main(["--campaign", "campaign-4", "--points", "tiny/b64-4x"]) == 1
+    landed = gzip.decompress(journal.with_suffix(".log.gz").read_bytes())
+    assert landed == b'{"op_code": 0}\n'

@@ -415,19 +415,22 @@ PROTOCOL_HISTORY_ATTR = "protocol_history"
 
 def snapshot_journals(folder: Path) -> list[Path]:
     """``study.log.gz`` beside each live journal (``study.log``) under ``folder``, each written
-    whole, then moved into place (what lands in the repository: a live journal does not)."""
+    whole, then moved into place (what lands in the repository: a live journal does not).
+    A journal that a worker is appending to is taken up to its last whole line: a study may
+    land mid-way and resume from its snapshot in another checkout, and a torn last line there
+    would make the next appended record unreadable."""
     written = []
     for live in sorted(Path(folder).glob("**/study.log")):
         target = live.with_suffix(".log.gz")
         partial = target.with_suffix(".gz.partial")
         for path in (live, target, partial):
             refuse_link(path)
+        records = live.read_bytes()
         with (
-            live.open("rb") as source,
             _open_new(partial) as raw,
             gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed,
         ):
-            shutil.copyfileobj(source, packed)
+            packed.write(records[: records.rfind(b"\n") + 1])
         partial.replace(target)
         written.append(target)
     return written
