@@ -51,32 +51,41 @@ OUT = CAMPAIGN / "gamma-to-take.md"
 DECLARATION = CAMPAIGN / "gamma-to-take.json"
 
 
-def shortfalls(folder: Path) -> dict[str, dict[float, float]]:
-    """Per rule the study in ``folder`` searched: per gamma it scored, its best selection score
-    less the best at any gamma."""
+def searched_gammas(folder: Path) -> dict[str, tuple[float, list[tuple[float, float]]]]:
+    """Per rule the study in ``folder`` searched: the gamma its search started from and each
+    trial's (gamma, selection score), in the order the search scored them."""
     trials, identity, history = stored_study(folder)
     plan = plan_of_identity(identity, folder, None, folder.name, history)
     results = finished_results(trials)
-    found: dict[str, dict[float, float]] = {}
+    found: dict[str, tuple[float, list[tuple[float, float]]]] = {}
     for search in plan.searches():
         if search.optimizer not in RULES or "gamma" not in search.dimensions:
             continue
-        state = search.replay(results)
-        best: dict[float, float] = {}
-        for point, score in state.trials:
-            if math.isfinite(score):
-                gamma = LADDERS["gamma"].value(point["gamma"])
-                best[gamma] = min(best.get(gamma, math.inf), score)
-        if best:
-            floor = min(best.values())
-            found[search.optimizer] = {g: s - floor for g, s in sorted(best.items())}
+        start = LADDERS["gamma"].value(search.starts[0]["gamma"])
+        scored = [
+            (LADDERS["gamma"].value(point["gamma"]), score)
+            for point, score in search.replay(results).trials
+        ]
+        found[search.optimizer] = (start, scored)
     return found
 
 
-def screened() -> dict[str, list[tuple[str, dict[float, float]]]]:
-    """Per rule, each screened point (``CAMPAIGN/MODEL/POINT``) with its shortfall per gamma
-    (:func:`shortfalls`); a point campaign-4 re-reads from campaign-3 counted once."""
-    rows: dict[str, list[tuple[str, dict[float, float]]]] = {rule: [] for rule in RULES}
+def shortfalls(scored: list[tuple[float, float]]) -> dict[float, float]:
+    """Per gamma of the trials ``scored`` ((gamma, score) each): its best finite score less the
+    best at any gamma (empty where no score is finite)."""
+    best: dict[float, float] = {}
+    for gamma, score in scored:
+        if math.isfinite(score):
+            best[gamma] = min(best.get(gamma, math.inf), score)
+    floor = min(best.values(), default=math.inf)
+    return {g: s - floor for g, s in sorted(best.items())}
+
+
+def screened_folders() -> list[tuple[str, Path]]:
+    """Each screened point's label (``CAMPAIGN/MODEL/POINT``) and study folder, at each read
+    point of :data:`CAMPAIGNS`; a point campaign-4 re-reads from campaign-3 counted once (a
+    re-read walks the earlier campaign's selection: the same trials)."""
+    found: list[tuple[str, Path]] = []
     seen: set[str] = set()
     for name in CAMPAIGNS:
         for folder in stored_study_folders(campaign_folder(ROOT, name)):
@@ -84,11 +93,70 @@ def screened() -> dict[str, list[tuple[str, dict[float, float]]]]:
                 continue
             point = f"{folder.parent.name}/{folder.name}"
             if name != CAMPAIGNS[0] and point in seen:
-                continue  # a re-read walks the earlier campaign's selection: the same trials
+                continue
             seen.add(point)
-            for rule, gaps in shortfalls(folder).items():
-                rows[rule].append((f"{name}/{point}", gaps))
+            found.append((f"{name}/{point}", folder))
+    return found
+
+
+def screened(
+    folders: list[tuple[str, Path]] | None = None,
+) -> dict[str, list[tuple[str, dict[float, float]]]]:
+    """Per rule, each screened point with its shortfall per gamma (:func:`shortfalls`)."""
+    rows: dict[str, list[tuple[str, dict[float, float]]]] = {rule: [] for rule in RULES}
+    for label, folder in screened_folders() if folders is None else folders:
+        for rule, (_, scored) in searched_gammas(folder).items():
+            gaps = shortfalls(scored)
+            if gaps:
+                rows[rule].append((label, gaps))
     return rows
+
+
+def start_table(folders: list[tuple[str, Path]]) -> list[str]:
+    """Whether each search moved gamma off its start: per rule and screened point, the start,
+    the gamma of the search's best trial and of the winner (campaign-4's where it has read the
+    point), and how many trials scored below, at and above the start; then, per rule, how
+    often the winner kept the start and how often the search tried both sides of it."""
+    lines = [
+        "## Where the searches moved gamma",
+        "",
+        "Per point: the gamma the search started from, the gamma its best selection trial "
+        "took, the winner's (campaign-4's where it has read the point), and the trials below, "
+        "at and above the start. A winner's gamma at the start is a finding only as far as "
+        "the search scored gammas on both sides of it.",
+        "",
+        "| rule | point | start | best trial's | winner's | trials below / at / above the start |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    tally = {rule: [0, 0, 0] for rule in RULES}  # points, winner at start, of those both sides
+    for label, folder in folders:
+        name, point = label.split("/", 1)
+        read_now = (CAMPAIGN / point / "tune.json").is_file()
+        winner_root = CAMPAIGN if read_now else campaign_folder(ROOT, name)
+        for rule, (start, scored) in searched_gammas(folder).items():
+            finite = [(g, s) for g, s in scored if math.isfinite(s)]
+            if not finite:
+                continue
+            best = min(finite, key=lambda t: t[1])[0]
+            winner = winner_gamma(winner_root, point, rule)
+            below = sum(g < start for g, _ in scored)
+            above = sum(g > start for g, _ in scored)
+            at = len(scored) - below - above
+            shown = "—" if winner is None else f"{winner:g}"
+            lines.append(
+                f"| {rule} | {label} | {start:g} | {best:g} | {shown} | {below} / {at} / {above} |"
+            )
+            tally[rule][0] += 1
+            if winner is not None and math.isclose(winner, start):
+                tally[rule][1] += 1
+                tally[rule][2] += below > 0 and above > 0
+    lines.append("")
+    for rule, (points, kept, both) in tally.items():
+        lines.append(
+            f"- {rule}: the winner took the start at {kept} of {points} points; at {both} of "
+            f"those the search had scored gammas on both sides of it."
+        )
+    return lines
 
 
 def candidate(points: list[tuple[str, dict[float, float]]]) -> float:
@@ -261,12 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         help="write gamma-to-take.json (each rule's candidate, from the screen) once",
     )
     args = parser.parse_args(argv)
-    rows = screened()
+    folders = screened_folders()
+    rows = screened(folders)
     if args.declare:
         wrote = declare(rows, DECLARATION)
         print(f"{'wrote' if wrote else 'already declared; unchanged:'} {DECLARATION}")
         return 0
-    lines = ["# The gamma to take", "", *screen_table(rows)]
+    lines = ["# The gamma to take", "", *screen_table(rows), "", *start_table(folders)]
     if DECLARATION.is_file():
         lines += ["", *pair_reading(DECLARATION)]
     text = "\n".join(lines) + "\n"

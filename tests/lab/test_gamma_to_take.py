@@ -116,3 +116,32 @@ def test_the_campaign_trains_a_candidate_only_where_the_winner_takes_another_gam
     text = " ".join(argv)
     assert "--fixed beta1=0.9 gamma=0.1 " in text and "--optimizers mars-adamw " in text
     assert "--name b16-1x.gamma=0.1.mars-adamw" in text and "--trials 12 " in text
+
+
+def test_a_winner_at_its_start_is_tallied_with_whether_the_search_tried_both_sides(
+    tmp_path, monkeypatch
+):
+    searched = {
+        "a": {"mars-adamw": (0.1, [(0.1, 1.0), (0.05, 1.1), (0.2, 1.2), (0.1, 0.9)])},
+        "b": {"mars-adamw": (0.1, [(0.1, 1.0), (0.05, 1.1), (0.1, float("nan"))])},
+        "c": {"mars-adamw": (0.1, [(0.1, 1.0), (0.2, 0.8)])},
+    }
+    monkeypatch.setattr(gamma_to_take, "searched_gammas", lambda folder: searched[folder.name])
+    monkeypatch.setattr(gamma_to_take, "CAMPAIGN", tmp_path / "campaign-4")
+    winners = {"a": 0.1, "b": 0.1, "c": 0.2}
+    monkeypatch.setattr(gamma_to_take, "winner_gamma", lambda root, point, rule: winners[point[-1]])
+    folders = [(f"campaign-3/m/{p}", tmp_path / p) for p in "abc"]
+    lines = gamma_to_take.start_table(folders)
+    assert "| mars-adamw | campaign-3/m/a | 0.1 | 0.1 | 0.1 | 1 / 2 / 1 |" in lines
+    assert "| mars-adamw | campaign-3/m/b | 0.1 | 0.1 | 0.1 | 1 / 2 / 0 |" in lines
+    assert "| mars-adamw | campaign-3/m/c | 0.1 | 0.2 | 0.2 | 0 / 1 / 1 |" in lines
+    assert (
+        "- mars-adamw: the winner took the start at 2 of 3 points; at 1 of those the search "
+        "had scored gammas on both sides of it."
+    ) in lines
+
+
+def test_shortfalls_are_read_from_finite_scores_against_the_best():
+    scored = [(0.1, 1.0), (0.05, 1.25), (0.2, float("nan")), (0.1, 0.75)]
+    assert gamma_to_take.shortfalls(scored) == {0.05: 0.5, 0.1: 0.0}
+    assert gamma_to_take.shortfalls([(0.1, float("inf"))]) == {}
