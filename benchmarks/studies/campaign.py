@@ -68,9 +68,11 @@ from lab.map_report import format_progress, progress_rows
 
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
+from torch_mars.train.runtime import describe_device, resolve_device
 from torch_mars.train.study.family import EQUIVALENCE_MARGIN
 from torch_mars.train.study.family_reads import campaign_rows, fixed_gamma_folder
 from torch_mars.train.study.outcomes import median_run_seconds
+from torch_mars.train.study.pairs import machine_of
 from torch_mars.train.study.profiled import planned_runs
 from torch_mars.train.study.selection import PROTOCOL, Selection
 from torch_mars.train.study.space import shares_space
@@ -82,6 +84,7 @@ from torch_mars.train.study.store import (
 )
 from torch_mars.train.study.tune_record import read_tune_record
 from torch_mars.train.study.two_stage import Stage, design_of, second_stage_pairs
+from torch_mars.train.study.workers import threads_per_run
 
 MAP = FightMap(Path(__file__).resolve().parents[2])
 ROOT = MAP.root
@@ -594,8 +597,60 @@ def state_text(name: str, campaign: dict[str, Any]) -> str:
             *reread_line,
             format_progress(progress_rows(folder)),
             *(["", waiting_text(name, campaign, begun, waiting)] if waiting else []),
+            *(["", *unpaired] if (unpaired := unpaired_lines(name)) else []),
         ]
     )
+
+
+def unpaired_lines(name: str) -> list[str]:
+    """A line per study beside a point (a rule at a fixed gamma) whose pairs trained on no
+    machine and thread count the point's pairs did: none of its pairs is read, its comparison
+    shows pending, and the command that trains it again is named."""
+    folder = folder_of(name)
+    lines = []
+    for study in sorted(folder.glob("*/*.gamma=*")):
+        scope, _, rest = f"{study.parent.name}/{study.name}".partition(".gamma=")
+        gamma, _, rule = rest.rpartition(".")
+        theirs = pairs_machines(study / "tune.json", rule) - {""}
+        points = pairs_machines(folder / scope / "tune.json", rule) - {""}
+        if theirs and points and not theirs & points:
+            flag = "--gamma0" if float(gamma) == 0 else "--gamma-to-take"
+            lines.append(
+                f"- {study.name}: not read; its pairs trained on {', '.join(sorted(theirs))}, "
+                f"the point's on {', '.join(sorted(points))} (`campaign.py --points {scope} "
+                f"{flag}` with the point's --jobs trains it afresh)."
+            )
+    return lines
+
+
+def this_machine(jobs: int) -> str:
+    """The machine a run of this command trains on (:func:`~torch_mars.train.study.pairs.
+    machine_of`): this device, at the threads ``jobs`` workers give each run."""
+    device = describe_device(resolve_device("auto"))
+    return machine_of({"device": device, "threads": threads_per_run(jobs)})
+
+
+def pairs_machines(report: Path, optimizer: str) -> set[str]:
+    """The machines ``optimizer``'s held-out pairs trained on, as the report ``report`` records
+    them (empty where it has none, or records none: a report before 2026-12-07)."""
+    ran = read_tune_record(report).entry(optimizer) if report.is_file() else None
+    return set(ran.heldout_machines) if ran is not None else set()
+
+
+def machine_mismatch(name: str, label: str, optimizers: list[str], jobs: int) -> str | None:
+    """Why a command with ``jobs`` workers must not train the point ``label``'s pairs of
+    ``optimizers``: they would train on another machine or thread count than its pairs so far,
+    and a verdict leaves such pairs out (the runs spent for nothing); None where it may."""
+    machine = this_machine(jobs)
+    report = folder_of(name) / label / "tune.json"
+    there = set().union(*(pairs_machines(report, o) for o in optimizers)) - {""}
+    if there and there != {machine}:
+        return (
+            f"--jobs {jobs}: this command trains on {machine}; {label}'s pairs trained on "
+            f"{', '.join(sorted(there))}, and a verdict pairs runs of one machine at one thread "
+            "count only (give the --jobs they trained with)"
+        )
+    return None
 
 
 def land(study: Path) -> None:
@@ -667,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
     by_label = {f"{e['model']}/{e['point']}": e for e in campaign["points"]}
     stages = {1: "first_stage", 2: "second_stage"}
     if args.stage and stages[args.stage] not in campaign:
-        raise SystemExit(f"--stage {args.stage}: campaign {name} declares no such stage")
+        parser.error(f"--stage {args.stage}: campaign {name} declares no such stage")
     if args.stage:
         labels = campaign[stages[args.stage]]
     elif args.report:  # every run point unless --points names some (a live study is left be)
@@ -680,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
         labels = args.points
     unknown = [label for label in labels if label not in by_label]
     if unknown:
-        raise SystemExit(f"--points: {unknown} are not declared ({', '.join(by_label)})")
+        parser.error(f"--points: {unknown} are not declared ({', '.join(by_label)})")
     if args.status:
         print(state_text(name, campaign))
         return 0
@@ -699,19 +754,25 @@ def main(argv: list[str] | None = None) -> int:
                 land(study)
         return 0
     if (args.second_look or args.gamma0 or args.gamma_to_take) and name != "campaign-4":
-        raise SystemExit(
+        parser.error(
             f"--second-look, --gamma0, --gamma-to-take: campaign-4's; {name} declares none"
         )
     if args.gamma0 or args.gamma_to_take:
         candidates = gamma_to_take(name)
         if args.gamma_to_take and not candidates:
-            raise SystemExit(
+            parser.error(
                 f"--gamma-to-take: {name} declares no gamma to take yet "
                 "(benchmarks/studies/gamma_to_take.py --declare)"
             )
+        rules = {
+            label: [r for r in RULES if r in by_label[label]["optimizers"]] for label in labels
+        }
+        for problem in (machine_mismatch(name, lb, rules[lb], args.jobs) for lb in labels):
+            if problem:
+                parser.error(problem)
         for label in labels:
             entry = by_label[label]
-            for rule in (r for r in RULES if r in entry["optimizers"]):
+            for rule in rules[label]:
                 gamma = 0.0 if args.gamma0 else candidates[rule]
                 winner = point_winner(name, label, rule)
                 if winner is None:
@@ -721,12 +782,25 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{label}: {rule}'s winner takes gamma {gamma:g}; no run", flush=True)
                     continue
                 arguments = fixed_gamma_arguments(name, entry, rule, gamma, args.jobs, False)
+                study = fixed_gamma_folder(folder, label, rule, gamma)
+                trained = pairs_machines(study / "tune.json", rule) - {""}
+                if trained and trained != {this_machine(args.jobs)}:
+                    print(
+                        f"{study.name}: its pairs trained on {', '.join(sorted(trained))}, not "
+                        f"the point's: started afresh (--overwrite), the old study in git",
+                        flush=True,
+                    )
+                    arguments.append("--overwrite")
                 print("torch-mars tune " + shlex.join(arguments), flush=True)
                 code = torch_mars(["tune", *arguments])
-                land(fixed_gamma_folder(folder, label, rule, gamma))
+                land(study)
                 if code:
                     return code
         return 0
+    if not args.report:
+        for label in labels:
+            if problem := machine_mismatch(name, label, by_label[label]["optimizers"], args.jobs):
+                parser.error(problem)
     for label in labels:
         entry = by_label[label]
         restore_journals(folder / entry["model"] / entry["point"])

@@ -288,3 +288,28 @@ def test_a_point_lands_its_journal_when_its_command_ends_even_a_stopped_one(tmp_
     assert campaign.main(["--campaign", "campaign-4", "--points", "tiny/b64-4x"]) == 1
     landed = gzip.decompress(journal.with_suffix(".log.gz").read_bytes())
     assert landed == b'{"op_code": 0}\n'
+
+
+def test_a_point_is_never_trained_on_another_thread_count_than_its_pairs(
+    tmp_path, monkeypatch, capsys
+):
+    folder = tmp_path / "campaign-4"
+    folder.mkdir()
+    shutil.copy(campaign.declaration_of("campaign-4"), folder / "campaign.json")
+    monkeypatch.setattr(campaign, "folder_of", lambda name: folder)
+    monkeypatch.setattr(campaign, "this_machine", lambda jobs: f"cpu · {3 - jobs} thread(s)")
+    called: list[list[str]] = []
+    monkeypatch.setattr(campaign, "torch_mars", lambda argv: called.append(argv) or 0)
+    monkeypatch.setattr(campaign, "arguments_of", lambda *args: [])
+    entry = {"optimizer": "nadamw", "heldout_machines": ["cpu · 1 thread(s)"] * 12}
+    (folder / "tiny" / "b64-4x").mkdir(parents=True)
+    (folder / "tiny" / "b64-4x" / "tune.json").write_text(json.dumps({"optimizers": [entry]}))
+    for argv in (["--points", "tiny/b64-4x", "--jobs", "1"], ["--points", "tiny/nowhere"]):
+        with pytest.raises(SystemExit) as refused:
+            campaign.main(["--campaign", "campaign-4", *argv])
+        assert refused.value.code == 2 and called == []
+    assert "this command trains on cpu · 2 thread(s)" in capsys.readouterr().err
+    assert (
+        campaign.main(["--campaign", "campaign-4", "--points", "tiny/b64-4x", "--jobs", "2"]) == 0
+    )
+    assert len(called) == 1

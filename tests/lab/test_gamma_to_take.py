@@ -87,7 +87,7 @@ def test_on_pairs_the_candidate_holds_fails_holds_by_construction_or_waits(tmp_p
 
 
 def test_the_campaign_trains_a_candidate_only_where_the_winner_takes_another_gamma(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys
 ):
     folder = tmp_path / "campaign-4"
     folder.mkdir()
@@ -100,8 +100,9 @@ def test_the_campaign_trains_a_candidate_only_where_the_winner_takes_another_gam
     with pytest.raises(SystemExit) as both:  # one gamma a command: a usage error, exit 2
         campaign.main(["--campaign", "campaign-4", "--gamma0", "--gamma-to-take", *points])
     assert both.value.code == 2 and called == []
-    with pytest.raises(SystemExit, match="declares no gamma to take yet"):
+    with pytest.raises(SystemExit) as undeclared:
         campaign.main(["--campaign", "campaign-4", "--gamma-to-take", *points])
+    assert undeclared.value.code == 2 and "declares no gamma to take yet" in capsys.readouterr().err
     candidates = {"mars-adamw": 0.1, "mars-shampoo": 0.05}
     (folder / "gamma-to-take.json").write_text(json.dumps({"candidates": candidates}))
     for point, gammas in (("b16-1x", (0.2, 0.05)), ("b16-4x", (0.1, 0.05))):
@@ -145,3 +146,38 @@ def test_shortfalls_are_read_from_finite_scores_against_the_best():
     scored = [(0.1, 1.0), (0.05, 1.25), (0.2, float("nan")), (0.1, 0.75)]
     assert gamma_to_take.shortfalls(scored) == {0.05: 0.5, 0.1: 0.0}
     assert gamma_to_take.shortfalls([(0.1, float("inf"))]) == {}
+
+
+def test_a_fixed_gamma_read_trains_on_the_points_machine_and_thread_count_or_not_at_all(
+    tmp_path, monkeypatch, capsys
+):
+    folder = tmp_path / "campaign-4"
+    folder.mkdir()
+    shutil.copy(campaign.declaration_of("campaign-4"), folder / "campaign.json")
+    monkeypatch.setattr(campaign, "folder_of", lambda name: folder)
+    monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
+    monkeypatch.setattr(campaign, "this_machine", lambda jobs: f"cpu · {3 - jobs} thread(s)")
+    called: list[list[str]] = []
+    monkeypatch.setattr(campaign, "torch_mars", lambda argv: called.append(argv) or 0)
+    entry = {"optimizer": "mars-adamw", "finished": True, "heldout_pairs": PAIRS}
+    entry |= {"heldout_finals": [1.7] * 12, "heldout_machines": ["cpu · 1 thread(s)"] * 12}
+    entry["winner"] = {"lr": 0.01, "beta1": 0.9, "gamma": 0.1}
+    (folder / "tiny" / "b16-1x").mkdir(parents=True)
+    (folder / "tiny" / "b16-1x" / "tune.json").write_text(json.dumps({"optimizers": [entry]}))
+    command = ["--campaign", "campaign-4", "--gamma0", "--points", "tiny/b16-1x"]
+    with pytest.raises(SystemExit) as other_threads:  # a usage error: one line, exit 2
+        campaign.main([*command, "--jobs", "1"])
+    assert other_threads.value.code == 2 and called == []
+    assert "--jobs 1: this command trains on cpu · 2 thread" in capsys.readouterr().err
+    assert campaign.main([*command, "--jobs", "2"]) == 0
+    assert "--overwrite" not in called[0]
+    # a study whose pairs trained at another thread count reads no pair: trained afresh
+    old = campaign.fixed_gamma_folder(folder, "tiny/b16-1x", "mars-adamw", 0.0)
+    old.mkdir()
+    at_two = {**entry, "heldout_machines": ["cpu · 2 thread(s)"] * 12}
+    (old / "tune.json").write_text(json.dumps({"optimizers": [at_two]}))
+    [line] = campaign.unpaired_lines("campaign-4")  # said in state.md, with the command
+    assert line.startswith("- b16-1x.gamma=0.mars-adamw: not read; its pairs trained on cpu · 2")
+    assert "--points tiny/b16-1x --gamma0" in line
+    assert campaign.main([*command, "--jobs", "2"]) == 0
+    assert "--overwrite" in called[1]

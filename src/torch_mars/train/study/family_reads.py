@@ -18,8 +18,13 @@ from torch_mars.train.study.family import (
     decide,
     fixed_gamma,
 )
-from torch_mars.train.study.pairs import diverged
-from torch_mars.train.study.tune_record import TuneRecord, VerdictEntry, read_tune_record
+from torch_mars.train.study.pairs import diverged, same_machine
+from torch_mars.train.study.tune_record import (
+    OptimizerEntry,
+    TuneRecord,
+    VerdictEntry,
+    read_tune_record,
+)
 from torch_mars.train.study.two_stage import design_of
 from torch_mars.train.study.verdict import PairedGap, gap_of_pairs
 
@@ -44,24 +49,52 @@ def fixed_gamma_folder(root: Path, scope: str, rule: str, gamma: float) -> Path:
     return Path(root) / f"{scope}.gamma={gamma:g}.{rule}"
 
 
-def _report_finals(report: Path) -> tuple[TuneRecord, dict[str, tuple[list, list]]]:
-    """A study's report and each optimizer's held-out ``(finals, pairs)`` in it."""
+def _report_finals(report: Path) -> tuple[TuneRecord, dict[str, OptimizerEntry]]:
+    """A study's report and each optimizer's entry in it."""
     stored = read_tune_record(report)
-    return stored, {o.optimizer: o.heldout for o in stored.optimizers}
+    return stored, {o.optimizer: o for o in stored.optimizers}
 
 
-def _gap_of(rule: tuple[list, list], control: tuple[list, list], first: int) -> PairedGap | None:
-    """The gap of two sides' held-out finals on the pairs both read (the shorter list of pairs,
-    where it begins the longer: a second look widens some studies' winners only); None where
-    they are not all read or the pairs differ."""
-    (rule_finals, pairs), (control_finals, control_pairs) = rule, control
+def _read_pairs(
+    rule: OptimizerEntry | None, control: OptimizerEntry | None
+) -> tuple[list[float], list[float], list[tuple[int, int]], list[bool]] | None:
+    """Two sides' held-out finals on the pairs both read (the shorter list of pairs, where it
+    begins the longer: a second look widens some studies' winners only) and those pairs,
+    leaving out each pair whose sides trained on two machines or thread counts
+    (:func:`~.pairs.same_machine`; a record before 2026-12-07 names no machines and is read
+    whole), with which of the pairs both read are kept; None where they are not all read or
+    the pairs differ."""
+    if rule is None or control is None:
+        return None
+    (rule_finals, pairs), (control_finals, control_pairs) = rule.heldout, control.heldout
     both = min(len(pairs), len(control_pairs))
     if len(rule_finals) != len(pairs) or len(control_finals) != len(control_pairs) or both < 2:
         return None
     pairs, rule_finals, control_finals = pairs[:both], rule_finals[:both], control_finals[:both]
     if pairs != control_pairs[:both] or None in rule_finals + control_finals:
         return None
-    return gap_of_pairs(rule_finals, control_finals, [tuple(p) for p in pairs], first=first)
+    kept = [True] * both
+    machines = rule.heldout_machines[:both], control.heldout_machines[:both]
+    if all(len(m) == both for m in machines):
+        kept = same_machine(*machines)
+    return (
+        [v for v, k in zip(rule_finals, kept, strict=True) if k],
+        [v for v, k in zip(control_finals, kept, strict=True) if k],
+        [tuple(p) for p, k in zip(pairs, kept, strict=True) if k],
+        kept,
+    )
+
+
+def _gap_of(
+    rule: OptimizerEntry | None, control: OptimizerEntry | None, first: int
+) -> PairedGap | None:
+    """The gap of two sides on the pairs :func:`_read_pairs` reads, its first look the kept
+    ones of the first ``first``; None where fewer than two are kept."""
+    read = _read_pairs(rule, control)
+    if read is None or len(read[2]) < 2:
+        return None
+    rule_finals, control_finals, pairs, kept = read
+    return gap_of_pairs(rule_finals, control_finals, pairs, first=sum(kept[:first]))
 
 
 def stored_verdicts(
@@ -87,7 +120,7 @@ def stored_verdicts(
             if not (other / "tune.json").is_file() or comparison.rule not in finals:
                 continue
             _, without = _report_finals(other / "tune.json")
-            gap = _gap_of(finals[comparison.rule], without.get(comparison.rule, ([], [])), first)
+            gap = _gap_of(finals[comparison.rule], without.get(comparison.rule), first)
             if gap is not None:
                 read[comparison] = (gap, control)
             continue
@@ -96,9 +129,7 @@ def stored_verdicts(
                 continue
             if entry.control not in comparison.controls:
                 continue
-            gap = _gap_of(
-                finals.get(entry.rule, ([], [])), finals.get(entry.control, ([], [])), first
-            )
+            gap = _gap_of(finals.get(entry.rule), finals.get(entry.control), first)
             read[comparison] = (gap or _stored_gap(report, entry), entry.control)
     return read
 
@@ -143,11 +174,13 @@ def comparison_notes(
         other = fixed_gamma_folder(root, comparison.scope, comparison.rule, gamma) / "tune.json"
         if not other.is_file():
             return None, None
-        rule_finals, _ = _report_finals(report)[1].get(comparison.rule, ([], []))
-        control_finals, _ = _report_finals(other)[1].get(comparison.rule, ([], []))
-        both = min(len(rule_finals), len(control_finals))
-        lost = (len(diverged(rule_finals[:both])), len(diverged(control_finals[:both])))
-        return lost, None
+        read = _read_pairs(
+            _report_finals(report)[1].get(comparison.rule),
+            _report_finals(other)[1].get(comparison.rule),
+        )
+        if read is None:
+            return None, None
+        return (len(diverged(read[0])), len(diverged(read[1]))), None
     for entry in read_tune_record(report).verdicts:
         if entry.rule == comparison.rule and entry.control == control:
             lost, bias = entry.diverged, entry.bias

@@ -32,7 +32,7 @@ from torch_mars.train.study.family import (
     study_family,
 )
 from torch_mars.train.study.family_reads import stored_verdicts
-from torch_mars.train.study.pairs import diverged, same_machine
+from torch_mars.train.study.pairs import diverged, machine_of, same_machine
 from torch_mars.train.study.profiled import ProfiledSearch, ProfiledState
 from torch_mars.train.study.reuse import COPIED_ATTR
 from torch_mars.train.study.selection import badness
@@ -94,7 +94,7 @@ class OptimizerOutcome:
     heldout_curves: list[list[tuple[float, float]]] = dataclasses.field(default_factory=list)
     # per dimension, how many values its trials scored it at
     values_scored: dict[str, int] = dataclasses.field(default_factory=dict)
-    # the machine (owner record's device) each held-out run trained on, "" where unknown
+    # the machine each held-out run trained on (:func:`~.pairs.machine_of`), "" where unknown
     heldout_machines: list[str] = dataclasses.field(default_factory=list)
     # where peers' winners were read: the search's own winner and its mean over every choosing
     # run, each ``(peer, point, mean over every choosing run)``, and the peer whose setting is
@@ -278,13 +278,13 @@ def _selection_score(
 
 
 def machines_of(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[RunId, str]:
-    """The machine each finished run trained on: its owner record's device."""
+    """The machine each finished run trained on (:func:`~.pairs.machine_of` its owner
+    record)."""
     machines = {}
     for trial in trials:
         run = run_of(trial)
         if trial.state == optuna.trial.TrialState.COMPLETE and run:
-            device = owner_of(trial).get("device")
-            machines[run] = device if isinstance(device, str) else ""
+            machines[run] = machine_of(owner_of(trial))
     return machines
 
 
@@ -411,15 +411,16 @@ def verdicts(
         both = min(len(rule.heldout_finals), len(control.heldout_finals))
         rule_finals, control_finals = rule.heldout_finals[:both], control.heldout_finals[:both]
         read_pairs = None if pairs is None else list(pairs)[:both]
+        first = design.first if design is not None else 0
         if pairs is not None and independent_pairs(pairs):
             # a verdict never pairs runs across machines
             kept = same_machine(rule.heldout_machines[:both], control.heldout_machines[:both])
-            read_pairs = [p for p, k in zip(pairs, kept, strict=True) if k]
+            read_pairs = [p for p, k in zip(read_pairs, kept, strict=True) if k]
             rule_finals = [v for v, k in zip(rule_finals, kept, strict=True) if k]
             control_finals = [v for v, k in zip(control_finals, kept, strict=True) if k]
             if len(rule_finals) < 2:
                 continue
-        first = design.first if design is not None else 0
+            first = sum(kept[:first])  # the first look: its pairs that are kept
         gaps[comparison] = gap_of_pairs(rule_finals, control_finals, read_pairs, first=first)
         lost[comparison] = (len(diverged(rule_finals)), len(diverged(control_finals)))
         bias[comparison] = rule.shortfall - control.shortfall

@@ -3,9 +3,11 @@ decide"): pairs on one machine, diverged runs counted, and the bias the search's
 puts into a comparison.
 
 - **One machine a pair.** The same run on two machine types differs (161 runs trained on both
-  of ours: none equal, median 0.0026 apart), so both sides of a pair train on one machine
-  (each run's owner record names its device) and a pair whose sides did not is left out of
-  the verdict, said (:func:`same_machine`).
+  of ours: none equal, median 0.0026 apart), and so does the same run on one machine at
+  another thread count (measured: :mod:`~.reuse`), so both sides of a pair train on one
+  machine at one thread count (each run's owner record names its device and threads,
+  :func:`machine_of`) and a pair whose sides did not is left out of the verdict, said
+  (:func:`same_machine`).
 - **Diverged runs.** A run diverged where its loss is not finite, or more than
   :data:`DIVERGED_ABOVE_MEDIAN` above the median of its side's runs on the comparison's pairs
   (a run that blew up and partly recovered); each is counted and shown, never dropped from a
@@ -20,12 +22,28 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 # Declared once for our campaigns (nats of validation loss): a run this far above its side's
 # median on the same pairs counts as diverged (b64-4x's edge runs: 1.81-1.92 against medians
 # near 1.73).
 DIVERGED_ABOVE_MEDIAN = 0.05
+
+
+def machine_of(owner: Mapping[str, Any]) -> str:
+    """The machine a run trained on, from its owner record: the device and, where recorded,
+    the threads it ran on (``""`` where the device is not recorded).
+
+    >>> machine_of({"device": "AMD EPYC, AVX512", "threads": 1})
+    'AMD EPYC, AVX512 · 1 thread(s)'
+    >>> machine_of({"device": "AMD EPYC, AVX512"}), machine_of({})
+    ('AMD EPYC, AVX512', '')
+    """
+    device, threads = owner.get("device"), owner.get("threads")
+    if not isinstance(device, str) or not device:
+        return ""
+    return f"{device} · {threads} thread(s)" if isinstance(threads, int) else device
 
 
 def same_machine(rule_machines: Sequence[str], control_machines: Sequence[str]) -> list[bool]:

@@ -40,6 +40,9 @@ class OptimizerEntry:
     finalists: list[dict[str, Any]] = field(default_factory=list)
     heldout_pairs: list[list[int]] = field(default_factory=list)
     heldout_finals: list[float | None] = field(default_factory=list)
+    # the machine each held-out run trained on (pairs.machine_of); empty in records before
+    # 2026-12-07, which a cross-study read cannot check
+    heldout_machines: list[str] = field(default_factory=list)
     trial_scores: list[float | None] = field(default_factory=list)
     tuning_curve: list[float | None] = field(default_factory=list)
     rounds: Any = None

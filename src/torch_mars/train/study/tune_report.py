@@ -98,6 +98,7 @@ def report_json(
                 ],
                 "heldout_pairs": [list(p) for p in plan.selection.heldout_pairs(o.optimizer)],
                 "heldout_finals": [number(v) for v in o.heldout_finals],
+                "heldout_machines": list(o.heldout_machines),
                 "trial_scores": [number(v) for v in o.trial_scores],
                 "tuning_curve": [number(v) for v in o.curve],
                 "rounds": o.rounds,

@@ -434,6 +434,13 @@ def _worker_process(
     )
 
 
+def threads_per_run(jobs: int) -> int:
+    """The threads each run trains on with ``jobs`` workers on this machine: one worker trains
+    in this process at torch's own count, more split the cores between them. A run's last
+    digits depend on it, so a verdict pairs runs of one count (:func:`~.pairs.machine_of`)."""
+    return torch.get_num_threads() if jobs == 1 else max(1, (os.cpu_count() or 1) // jobs)
+
+
 def run_workers(
     spec: StudySpec,
     progress: Callable[[str], None] | None = None,
@@ -456,7 +463,7 @@ def run_workers(
         return work(spec, progress, max_trials=max_trials, stop_at=stop_at, study=study)
     before = len(finished_results(study.get_trials(deepcopy=False)))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    threads = max(1, (os.cpu_count() or 1) // spec.jobs)
+    threads = threads_per_run(spec.jobs)
     context = multiprocessing.get_context("spawn")
     workers = [
         context.Process(
