@@ -69,6 +69,7 @@ from lab.map_report import format_progress, progress_rows
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.cli import main as torch_mars
 from torch_mars.train.runtime import describe_device, resolve_device
+from torch_mars.train.study.engine import start_afresh
 from torch_mars.train.study.family import EQUIVALENCE_MARGIN
 from torch_mars.train.study.family_reads import campaign_rows, fixed_gamma_folder
 from torch_mars.train.study.outcomes import median_run_seconds
@@ -785,12 +786,13 @@ def main(argv: list[str] | None = None) -> int:
                 study = fixed_gamma_folder(folder, label, rule, gamma)
                 trained = pairs_machines(study / "tune.json", rule) - {""}
                 if trained and trained != {this_machine(args.jobs)}:
+                    restore_journals(study)
+                    start_afresh(f"journal:{study / 'study.log'}", study.name, "campaign.py")
                     print(
                         f"{study.name}: its pairs trained on {', '.join(sorted(trained))}, not "
-                        f"the point's: started afresh (--overwrite), the old study in git",
+                        "the point's: started afresh (its runs and report stay in git history)",
                         flush=True,
                     )
-                    arguments.append("--overwrite")
                 print("torch-mars tune " + shlex.join(arguments), flush=True)
                 code = torch_mars(["tune", *arguments])
                 land(study)

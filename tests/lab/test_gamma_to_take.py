@@ -9,10 +9,12 @@ import json
 import shutil
 from pathlib import Path
 
+import optuna
 import pytest
 from lab.fight_map import FightMap
 
 from benchmark_scripts import load_script
+from torch_mars.train.study.store import open_storage
 
 ROOT = Path(__file__).resolve().parents[2]
 gamma_to_take = load_script(ROOT / "benchmarks" / "studies" / "gamma_to_take.py")
@@ -179,5 +181,11 @@ def test_a_fixed_gamma_read_trains_on_the_points_machine_and_thread_count_or_not
     [line] = campaign.unpaired_lines("campaign-4")  # said in state.md, with the command
     assert line.startswith("- b16-1x.gamma=0.mars-adamw: not read; its pairs trained on cpu · 2")
     assert "--points tiny/b16-1x --gamma0" in line
+    storage = open_storage(f"journal:{old / 'study.log'}")
+    optuna.create_study(study_name=old.name, storage=storage).add_trial(
+        optuna.trial.create_trial(params={}, distributions={}, value=1.0)
+    )
     assert campaign.main([*command, "--jobs", "2"]) == 0
-    assert "--overwrite" in called[1]
+    assert len(called) == 2
+    reopened = open_storage(f"journal:{old / 'study.log'}")
+    assert old.name not in optuna.get_all_study_names(reopened)  # its runs are not reused

@@ -334,17 +334,7 @@ def open_study(
                     "--out-dir; name= or out_dir= in Python), or start it afresh (--overwrite, "
                     "without --report; in Python, remove its folder)"
                 )
-            live = [t for t in _running(study) if not _owner_is_gone(t, _STALE_AFTER_S)]
-            if live:
-                left = max(_hold_left_s(t, _STALE_AFTER_S) for t in live)
-                raise StudyMismatch(
-                    f"--overwrite: study {spec.study_name!r} in {describe(url)} has "
-                    f"{len(live)} trial(s) training now (first: {_owner_text(live[0])}); "
-                    "it is not deleted while they train. A worker that trains nothing holds "
-                    f"its trial {_STALE_AFTER_S:.0f} s past its last heartbeat: stop those "
-                    f"processes, or run --overwrite again in {left:.0f} s"
-                )
-            delete_study(storage, spec.study_name)
+            _delete_unless_training(study, storage, url, "--overwrite")
         study = optuna.create_study(
             study_name=spec.study_name,
             storage=storage,
@@ -352,6 +342,40 @@ def open_study(
         )
         study.set_user_attr("identity", identity)
     return study
+
+
+def _delete_unless_training(
+    study: optuna.Study, storage: optuna.storages.BaseStorage, url: str, asked_by: str
+) -> None:
+    """Delete ``study`` (its caller holds its claim lock), unless a trial of it is training:
+    a :class:`StudyMismatch` naming ``asked_by`` then, and nothing deleted."""
+    live = [t for t in _running(study) if not _owner_is_gone(t, _STALE_AFTER_S)]
+    if live:
+        left = max(_hold_left_s(t, _STALE_AFTER_S) for t in live)
+        raise StudyMismatch(
+            f"{asked_by}: study {study.study_name!r} in {describe(url)} has "
+            f"{len(live)} trial(s) training now (first: {_owner_text(live[0])}); "
+            "it is not deleted while they train. A worker that trains nothing holds "
+            f"its trial {_STALE_AFTER_S:.0f} s past its last heartbeat: stop those "
+            f"processes, or run {asked_by} again in {left:.0f} s"
+        )
+    delete_study(storage, study.study_name)
+
+
+def start_afresh(url: str, study_name: str, asked_by: str) -> bool:
+    """Delete the study ``study_name`` in the storage ``url`` under its claim lock, whatever
+    settings it ran with, so that the next command trains it from nothing (a study whose runs
+    cannot be read, say: its pairs trained on another machine or thread count than the runs
+    they pair with); refused (:class:`StudyMismatch` naming ``asked_by``) while a trial of it
+    trains. False where there is no such study."""
+    if is_missing(url):
+        return False
+    storage = study_storage(url, study_name)
+    with claim_lock(url, storage, study_name):
+        if study_name not in study_names(storage):
+            return False
+        _delete_unless_training(load_study(storage, study_name), storage, url, asked_by)
+    return True
 
 
 def protocol_history(study: optuna.Study) -> list[dict[str, Any]]:
