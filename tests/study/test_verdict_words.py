@@ -151,6 +151,7 @@ def test_a_verdict_never_pairs_runs_across_machines():
     control = _outcome("nadamw", [1.72, 1.72, 1.71, 1.72], ["epyc"] * 4)
     (verdict,) = verdicts([rule, control], pairs=pairs)
     assert verdict.gap.pairs == 3  # the pair across machines is left out
+    assert verdict.left_out == 1  # and counted, for the report to say
     assert verdict.gap.mean == pytest.approx(-0.0167, abs=1e-4)
 
 

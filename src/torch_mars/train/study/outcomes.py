@@ -350,6 +350,9 @@ class Verdict:
     # searches' own winners would have leant the rule's way (negative) or the control's; NaN
     # where the study read no peer's winner
     bias: float = math.nan
+    # the pairs both sides read that the verdict left out: their sides trained on two machines
+    # or thread counts (:func:`~.pairs.same_machine`)
+    left_out: int = 0
 
     def bias_text(self) -> str:
         return f"{self.bias:+.4f}" if math.isfinite(self.bias) else "—"
@@ -399,6 +402,7 @@ def verdicts(
     controls: dict[Comparison, str] = {}
     lost: dict[Comparison, tuple[int, int]] = {}
     bias: dict[Comparison, float] = {}
+    left_out: dict[Comparison, int] = {}
     for comparison in mine:
         ran = [by_name[c] for c in comparison.controls if c in by_name]
         if comparison.rule not in by_name or len(ran) < len(comparison.controls):
@@ -424,6 +428,7 @@ def verdicts(
         gaps[comparison] = gap_of_pairs(rule_finals, control_finals, read_pairs, first=first)
         lost[comparison] = (len(diverged(rule_finals)), len(diverged(control_finals)))
         bias[comparison] = rule.shortfall - control.shortfall
+        left_out[comparison] = both - len(rule_finals)
         controls[comparison] = control.optimizer
     decided = decide(family, gaps, alpha, design=design)
     return [
@@ -438,6 +443,7 @@ def verdicts(
             decided[c].level,
             lost[c],
             bias[c],
+            left_out[c],
         )
         for c in mine
         if c in controls

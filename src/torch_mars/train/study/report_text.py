@@ -188,10 +188,16 @@ def answer_sentences(
     ]
     for v in found_verdicts:
         caveat = " (provisional: comparisons of the declared family are pending)"
+        left = (
+            f" ({v.left_out} pair(s) both read left out: their sides trained on two machines "
+            "or thread counts)"
+            if v.left_out
+            else ""
+        )
         lines.append(
             f"- {word_sentence(v.decision, v.rule, v.control)} on this model at this budget: "
             f"{v.rule} - {v.control} = {v.interval_text()} held out, **{v.decision}**"
-            f"{caveat if v.provisional else ''}."
+            f"{caveat if v.provisional else ''}{left}."
         )
     return lines
 

@@ -134,6 +134,7 @@ def report_json(
                 "level": number(v.level),
                 "diverged": list(v.diverged),
                 "bias": number(v.bias),
+                "pairs_left_out": v.left_out,
                 "decision": v.decision,
                 "provisional": v.provisional,
             }
