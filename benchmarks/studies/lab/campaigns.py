@@ -87,13 +87,17 @@ def format_campaign_table(rows: list[CampaignRow]) -> str:
     return "\n".join(lines)
 
 
+def reads_the_correction(row: CampaignRow) -> bool:
+    """Whether ``row`` reads its rule against itself at gamma = 0 (the correction's worth)
+    rather than against its strongest control: the one test the table and the figure share."""
+    return row.comparison.controls[0].endswith(WITHOUT_CORRECTION)
+
+
 def _lead_column(row: CampaignRow) -> str:
     """The lead table's column of ``row``: its rule against its strongest control, or against
     itself at gamma = 0 (the correction's worth)."""
-    rule, (control, *_) = row.comparison.rule, row.comparison.controls
-    return (
-        f"{rule} - {'itself at gamma = 0' if control.endswith(WITHOUT_CORRECTION) else 'control'}"
-    )
+    versus = "itself at gamma = 0" if reads_the_correction(row) else "control"
+    return f"{row.comparison.rule} - {versus}"
 
 
 def format_lead_table(rows: list[CampaignRow]) -> str:
@@ -309,10 +313,9 @@ def figure_panels(rows: list[CampaignRow]) -> dict[str, list[tuple[str, Campaign
     pending): ``{"mars-adamw - strongest control": [(scope, row), ...], ...}``."""
     panels: dict[str, list[tuple[str, CampaignRow]]] = {}
     for row in rows:
-        rule, (control, *_) = row.comparison.rule, row.comparison.controls
-        versus = f"{rule} at gamma = 0" if control.endswith(WITHOUT_CORRECTION) else None
-        title = f"{rule} - {versus or 'strongest control'}"
-        panels.setdefault(title, []).append((row.comparison.scope, row))
+        rule = row.comparison.rule
+        versus = f"{rule} at gamma = 0" if reads_the_correction(row) else "strongest control"
+        panels.setdefault(f"{rule} - {versus}", []).append((row.comparison.scope, row))
     return panels
 
 
