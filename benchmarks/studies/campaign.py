@@ -64,6 +64,7 @@ from lab.campaigns import (
     tune_studies_at,
 )
 from lab.fight_map import BLOCK, EVAL_TOKENS, POINTS, FightMap, steps_at
+from lab.gamma_reads import gamma_reads
 from lab.map_report import format_progress, progress_rows
 
 from torch_mars.atomic_files import write_text_atomically
@@ -309,7 +310,9 @@ def second_look_counts(name: str, entry: dict[str, Any]) -> dict[str, int]:
     """The pairs each optimizer of the point ``entry`` reads after its second look: the sides
     of its inconclusive comparisons their first pairs plus the most any of those plans from
     its measured spread (:func:`~torch_mars.train.study.two_stage.second_stage_pairs`, at the
-    level its word was read at over the whole family), up to the cap; every other optimizer
+    level its word was read at over the whole family), up to the cap, and likewise a rule whose
+    gamma to take one look read neither side of the margin (:mod:`lab.gamma_reads`: its study
+    at the candidate then follows the rule's pairs, ``--gamma-to-take``); every other optimizer
     what it reads now (none gains where no comparison is inconclusive, one was already looked
     at twice, or the point is not read yet)."""
     label = f"{entry['model']}/{entry['point']}"
@@ -324,6 +327,15 @@ def second_look_counts(name: str, entry: dict[str, Any]) -> dict[str, int]:
         extra = second_stage_pairs(Stage(*gap.stages[0]), design, row.decision.level)
         wanted = max(wanted, FIRST_PAIRS + extra)
         sides |= {row.comparison.rule, row.control}  # a control at gamma = 0 is no optimizer
+    declaration = folder_of(name) / "gamma-to-take.json"
+    reads = gamma_reads(declaration)[0] if declaration.is_file() else []
+    for read in (r for r in reads if r.label == label and r.gap is not None):
+        if read.state(design.margin) != "not shown either way" or len(read.gap.stages) != 1:
+            continue
+        level = read.decision.level if read.decision is not None else math.nan
+        extra = second_stage_pairs(Stage(*read.gap.stages[0]), design, level)
+        wanted = max(wanted, FIRST_PAIRS + extra)
+        sides.add(read.rule)  # its study at the candidate follows the rule's pairs
     wanted = min(wanted, PAIR_CAP)
     return {o: max(n, wanted) if o in sides else n for o, n in counts.items()}
 
@@ -701,7 +713,8 @@ def main(argv: list[str] | None = None) -> int:
         "--second-look",
         action="store_true",
         help="campaign-4: give the --points whose first look left a comparison inconclusive "
-        "the pairs its spread plans (up to the cap), then read them",
+        "(or a gamma to take neither side of the margin) the pairs its spread plans (up to "
+        "the cap), then read them; --gamma-to-take then widens the candidate's study alike",
     )
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--snapshot", action="store_true")

@@ -16,7 +16,9 @@ pairs the rule reads there, by campaign-4's two-look design, Holm over the compa
 realised (which depend on the winners, chosen on selection runs, never on a pair). The
 candidate holds at a point where the adjusted interval of winner - candidate lies above
 -margin (at most the margin behind), fails where it lies below, and holds by construction
-where the winner takes it.
+where the winner takes it. Where one look reads neither, ``campaign.py --second-look`` plans
+the rule more pairs at the point from the read's spread, and ``--gamma-to-take`` then reads
+the candidate's study on them (the reading itself: ``lab/gamma_reads.py``).
 
     python benchmarks/studies/gamma_to_take.py            # results/campaign-4/gamma-to-take.md
     python benchmarks/studies/gamma_to_take.py --declare  # once: gamma-to-take.json
@@ -32,16 +34,14 @@ from datetime import date
 from pathlib import Path
 
 from lab.campaigns import campaign_folder
+from lab.gamma_reads import gamma_reads, winner_gamma
 
 from torch_mars.atomic_files import write_text_atomically
 from torch_mars.train.study.engine import finished_results
-from torch_mars.train.study.family import AT_GAMMA, Comparison, decide
-from torch_mars.train.study.family_reads import comparison_notes, stored_verdicts
+from torch_mars.train.study.family_reads import comparison_notes
 from torch_mars.train.study.space import LADDERS
 from torch_mars.train.study.store import stored_study, stored_study_folders
 from torch_mars.train.study.tune import plan_of_identity
-from torch_mars.train.study.tune_record import read_tune_record
-from torch_mars.train.study.two_stage import design_of
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ("mars-adamw", "mars-shampoo")
@@ -228,42 +228,15 @@ def declare(rows: dict[str, list[tuple[str, dict[float, float]]]], path: Path) -
     return True
 
 
-def winner_gamma(root: Path, label: str, rule: str) -> float | None:
-    """The gamma of the setting ``rule`` is read at (its best-known) at the campaign point
-    ``root/label``; None until the point's report has it."""
-    report = root / label / "tune.json"
-    ran = read_tune_record(report).entry(rule) if report.is_file() else None
-    if ran is None or not ran.finished or not ran.winner:
-        return None
-    return float(ran.winner["gamma"])
-
-
 def pair_reading(path: Path) -> list[str]:
     """The answer on pairs as markdown lines, from the declaration at ``path`` and the reports
-    of its campaign's points and their studies at each candidate: a row per point and rule,
-    then per rule where its candidate stands over the map."""
+    of its campaign's points and their studies at each candidate (:func:`~lab.gamma_reads.
+    gamma_reads`): a row per point and rule, then per rule where its candidate stands over the
+    map."""
     declared = json.loads(path.read_text())
-    campaign_file = path.parent / declared["campaign"]
-    campaign = json.loads(campaign_file.read_text())
-    design = design_of(campaign)
-    if design is None:
-        raise ValueError(f"{campaign_file}: declares no two-look design to read the pairs by")
-    root, margin = campaign_file.parent, design.margin
-    # each point and rule in the declaration's order: its winner's gamma, and the comparison
-    # it is read by (None where the winner takes the candidate: it holds by construction)
-    cases: list[tuple[str, str, float, float | None, Comparison | None]] = []
-    for entry in campaign["points"]:
-        label = f"{entry['model']}/{entry['point']}"
-        for rule, gamma in declared["candidates"].items():
-            if rule not in entry["optimizers"]:
-                continue
-            own = winner_gamma(root, label, rule)
-            held = own is not None and math.isclose(own, gamma)
-            comparison = Comparison(rule, (f"{rule}{AT_GAMMA}{gamma:g}",), label)
-            cases.append((label, rule, gamma, own, None if held else comparison))
-    family = [comparison for *_, comparison in cases if comparison is not None]
-    read = stored_verdicts(root, family, first=design.first)
-    decided = decide(family, {c: gap for c, (gap, _) in read.items()}, design=design)
+    reads, design = gamma_reads(path)
+    root, margin = (path.parent / declared["campaign"]).parent, design.margin
+    family = [r for r in reads if r.comparison is not None]
     lines = [
         "## The answer, on pairs",
         "",
@@ -272,7 +245,7 @@ def pair_reading(path: Path) -> list[str]:
         + f". Gap: the winner - the winner at the candidate (its lr re-profiled), held-out "
         f"validation loss on the rule's pairs at the point; the candidate holds where the "
         f"adjusted interval lies above -{margin:g}. Holm over the {len(family)} comparisons "
-        f"realised ({len(cases) - len(family)} hold by construction: the winner takes the "
+        f"realised ({len(reads) - len(family)} hold by construction: the winner takes the "
         "candidate).",
         "",
         "| point | rule | winner's gamma | candidate | winner - candidate, adjusted interval | "
@@ -280,30 +253,23 @@ def pair_reading(path: Path) -> list[str]:
         "|---|---|---:|---:|---:|---|---:|---|",
     ]
     tally: dict[str, dict[str, int]] = {rule: {} for rule in declared["candidates"]}
-    for label, rule, gamma, own, comparison in cases:
-        own_text = "—" if own is None else f"{own:g}"
-        if comparison is None:
-            cells = [label, rule, own_text, f"{gamma:g}", "—", "—", "—", "holds (the winner's)"]
-            state = "holds"
+    for r in reads:
+        own_text = "—" if r.own is None else f"{r.own:g}"
+        state = r.state(margin)
+        if r.comparison is None:
+            cells = [r.label, r.rule, own_text, f"{r.candidate:g}", "—", "—", "—"]
+            cells.append("holds (the winner's)")
         else:
-            decision = decided[comparison]
-            gap, control = read.get(comparison, (None, None))
-            lost, _ = comparison_notes(root, comparison, control)
+            control = r.comparison.controls[0] if r.gap is not None else None
+            lost, _ = comparison_notes(root, r.comparison, control)
             lost_text = "—" if lost is None else f"{lost[0]}, {lost[1]}"
-            if gap is None:
-                state, reading, word = "pending", "—", "pending"
-            else:
-                state = (
-                    "holds"
-                    if decision.low > -margin
-                    else "fails"
-                    if decision.high < -margin
-                    else "not shown either way"
-                )
-                reading = f"{gap.mean:+.4f} {decision.interval_text()}"
-                word = decision.text()
-            cells = [label, rule, own_text, f"{gamma:g}", reading, word, lost_text, state]
-        tally[rule][state] = tally[rule].get(state, 0) + 1
+            reading, word = "—", "pending"
+            if r.gap is not None and r.decision is not None:
+                reading = f"{r.gap.mean:+.4f} {r.decision.interval_text()}"
+                word = r.decision.text()
+            cells = [r.label, r.rule, own_text, f"{r.candidate:g}", reading, word, lost_text]
+            cells.append(state)
+        tally[r.rule][state] = tally[r.rule].get(state, 0) + 1
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for rule, counts in tally.items():

@@ -313,3 +313,34 @@ def test_a_point_is_never_trained_on_another_thread_count_than_its_pairs(
         campaign.main(["--campaign", "campaign-4", "--points", "tiny/b64-4x", "--jobs", "2"]) == 0
     )
     assert len(called) == 1
+
+
+def test_a_gamma_to_take_one_look_cannot_place_plans_a_second_look_for_its_rule(
+    tmp_path, monkeypatch
+):
+    from lab.gamma_reads import GammaRead
+
+    from torch_mars.train.study.family import Comparison, Decision
+    from torch_mars.train.study.verdict import PairedGap
+
+    folder = tmp_path / "campaign-4"
+    folder.mkdir()
+    shutil.copy(campaign.declaration_of("campaign-4"), folder / "campaign.json")
+    (folder / "gamma-to-take.json").write_text("{}")
+    monkeypatch.setattr(campaign, "folder_of", lambda name: folder)
+    monkeypatch.setattr(campaign, "campaign_rows", lambda declaration: [])
+    entry = next(e for e in campaign.declared("campaign-4")["points"] if e["point"] == "b16-1x")
+    scope = "tiny/b16-1x"
+    wide = PairedGap(-0.06, -0.13, 0.01, 0.01, 12, 0.02, 11, ((-0.06, 0.02, 12),))
+    unread = GammaRead(scope, "mars-shampoo", 0.05, 0.2, Comparison("mars-shampoo", ("x",), scope))
+    either_way = GammaRead(
+        scope, "mars-adamw", 0.1, 0.2, Comparison("mars-adamw", ("mars-adamw@gamma=0.1",), scope),
+        wide, Decision("inconclusive", False, -0.13, 0.01, 0.05 / 13),
+    )  # fmt: skip
+    monkeypatch.setattr(campaign, "gamma_reads", lambda path: ([either_way, unread], None))
+    design = campaign.design_of(json.loads((folder / "campaign.json").read_text()))
+    monkeypatch.setattr(campaign, "design_of", lambda declaration: design)
+    assert either_way.state(design.margin) == "not shown either way"
+    planned = campaign.second_look_counts("campaign-4", entry)
+    assert 12 < planned["mars-adamw"] <= 64  # its study at 0.1 then follows these pairs
+    assert all(n == 12 for o, n in planned.items() if o != "mars-adamw")
