@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -38,3 +39,21 @@ def load_script(path: str | Path) -> ModuleType:
 def load_benchmark_script(relative: str) -> ModuleType:
     """The module of ``benchmarks/<relative>``."""
     return load_script(BENCHMARKS / relative)
+
+
+def tracked(*patterns: str) -> list[str]:
+    """The repository's tracked files matching ``patterns`` (``git ls-files``), relative to its
+    root; the calling test is skipped outside a git checkout."""
+    import pytest
+
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", *patterns],
+            cwd=BENCHMARKS.parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (FileNotFoundError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return listed.stdout.split()

@@ -3,22 +3,11 @@ docs/figures is cited by a doc, and benchmarks/results holds at most 300 tracked
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-import pytest
+from benchmark_scripts import tracked
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def tracked(*patterns: str) -> list[str]:
-    try:
-        listed = subprocess.run(
-            ["git", "ls-files", *patterns], cwd=ROOT, capture_output=True, text=True, check=True
-        )
-    except (FileNotFoundError, subprocess.CalledProcessError):
-        pytest.skip("not a git checkout")
-    return listed.stdout.split()
 
 
 def docs_text() -> str:

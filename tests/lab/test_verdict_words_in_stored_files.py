@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
-import pytest
+from benchmark_scripts import tracked
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = {"win", "loss", "equivalent", "inconclusive"}
@@ -17,16 +16,6 @@ WORDS = {"win", "loss", "equivalent", "inconclusive"}
 OLD_WORD = re.compile(
     r"\*\*(tie|level)\*\*|\|\s*(tie|level)\s*(\(provisional\))?\s*\||\b(a|both|as)\s+ties?\b"
 )
-
-
-def tracked(*patterns: str) -> list[Path]:
-    try:
-        listed = subprocess.run(
-            ["git", "ls-files", *patterns], cwd=ROOT, capture_output=True, text=True, check=True
-        )
-    except (FileNotFoundError, subprocess.CalledProcessError):
-        pytest.skip("not a git checkout")
-    return [ROOT / line for line in listed.stdout.split()]
 
 
 def decisions(node: object) -> list[str]:
@@ -39,7 +28,7 @@ def decisions(node: object) -> list[str]:
 
 
 def test_every_stored_reports_decision_is_one_of_the_four_words():
-    reports = tracked("benchmarks/results/*tune.json")
+    reports = [ROOT / f for f in tracked("benchmarks/results/*tune.json")]
     assert reports
     wrong = {
         str(path.relative_to(ROOT)): word
@@ -51,7 +40,7 @@ def test_every_stored_reports_decision_is_one_of_the_four_words():
 
 
 def test_no_stored_table_or_page_writes_a_verdict_word_outside_the_four():
-    pages = tracked("benchmarks/results/*.md", "docs/*.md", "README.md")
+    pages = [ROOT / f for f in tracked("benchmarks/results/*.md", "docs/*.md", "README.md")]
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}"
         for path in pages
