@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -200,7 +199,6 @@ def test_the_corrections_worth_reads_the_rule_against_itself_at_gamma_0_on_the_p
     assert read[control][1] == "nadamw" and read[control][0].mean == pytest.approx(-0.02)
     assert read[worth][1] == "mars-adamw@gamma=0"
     assert read[worth][0].mean == pytest.approx(-0.0055)  # what the correction bought here
-    from lab.fight_map import FightMap
 
     monkeypatch.setattr(campaign, "folder_of", lambda name: tmp_path)
     monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
@@ -253,7 +251,6 @@ def test_a_rule_widened_by_a_second_look_is_read_against_gamma_0_on_the_pairs_bo
     worth = Comparison("mars-adamw", ("mars-adamw@gamma=0",), "tiny/b16-1x")
     [(gap, _)] = stored_verdicts(tmp_path, [worth]).values()
     assert gap.pairs == 12 and gap.mean == pytest.approx(-0.0055)  # the last two not read
-    from lab.fight_map import FightMap
 
     monkeypatch.setattr(campaign, "folder_of", lambda name: tmp_path)
     monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
@@ -267,15 +264,12 @@ def test_a_rule_widened_by_a_second_look_is_read_against_gamma_0_on_the_pairs_bo
     assert listed == [f"{s}:{o}" for s, o in pairs] and "--pairs-read" not in arguments
 
 
-def test_a_point_lands_its_journal_when_its_command_ends_even_a_stopped_one(tmp_path, monkeypatch):
+def test_a_point_lands_its_journal_when_its_command_ends_even_a_stopped_one(
+    toy_campaign, monkeypatch
+):
     """The report a command writes and the journal it read land together; a command that
     stops (a failed or interrupted tune) still lands the runs it finished."""
-    folder = tmp_path / "campaign-4"
-    folder.mkdir()
-    shutil.copy(campaign.declaration_of("campaign-4"), folder / "campaign.json")
-    monkeypatch.setattr(campaign, "folder_of", lambda name: folder)
-    monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
-    journal = folder / "tiny" / "b64-4x" / "study.log"
+    journal = toy_campaign.folder / "tiny" / "b64-4x" / "study.log"
 
     def tune(argv: list[str]) -> int:
         journal.parent.mkdir(parents=True, exist_ok=True)
@@ -291,19 +285,14 @@ def test_a_point_lands_its_journal_when_its_command_ends_even_a_stopped_one(tmp_
 
 
 def test_a_point_is_never_trained_on_another_thread_count_than_its_pairs(
-    tmp_path, monkeypatch, capsys
+    toy_campaign, monkeypatch, capsys
 ):
-    folder = tmp_path / "campaign-4"
-    folder.mkdir()
-    shutil.copy(campaign.declaration_of("campaign-4"), folder / "campaign.json")
-    monkeypatch.setattr(campaign, "folder_of", lambda name: folder)
+    called = toy_campaign.called
     monkeypatch.setattr(campaign, "this_machine", lambda jobs: f"cpu · {3 - jobs} thread(s)")
-    called: list[list[str]] = []
-    monkeypatch.setattr(campaign, "torch_mars", lambda argv: called.append(argv) or 0)
     monkeypatch.setattr(campaign, "arguments_of", lambda *args: [])
     entry = {"optimizer": "nadamw", "heldout_machines": ["cpu · 1 thread(s)"] * 12}
-    (folder / "tiny" / "b64-4x").mkdir(parents=True)
-    (folder / "tiny" / "b64-4x" / "tune.json").write_text(json.dumps({"optimizers": [entry]}))
+    point = toy_campaign.point("tiny/b64-4x")
+    (point / "tune.json").write_text(json.dumps({"optimizers": [entry]}))
     for argv in (["--points", "tiny/b64-4x", "--jobs", "1"], ["--points", "tiny/nowhere"]):
         with pytest.raises(SystemExit) as refused:
             campaign.main(["--campaign", "campaign-4", *argv])
@@ -316,18 +305,15 @@ def test_a_point_is_never_trained_on_another_thread_count_than_its_pairs(
 
 
 def test_a_gamma_to_take_one_look_cannot_place_plans_a_second_look_for_its_rule(
-    tmp_path, monkeypatch
+    toy_campaign, monkeypatch
 ):
     from lab.gamma_reads import GammaRead
 
     from torch_mars.train.study.family import Comparison, Decision
     from torch_mars.train.study.verdict import PairedGap
 
-    folder = tmp_path / "campaign-4"
-    folder.mkdir()
-    shutil.copy(campaign.declaration_of("campaign-4"), folder / "campaign.json")
+    folder = toy_campaign.folder
     (folder / "gamma-to-take.json").write_text("{}")
-    monkeypatch.setattr(campaign, "folder_of", lambda name: folder)
     monkeypatch.setattr(campaign, "campaign_rows", lambda declaration: [])
     entry = next(e for e in campaign.declared("campaign-4")["points"] if e["point"] == "b16-1x")
     scope = "tiny/b16-1x"

@@ -6,12 +6,10 @@ campaign trains the candidate only where the winner takes another gamma."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import optuna
 import pytest
-from lab.fight_map import FightMap
 
 from benchmark_scripts import load_script
 from torch_mars.train.study.store import open_storage
@@ -89,15 +87,9 @@ def test_on_pairs_the_candidate_holds_fails_holds_by_construction_or_waits(tmp_p
 
 
 def test_the_campaign_trains_a_candidate_only_where_the_winner_takes_another_gamma(
-    tmp_path, monkeypatch, capsys
+    toy_campaign, capsys
 ):
-    folder = tmp_path / "campaign-4"
-    folder.mkdir()
-    shutil.copy(campaign.declaration_of("campaign-4"), folder / "campaign.json")
-    monkeypatch.setattr(campaign, "folder_of", lambda name: folder)
-    monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
-    called: list[list[str]] = []
-    monkeypatch.setattr(campaign, "torch_mars", lambda argv: called.append(argv) or 0)
+    folder, called = toy_campaign.folder, toy_campaign.called
     points = ["--points", "tiny/b16-1x", "tiny/b16-4x"]
     with pytest.raises(SystemExit) as both:  # one gamma a command: a usage error, exit 2
         campaign.main(["--campaign", "campaign-4", "--gamma0", "--gamma-to-take", *points])
@@ -151,16 +143,10 @@ def test_shortfalls_are_read_from_finite_scores_against_the_best():
 
 
 def test_a_fixed_gamma_read_trains_on_the_points_machine_and_thread_count_or_not_at_all(
-    tmp_path, monkeypatch, capsys
+    toy_campaign, monkeypatch, capsys
 ):
-    folder = tmp_path / "campaign-4"
-    folder.mkdir()
-    shutil.copy(campaign.declaration_of("campaign-4"), folder / "campaign.json")
-    monkeypatch.setattr(campaign, "folder_of", lambda name: folder)
-    monkeypatch.setattr(campaign, "MAP", FightMap(tmp_path))
+    folder, called = toy_campaign.folder, toy_campaign.called
     monkeypatch.setattr(campaign, "this_machine", lambda jobs: f"cpu · {3 - jobs} thread(s)")
-    called: list[list[str]] = []
-    monkeypatch.setattr(campaign, "torch_mars", lambda argv: called.append(argv) or 0)
     entry = {"optimizer": "mars-adamw", "finished": True, "heldout_pairs": PAIRS}
     entry |= {"heldout_finals": [1.7] * 12, "heldout_machines": ["cpu · 1 thread(s)"] * 12}
     entry["winner"] = {"lr": 0.01, "beta1": 0.9, "gamma": 0.1}
