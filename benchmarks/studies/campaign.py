@@ -22,8 +22,8 @@ journal is missing starts from its snapshot. README's and docs/results.md's gene
 reads the newest campaign.
 
     python benchmarks/studies/campaign.py --declare        # once, before the first run
-    python benchmarks/studies/campaign.py --stage 1 --jobs 2   # the first stage, in order
-    python benchmarks/studies/campaign.py --points tiny/b64-4x --jobs 2
+    python benchmarks/studies/campaign.py --stage 1    # the first stage, in order
+    python benchmarks/studies/campaign.py --points tiny/b64-4x   # one worker a core
     python benchmarks/studies/campaign.py --snapshot | --status
     python benchmarks/studies/campaign.py --report  # each begun point's report, then
         # verdicts.md: every declared comparison, Holm over the family, pending ones said
@@ -37,6 +37,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import random
 import shlex
 import sys
@@ -716,7 +717,13 @@ def main(argv: list[str] | None = None) -> int:
         "(or a gamma to take neither side of the margin) the pairs its spread plans (up to "
         "the cap), then read them; --gamma-to-take then widens the candidate's study alike",
     )
-    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="workers, each run on the cores split between them (default: one a core, each "
+        "run on one thread, as campaign-4's pairs trained; a point's pairs train at one count)",
+    )
     parser.add_argument("--snapshot", action="store_true")
     parser.add_argument("--status", action="store_true")
     parser.add_argument("--report", action="store_true")

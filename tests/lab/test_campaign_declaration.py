@@ -330,3 +330,16 @@ def test_a_gamma_to_take_one_look_cannot_place_plans_a_second_look_for_its_rule(
     planned = campaign.second_look_counts("campaign-4", entry)
     assert 12 < planned["mars-adamw"] <= 64  # its study at 0.1 then follows these pairs
     assert all(n == 12 for o, n in planned.items() if o != "mars-adamw")
+
+
+def test_a_command_without_jobs_trains_each_run_on_one_thread_as_the_pairs_did(
+    toy_campaign, monkeypatch
+):
+    from torch_mars.train.study.workers import threads_per_run
+
+    given: list[int] = []
+    monkeypatch.setattr(
+        campaign, "arguments_of", lambda name, entry, jobs, *rest: given.append(jobs) or []
+    )
+    assert campaign.main(["--campaign", "campaign-4", "--points", "tiny/b64-4x"]) == 0
+    assert given and threads_per_run(given[0]) == 1
